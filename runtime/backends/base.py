@@ -1,0 +1,104 @@
+"""The backend interface: what the runtime needs from a model engine.
+
+The runtime builds prompts as lists of ``ChatMessage``; a backend counts tokens
+with the model's own tokenizer, renders the model's chat template, keeps one KV
+cache per node (a ``NodeSession``), reuses the longest common prefix of what that
+cache holds, and generates with streaming and cancellation.
+
+Two backends implement it: ``runtime.backends.scripted`` (deterministic, for
+exact prompt and trimming arithmetic in tests) and ``runtime.backends.llama``
+(llama.cpp through llama-cpp-python).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str
+    # For role "tool": the tool's name. For an assistant tool call: the tool called.
+    name: str = ""
+
+
+@dataclass
+class GenerationRequest:
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = -1
+    # Constraints (the llama backend turns them into a grammar):
+    choices: list[str] | None = None  # the output is exactly one of these strings
+    json_schema: dict[str, Any] | None = None  # the output is JSON valid for this schema
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    prompt_tokens: int  # the rendered prompt's exact length in tokens
+    reused: int  # prompt tokens kept from the node's KV cache
+    evaluated: int  # prompt tokens the model had to read
+    generated: int  # tokens generated
+    cold: bool = False  # the node's context had to be (re)created for this call
+    cancelled: bool = False
+    finish_reason: Literal["stop", "length", "cancelled"] = "stop"
+    prompt_ms: float = 0.0
+    generate_ms: float = 0.0
+
+
+TokenCallback = Callable[[str], None]
+
+
+class BackendError(Exception):
+    """A problem a user can act on (missing model, context too large, ...). The
+    conversation is left as it was before the call."""
+
+
+class NodeSession(ABC):
+    """One node's context (its KV cache) over a loaded model. Never used from two threads at once."""
+
+    @abstractmethod
+    def generate(
+        self,
+        request: GenerationRequest,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult: ...
+
+    @property
+    @abstractmethod
+    def n_ctx(self) -> int: ...
+
+    @abstractmethod
+    def release(self) -> None:
+        """Free the KV cache; the next call rebuilds it (and reports ``cold``)."""
+
+
+class Backend(ABC):
+    @abstractmethod
+    def count_tokens(self, model: str, text: str) -> int:
+        """Tokens in ``text`` by the model's own tokenizer (no special tokens added)."""
+
+    @abstractmethod
+    def model_context_size(self, model: str) -> int:
+        """The context length the model was trained with."""
+
+    @abstractmethod
+    def session(self, key: str, model: str, context_size: int) -> NodeSession:
+        """The session for ``key`` (a node id), created on first use. ``context_size`` 0 means the model's own."""
+
+    def release_all(self) -> None:
+        """Free every node's KV cache (kept loaded weights)."""
+
+    def close(self) -> None:
+        """Free everything."""
