@@ -1,0 +1,259 @@
+"""The open asset: the one model every editor view reads and every command changes.
+
+``Document`` holds a ``runtime.asset.Asset`` and is the only place that changes it.
+Each change emits a signal naming what changed, and only when the value really
+changed (orange-canvas-core's scheme does the same), so views can follow the
+model without echoing edits back. Nodes are pydantic models that check themselves,
+so a changed node is rebuilt and validated whole: a value the model rejects raises
+``FieldRejected`` and the document stays as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from PySide6.QtCore import QObject, Signal
+
+from runtime.asset import END, NODE_TYPES, Asset, ClassifyIntent, NodeBase
+from runtime.asset_file import problems_from_validation
+
+# Canvas-only items (the START and END terminals) keep their positions here, inside
+# the asset's free-form metadata, so a saved file reopens with the same layout.
+EDITOR_METADATA_KEY = "parley_studio"
+TERMINALS = ("start", "end")
+
+
+class FieldRejected(ValueError):
+    """The model refused a value; ``message`` says why, ``node_id``/``field`` say where."""
+
+    def __init__(self, message: str, node_id: str = "", field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.node_id = node_id
+        self.field = field
+
+
+def exit_field(node: NodeBase, port: str) -> tuple[str, int | None]:
+    """The field an exit port is stored in: ('default_exit', None) or ('intents', index)."""
+    if port.startswith("intent:") and isinstance(node, ClassifyIntent):
+        name = port.split(":", 1)[1]
+        for index, intent in enumerate(node.intents):
+            if intent.name == name:
+                return "intents", index
+        raise KeyError(port)
+    if port not in node.exits():
+        raise KeyError(port)
+    return port, None
+
+
+class Document(QObject):
+    """The asset being edited, its file path, and change notifications."""
+
+    node_added = Signal(str)  # node id
+    node_removed = Signal(str)  # node id
+    node_changed = Signal(str, str)  # node id, field name
+    node_moved = Signal(str)  # node id
+    node_renamed = Signal(str, str)  # old id, new id
+    agent_changed = Signal(str)  # asset-level field name
+    terminal_moved = Signal(str)  # "start" or "end"
+    reset = Signal()  # a whole new asset was set
+    path_changed = Signal(str)
+
+    def __init__(self, asset: Asset | None = None, path: str | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._asset = asset if asset is not None else Asset()
+        self._path = path or ""
+
+    # --- whole document -------------------------------------------------------------------
+
+    @property
+    def asset(self) -> Asset:
+        """The live asset. Read it; change it only through the methods below."""
+        return self._asset
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def set_path(self, path: str) -> None:
+        if path != self._path:
+            self._path = path
+            self.path_changed.emit(path)
+
+    @property
+    def asset_dir(self) -> Path | None:
+        return Path(self._path).parent if self._path else None
+
+    def set_asset(self, asset: Asset) -> None:
+        self._asset = asset
+        self.reset.emit()
+
+    def has_node(self, node_id: str) -> bool:
+        return any(n.id == node_id for n in self._asset.nodes)
+
+    def node(self, node_id: str) -> NodeBase:
+        return self._asset.node(node_id)
+
+    def index_of(self, node_id: str) -> int:
+        for index, node in enumerate(self._asset.nodes):
+            if node.id == node_id:
+                return index
+        raise KeyError(node_id)
+
+    def unique_id(self, base: str, taken: set[str] | None = None) -> str:
+        """``base`` made unique among the node ids (``reply``, ``reply_2``, ...)."""
+        used = set(self._asset.node_ids()) | (taken or set())
+        stem = base.rstrip("0123456789").rstrip("_") or base
+        if base not in used:
+            return base
+        n = 2
+        while f"{stem}_{n}" in used:
+            n += 1
+        return f"{stem}_{n}"
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    def add_node(self, node: NodeBase, index: int | None = None) -> None:
+        if self.has_node(node.id):
+            raise ValueError(f"a node with id {node.id!r} already exists")
+        nodes = self._asset.nodes
+        nodes.insert(len(nodes) if index is None else index, node)
+        self.node_added.emit(node.id)
+
+    def remove_node(self, node_id: str) -> tuple[int, NodeBase]:
+        index = self.index_of(node_id)
+        node = self._asset.nodes.pop(index)
+        self.node_removed.emit(node_id)
+        return index, node
+
+    def set_node_field(self, node_id: str, field: str, value: Any) -> bool:
+        """Set one field of a node; True when it changed. Raises ``FieldRejected``."""
+        if field == "id":
+            return self.rename_node(node_id, value)
+        node = self.node(node_id)
+        if getattr(node, field) == value:
+            return False
+        raw = node.model_dump()
+        raw[field] = copy.deepcopy(value)
+        self._replace(node_id, self._validated(type(node), raw, node_id))
+        self.node_changed.emit(node_id, field)
+        return True
+
+    def set_exit(self, node_id: str, port: str, target: str) -> bool:
+        """Point exit ``port`` of a node at ``target`` ('' is END)."""
+        node = self.node(node_id)
+        field, index = exit_field(node, port)
+        if index is None:
+            return self.set_node_field(node_id, field, target)
+        intents = [i.model_dump() for i in node.intents]
+        if intents[index]["exit"] == target:
+            return False
+        intents[index]["exit"] = target
+        return self.set_node_field(node_id, "intents", intents)
+
+    def exit_target(self, node_id: str, port: str) -> str:
+        return self.node(node_id).exits().get(port, END)
+
+    def set_position(self, node_id: str, position: tuple[float, float]) -> bool:
+        node = self.node(node_id)
+        position = (float(position[0]), float(position[1]))
+        if tuple(node.position) == position:
+            return False
+        # Assignment validates the one field only, which is all a move needs (and cheap).
+        node.position = position
+        self.node_moved.emit(node_id)
+        return True
+
+    def rename_node(self, old_id: str, new_id: str) -> bool:
+        """Give a node a new id and repoint every exit and the start node at it."""
+        if old_id == new_id:
+            return False
+        if self.has_node(new_id):
+            raise FieldRejected(f"another node already has the id {new_id!r}", old_id, "id")
+        node = self.node(old_id)
+        raw = node.model_dump()
+        raw["id"] = new_id
+        renamed = self._validated(type(node), raw, old_id)
+        self._replace(old_id, renamed)
+        retargeted: list[tuple[str, str]] = []
+        for other in list(self._asset.nodes):
+            for port, target in other.exits().items():
+                if target == old_id:
+                    retargeted.append((other.id, port))
+        for other_id, port in retargeted:
+            self._set_exit_quietly(other_id, port, new_id)
+        if self._asset.start_node == old_id:
+            self._asset.start_node = new_id
+        self.node_renamed.emit(old_id, new_id)
+        for other_id, _port in retargeted:
+            self.node_changed.emit(other_id, "exits")
+        if self._asset.start_node == new_id:
+            self.agent_changed.emit("start_node")
+        return True
+
+    def _set_exit_quietly(self, node_id: str, port: str, target: str) -> None:
+        node = self.node(node_id)
+        field, index = exit_field(node, port)
+        raw = node.model_dump()
+        if index is None:
+            raw[field] = target
+        else:
+            raw["intents"][index]["exit"] = target
+        self._replace(node_id, self._validated(type(node), raw, node_id))
+
+    def _replace(self, node_id: str, node: NodeBase) -> None:
+        self._asset.nodes[self.index_of(node_id)] = node
+
+    @staticmethod
+    def _validated(cls: type[NodeBase], raw: dict[str, Any], node_id: str) -> NodeBase:
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = problems_from_validation(exc, {"nodes": [raw]}, "")
+            first = problems[0] if problems else None
+            message = "; ".join(p.message if not p.field else f"{p.field}: {p.message}" for p in problems)
+            raise FieldRejected(message or str(exc), node_id, first.field if first else "") from None
+
+    # --- agent settings -------------------------------------------------------------------
+
+    def set_agent_field(self, field: str, value: Any) -> bool:
+        if field in ("nodes",):
+            raise ValueError("nodes change through add_node/remove_node")
+        if getattr(self._asset, field) == value:
+            return False
+        try:
+            setattr(self._asset, field, copy.deepcopy(value))
+        except ValidationError as exc:
+            problems = problems_from_validation(exc, {}, "")
+            message = "; ".join(p.message for p in problems) or str(exc)
+            raise FieldRejected(message, "", field) from None
+        self.agent_changed.emit(field)
+        return True
+
+    # --- canvas-only items ----------------------------------------------------------------
+
+    def terminal_position(self, name: str) -> tuple[float, float] | None:
+        saved = self._asset.metadata.get(EDITOR_METADATA_KEY, {}).get(f"{name}_position")
+        if isinstance(saved, (list, tuple)) and len(saved) == 2:
+            return float(saved[0]), float(saved[1])
+        return None
+
+    def set_terminal_position(self, name: str, position: tuple[float, float] | None) -> bool:
+        if name not in TERMINALS:
+            raise KeyError(name)
+        if self.terminal_position(name) == (None if position is None else tuple(map(float, position))):
+            return False
+        metadata = copy.deepcopy(self._asset.metadata)
+        section = metadata.setdefault(EDITOR_METADATA_KEY, {})
+        if position is None:
+            section.pop(f"{name}_position", None)
+            if not section:
+                metadata.pop(EDITOR_METADATA_KEY)
+        else:
+            section[f"{name}_position"] = [float(position[0]), float(position[1])]
+        self._asset.metadata = metadata
+        self.terminal_moved.emit(name)
+        return True
