@@ -1,0 +1,624 @@
+"""How much RAM and VRAM an agent needs: weights, and per model-backed node a KV cache and buffers.
+
+Every model-backed node owns a llama.cpp context (its own KV cache, compute buffer
+and output buffer), while nodes that use the same model file share its weights.
+The numbers follow the llama.cpp version vendored in llama-cpp-python 0.3.36; the
+formulas and the source of each are in ``docs/sizing.md``. The KV cache and the
+weights are computed the way llama.cpp allocates them; the compute buffer is a
+model of ggml's graph allocator checked against llama.cpp's own reports
+(``tests/runtime/test_estimator_accuracy.py``).
+
+Everything after the GGUF header has been read is plain arithmetic on cached
+shapes, so the editor can call :func:`estimate_asset` on every edit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from runtime.asset import Asset, NodeBase
+from runtime.backends.base import BackendError
+from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf, row_bytes
+from runtime.problems import InputError, Problem
+
+KVType = Literal["f16", "q8_0", "q4_0"]
+KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
+GPU_PRESETS_GB: tuple[int, ...] = (6, 8, 12, 16, 24)
+GIB = 1 << 30
+MIB = 1 << 20
+
+CTX_PAD = 256  # llama-context.cpp: cparams.n_ctx = GGML_PAD(n_ctx, 256)
+CPU_ALIGNMENT = 32  # ggml-impl.h TENSOR_ALIGNMENT (CPU buffers)
+GPU_ALIGNMENT = 128  # ggml-cuda: buffer alignment
+F32 = 4
+
+# Which layers use a sliding window when the file gives no per-layer pattern:
+# architecture -> (pattern, dense_first, default window). From each model's
+# load_arch_hparams in llama.cpp's src/models/*.cpp (load_swa_pattern calls).
+SWA_ARCHITECTURES: dict[str, tuple[int, bool, int]] = {
+    "gemma2": (2, False, 4096),
+    "gemma3": (6, False, 0),
+    "gemma3n": (5, False, 0),
+    "cohere2": (4, False, 0),
+    "exaone4": (4, False, 4096),
+    "olmo2": (4, False, 0),
+    "gpt-oss": (2, False, 0),
+    "smallthinker": (4, True, 4096),
+    "plamo3": (8, False, 0),
+    "llama4": (4, False, 8192),
+    "afmoe": (4, False, 0),
+}
+# llama-arch.cpp llm_arch_is_recurrent / llm_arch_is_hybrid
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHITECTURES = frozenset(
+    {"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "qwen3next"}
+)
+
+
+class EstimateError(InputError):
+    """Settings or a model the estimator cannot size; names the setting or file."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the contexts would be created. Defaults are those of our llama backend."""
+
+    gpu_memory: int = 8 * GIB  # bytes of VRAM on the player's GPU; 0 means no GPU
+    gpu_layers: int = -1  # llama.cpp n_gpu_layers: -1 all, 0 none, N the last N (the output layer counts as one)
+    kv_type: str = "f16"
+    flash_attn: bool = True  # llama.cpp's "auto" turns it on for CPU, CUDA, Metal and Vulkan
+    n_batch: int = 512
+    n_ubatch: int = 512
+    swa_full: bool = True  # llama_context_default_params().swa_full
+    offload_kqv: bool = True
+    reserve_fraction: float = 0.05  # VRAM the driver and the desktop keep; "tight" below this headroom
+
+    def __post_init__(self) -> None:
+        if self.kv_type not in KV_TYPES:
+            raise EstimateError([Problem("error", f"KV cache type must be one of {', '.join(KV_TYPES)}, not {self.kv_type!r}", field="kv_type")])
+        if self.gpu_memory < 0:
+            raise EstimateError([Problem("error", "GPU memory cannot be negative", field="gpu_memory")])
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise EstimateError([Problem("error", "batch sizes must be at least 1", field="n_batch")])
+
+    @property
+    def effective_flash_attn(self) -> bool:
+        # a quantized V cache needs flash attention; llama.cpp's "auto" switches it on
+        return self.flash_attn or self.kv_type != "f16"
+
+
+# model shapes (cached per GGUFInfo object; read_gguf caches those per file)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What sizing needs from a GGUF file, per layer."""
+
+    path: Path
+    architecture: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ff_max: int
+    n_ctx_train: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_k: tuple[int, ...]  # per layer: key_length, or key_length_swa on SWA layers
+    head_v: tuple[int, ...]
+    is_swa: tuple[bool, ...]
+    n_swa: int
+    is_recurrent: tuple[bool, ...]
+    n_embd_r: int  # recurrent conv/shift state per layer and sequence, in f32 values
+    n_embd_s: int  # recurrent SSM/WKV state per layer and sequence, in f32 values
+    layer_bytes: tuple[int, ...]  # weights of each repeating layer (blk.N.*)
+    input_bytes: int  # token embeddings: always on the CPU
+    output_bytes: int  # output norm and head (and any other non-layer tensor)
+    tied_output_bytes: int  # token_embd again, when the head is tied to it and placed on a GPU
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+
+@lru_cache(maxsize=64)
+def model_shape(info: GGUFInfo) -> ModelShape:
+    """The sizing view of a model file (cached by the GGUFInfo object)."""
+    n_layer = info.block_count
+    if n_layer <= 0:
+        raise EstimateError([Problem("error", f"{info.architecture}.block_count is missing or 0", file=str(info.path))])
+    arch = info.architecture
+    is_swa = _swa_layers(info)
+    n_swa = info.sliding_window
+    if arch in SWA_ARCHITECTURES and not n_swa:
+        n_swa = SWA_ARCHITECTURES[arch][2]
+    if not n_swa:
+        is_swa = (False,) * n_layer
+    recurrent = _recurrent_layers(info)
+    head_k = tuple(info.key_length_swa if s else info.key_length for s in is_swa)
+    head_v = tuple(info.value_length_swa if s else info.value_length for s in is_swa)
+    layer_bytes = [0] * n_layer
+    input_bytes = output_bytes = 0
+    has_output = False
+    token_embd = 0
+    for t in info.tensors:
+        il = t.layer
+        if il is not None and il < n_layer:
+            layer_bytes[il] += t.n_bytes
+        elif t.name.startswith(("token_embd", "token_types", "position_embd")):
+            input_bytes += t.n_bytes
+            if t.name == "token_embd.weight":
+                token_embd = t.n_bytes
+        else:
+            output_bytes += t.n_bytes
+            has_output = has_output or t.name == "output.weight"
+    n_ff = info.arch_key("feed_forward_length", 0)
+    n_ff_max = max(n_ff) if isinstance(n_ff, list) else int(n_ff or 0)
+    n_embd_r, n_embd_s = _recurrent_widths(info)
+    return ModelShape(
+        path=info.path,
+        architecture=arch,
+        n_layer=n_layer,
+        n_embd=info.embedding_length,
+        n_vocab=info.vocab_size,
+        n_ff_max=n_ff_max,
+        n_ctx_train=info.context_length,
+        n_head=info.head_count or (0,) * n_layer,
+        n_head_kv=info.head_count_kv or (0,) * n_layer,
+        head_k=head_k,
+        head_v=head_v,
+        is_swa=is_swa,
+        n_swa=n_swa,
+        is_recurrent=recurrent,
+        n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s,
+        layer_bytes=tuple(layer_bytes),
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        tied_output_bytes=0 if has_output else token_embd,
+    )
+
+
+def _swa_layers(info: GGUFInfo) -> tuple[bool, ...]:
+    """llama_hparams::set_swa_pattern, or the file's per-layer pattern array."""
+    n = info.block_count
+    pattern = info.sliding_window_pattern
+    if isinstance(pattern, tuple):
+        if len(pattern) != n:
+            raise EstimateError([Problem("error", f"sliding_window_pattern has {len(pattern)} entries for {n} layers", file=str(info.path))])
+        return pattern
+    known = SWA_ARCHITECTURES.get(info.architecture)
+    if known is None and pattern is None:
+        return (False,) * n
+    n_pattern, dense_first, _ = known or (0, False, 0)
+    if pattern is not None:
+        n_pattern = pattern
+    if dense_first:
+        return tuple(n_pattern == 0 or il % n_pattern != 0 for il in range(n))
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n))
+
+
+def _recurrent_layers(info: GGUFInfo) -> tuple[bool, ...]:
+    n = info.block_count
+    if info.architecture in RECURRENT_ARCHITECTURES:
+        return (True,) * n
+    if info.architecture in HYBRID_ARCHITECTURES:
+        interval = info.arch_key("full_attention_interval")
+        if interval:
+            return tuple((il + 1) % int(interval) != 0 for il in range(n))
+        return tuple(kv == 0 for kv in info.head_count_kv)
+    return (False,) * n
+
+
+def _recurrent_widths(info: GGUFInfo) -> tuple[int, int]:
+    """llama_hparams::n_embd_r / n_embd_s for RWKV, LFM2 and Mamba-style layers."""
+    n_embd = info.embedding_length
+    wkv = int(info.arch_key("wkv.head_size", 0) or 0)
+    if wkv:
+        return int(info.arch_key("token_shift_count", 2)) * n_embd, n_embd * wkv
+    l_cache = int(info.arch_key("shortconv.l_cache", 0) or 0)
+    d_conv = int(info.arch_key("ssm.conv_kernel", 0) or 0)
+    d_inner = int(info.arch_key("ssm.inner_size", 0) or 0)
+    d_state = int(info.arch_key("ssm.state_size", 0) or 0)
+    n_group = int(info.arch_key("ssm.group_count", 0) or 0)
+    n_embd_r = n_embd * (l_cache - 1) if l_cache else max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    return n_embd_r, d_state * d_inner
+
+
+# per-context arithmetic
+
+
+@dataclass(frozen=True)
+class ContextCost:
+    """One llama.cpp context (one node) on one model: bytes by device."""
+
+    n_ctx: int  # requested (0 resolved to the trained size)
+    cells: int  # KV cells after llama.cpp's padding
+    swa_cells: int
+    n_ubatch: int
+    flash_attn: bool
+    kv_ram: int
+    kv_vram: int
+    recurrent_ram: int
+    recurrent_vram: int
+    compute_ram: int
+    compute_vram: int
+    output_ram: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_ram + self.kv_vram + self.recurrent_ram + self.recurrent_vram
+
+    @property
+    def compute_bytes(self) -> int:
+        return self.compute_ram + self.compute_vram
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.kv_ram + self.recurrent_ram + self.compute_ram + self.output_ram
+
+    @property
+    def vram_bytes(self) -> int:
+        return self.kv_vram + self.recurrent_vram + self.compute_vram
+
+
+def padded_context(n_ctx: int) -> int:
+    """KV cells llama.cpp allocates for a requested context (llama-context.cpp)."""
+    return -(-n_ctx // CTX_PAD) * CTX_PAD
+
+
+def _pad(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def gpu_layer_start(shape: ModelShape, settings: Settings) -> int:
+    """First layer index on the GPU; index n_layer is the output layer (llama-model.cpp load_tensors)."""
+    if settings.gpu_memory <= 0:
+        return shape.n_layer + 1
+    n_gpu = shape.n_layer + 1 if settings.gpu_layers < 0 else settings.gpu_layers
+    return max(shape.n_layer + 1 - n_gpu, 0)
+
+
+@lru_cache(maxsize=4096)
+def context_cost(shape: ModelShape, n_ctx: int, settings: Settings) -> ContextCost:
+    """KV cache, recurrent state, compute and output buffers of one context."""
+    n_ctx = n_ctx or shape.n_ctx_train
+    if n_ctx <= 0:
+        raise EstimateError([Problem("error", "the model states no context length; set the node's context size", file=str(shape.path))])
+    fa = settings.effective_flash_attn
+    cells = padded_context(n_ctx)
+    swa_cells = cells if settings.swa_full else min(cells, padded_context(shape.n_swa + min(n_ctx, settings.n_batch, settings.n_ubatch)))
+    start = gpu_layer_start(shape, settings)
+    kv_type = settings.kv_type
+    v_trans = not fa
+    attn_layers = [il for il in range(shape.n_layer) if not shape.is_recurrent[il] and shape.n_head_kv[il] > 0]
+    v_max = max((shape.head_v[il] * shape.n_head_kv[il] for il in attn_layers), default=0)
+    kv = {False: 0, True: 0}  # on GPU?
+    for il in attn_layers:
+        on_gpu = settings.offload_kqv and il >= start
+        align = GPU_ALIGNMENT if on_gpu else CPU_ALIGNMENT
+        n_cells = swa_cells if shape.is_swa[il] else cells
+        k_width = shape.head_k[il] * shape.n_head_kv[il]
+        v_width = v_max if v_trans else shape.head_v[il] * shape.n_head_kv[il]
+        try:
+            k = row_bytes(_ggml_type(kv_type), k_width) * n_cells
+            v = row_bytes(_ggml_type(kv_type), v_width) * n_cells
+        except ValueError:
+            raise EstimateError([Problem(
+                "error",
+                f"a {kv_type} KV cache needs rows that are whole blocks; layer {il} has {k_width}/{v_width} values per row - use f16",
+                file=str(shape.path), field="kv_type",
+            )]) from None
+        kv[on_gpu] += _pad(k, align) + _pad(v, align)
+    rs = {False: 0, True: 0}
+    for il in range(shape.n_layer):
+        if shape.is_recurrent[il]:
+            on_gpu = settings.offload_kqv and il >= start
+            align = GPU_ALIGNMENT if on_gpu else CPU_ALIGNMENT
+            rs[on_gpu] += _pad(shape.n_embd_r * F32, align) + _pad(shape.n_embd_s * F32, align)
+
+    compute_ram, compute_vram = _compute_buffers(shape, settings, n_ctx, cells, swa_cells, attn_layers, start)
+    n_ubatch = min(n_ctx, settings.n_batch, settings.n_ubatch)
+    # llama_context::output_reserve: logits for one output per sequence, in host memory
+    output = shape.n_vocab * F32
+    return ContextCost(
+        n_ctx=n_ctx, cells=cells, swa_cells=swa_cells, n_ubatch=n_ubatch, flash_attn=fa,
+        kv_ram=kv[False], kv_vram=kv[True], recurrent_ram=rs[False], recurrent_vram=rs[True],
+        compute_ram=compute_ram, compute_vram=compute_vram, output_ram=output,
+    )
+
+
+def _ggml_type(kv_type: str) -> str:
+    return kv_type.upper()
+
+
+def _compute_buffers(
+    shape: ModelShape, settings: Settings, n_ctx: int, cells: int, swa_cells: int, attn_layers: list[int], start: int
+) -> tuple[int, int]:
+    """Peak of ggml's graph allocator for the worst-case batch (llama_context::sched_reserve).
+
+    The reserve graph runs ``n_ubatch`` tokens with every one an output, over the
+    whole KV cache. Three places compete for the peak: the logits at the head, the
+    attention scores of the widest layer, and the feed-forward activations.
+    """
+    fa = settings.effective_flash_attn
+    # n_batch is clamped to the requested (unpadded) context before n_ctx is padded
+    n_ub = min(n_ctx, settings.n_batch, settings.n_ubatch)
+    act = shape.n_embd * n_ub * F32  # one hidden-state activation
+    head = shape.n_vocab * n_ub * F32 + 3 * act
+    mask_elt = 2 if fa else F32  # flash attention takes an f16 mask
+    has_full = any(not shape.is_swa[il] for il in attn_layers)
+    has_swa = any(shape.is_swa[il] for il in attn_layers)
+    masks = (cells * n_ub * mask_elt if has_full else 0) + (swa_cells * n_ub * mask_elt if has_swa else 0)
+    if not attn_layers:
+        attention = 0
+    elif fa:
+        attention = masks + 6 * act
+    else:
+        scores = max((swa_cells if shape.is_swa[il] else cells) * n_ub * shape.n_head[il] * F32 for il in attn_layers)
+        k_width = max(shape.head_k[il] * shape.n_head_kv[il] for il in attn_layers)
+        attention = scores + masks + (5 * shape.n_embd + 2 * k_width) * n_ub * F32
+    ffn = 2 * shape.n_ff_max * n_ub * F32 + 2 * act
+    layers = max(attention, ffn)
+    if start > shape.n_layer:  # everything on the CPU
+        return max(head, layers), 0
+    # output layer on the GPU; repeating layers split at `start`
+    gpu = max(head, layers if start < shape.n_layer else 0)
+    cpu = act + (layers if start > 0 else 0)  # the token embeddings are looked up on the CPU
+    return cpu, gpu
+
+
+# weights
+
+
+@dataclass(frozen=True)
+class WeightsCost:
+    ram: int
+    vram: int
+
+    @property
+    def total(self) -> int:
+        return self.ram + self.vram
+
+
+@lru_cache(maxsize=256)
+def weights_cost(shape: ModelShape, settings: Settings) -> WeightsCost:
+    """Model buffers by device: layers from ``start`` (and the output layer) on the GPU."""
+    start = gpu_layer_start(shape, settings)
+    ram = shape.input_bytes
+    vram = 0
+    for il, b in enumerate(shape.layer_bytes):
+        if il >= start:
+            vram += b
+        else:
+            ram += b
+    if start <= shape.n_layer:
+        # a tied head is token_embd loaded a second time, on the output layer's device
+        vram += shape.output_bytes + shape.tied_output_bytes
+    else:
+        ram += shape.output_bytes
+    return WeightsCost(ram=ram, vram=vram)
+
+
+# per asset
+
+
+@dataclass(frozen=True)
+class NodeEstimate:
+    node_id: str
+    model: str  # the model name as the asset gives it
+    model_path: Path | None
+    context: ContextCost | None  # None when the model could not be read
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.context.kv_bytes if self.context else 0
+
+    @property
+    def compute_bytes(self) -> int:
+        return self.context.compute_bytes if self.context else 0
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.context.ram_bytes if self.context else 0
+
+    @property
+    def vram_bytes(self) -> int:
+        return self.context.vram_bytes if self.context else 0
+
+
+@dataclass(frozen=True)
+class ModelEstimate:
+    path: Path
+    name: str
+    quantization: str
+    parameters: int
+    n_layer: int
+    weights: WeightsCost
+    node_ids: tuple[str, ...]
+
+    @property
+    def ram_bytes(self) -> int:
+        return self.weights.ram
+
+    @property
+    def vram_bytes(self) -> int:
+        return self.weights.vram
+
+
+Verdict = Literal["fits", "tight", "does not fit", "no GPU"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An asset's memory needs under one set of settings."""
+
+    settings: Settings
+    nodes: tuple[NodeEstimate, ...]
+    models: tuple[ModelEstimate, ...]
+    problems: tuple[Problem, ...] = field(default=())
+
+    @property
+    def ram_bytes(self) -> int:
+        return sum(m.ram_bytes for m in self.models) + sum(n.ram_bytes for n in self.nodes)
+
+    @property
+    def vram_bytes(self) -> int:
+        return sum(m.vram_bytes for m in self.models) + sum(n.vram_bytes for n in self.nodes)
+
+    @property
+    def weights_vram(self) -> int:
+        return sum(m.vram_bytes for m in self.models)
+
+    @property
+    def agent_vram(self) -> int:
+        """VRAM one more agent of this graph adds: its contexts, not the shared weights."""
+        return sum(n.vram_bytes for n in self.nodes)
+
+    @property
+    def agent_ram(self) -> int:
+        return sum(n.ram_bytes for n in self.nodes)
+
+    @property
+    def headroom(self) -> int:
+        """GPU memory left after this agent (negative when it does not fit)."""
+        return self.settings.gpu_memory - self.vram_bytes
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict(self.settings, self.vram_bytes)
+
+    def node(self, node_id: str) -> NodeEstimate:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def agents_that_fit(self, gpu_memory: int | None = None) -> int | None:
+        """How many agents of this graph share the GPU (weights once, contexts per agent); None if unbounded."""
+        budget = (self.settings.gpu_memory if gpu_memory is None else gpu_memory) * (1 - self.settings.reserve_fraction)
+        room = budget - self.weights_vram
+        if room < 0:
+            return 0
+        if self.agent_vram == 0:
+            return None
+        return int(room // self.agent_vram)
+
+
+def verdict(settings: Settings, vram_bytes: int) -> Verdict:
+    if settings.gpu_memory <= 0:
+        return "no GPU"
+    headroom = settings.gpu_memory - vram_bytes
+    if headroom < 0:
+        return "does not fit"
+    if headroom < settings.gpu_memory * settings.reserve_fraction:
+        return "tight"
+    return "fits"
+
+
+ModelResolver = Callable[[str], "str | os.PathLike[str]"]
+
+
+def estimate_asset(
+    asset: Asset,
+    resolve_model: ModelResolver,
+    settings: Settings = Settings(),
+    *,
+    context_overrides: Mapping[str, int] | None = None,
+    model_overrides: Mapping[str, str] | None = None,
+    asset_file: str = "",
+) -> Estimate:
+    """Memory needs of ``asset``: one context per model-backed node, weights once per model file.
+
+    ``resolve_model`` turns a model name from the asset into a file path (raising
+    an InputError or OSError when it cannot). ``context_overrides`` and
+    ``model_overrides`` (node id -> value) are the what-ifs; a model override of
+    ``""`` means "use the agent's default model". A node whose model cannot be read
+    is reported in ``problems`` and counted as zero.
+    """
+    context_overrides = context_overrides or {}
+    model_overrides = model_overrides or {}
+    problems: list[Problem] = []
+    resolved: dict[str, tuple[Path, ModelShape] | None] = {}
+    nodes: list[NodeEstimate] = []
+    by_model: dict[Path, list[str]] = {}
+    for node in asset.nodes:
+        if not node.uses_model():
+            continue
+        name = _model_name(asset, node, model_overrides)
+        if name not in resolved:
+            resolved[name] = _load(name, resolve_model, asset_file, node, problems)
+        hit = resolved[name]
+        if hit is None:
+            nodes.append(NodeEstimate(node.id, name, None, None))
+            continue
+        path, shape = hit
+        n_ctx = context_overrides.get(node.id, getattr(node, "context_size", 0) or 0)
+        try:
+            cost = context_cost(shape, n_ctx, settings)
+        except EstimateError as e:
+            problems.extend(replace(p, file=p.file or asset_file, node_id=node.id) for p in e.problems)
+            nodes.append(NodeEstimate(node.id, name, path, None))
+            continue
+        nodes.append(NodeEstimate(node.id, name, path, cost))
+        by_model.setdefault(path, []).append(node.id)
+    models = []
+    for path, ids in by_model.items():
+        info = read_gguf(path)
+        shape = model_shape(info)
+        models.append(ModelEstimate(
+            path=path, name=info.name, quantization=info.quantization, parameters=info.parameters,
+            n_layer=shape.n_layer, weights=weights_cost(shape, settings), node_ids=tuple(ids),
+        ))
+    return Estimate(settings=settings, nodes=tuple(nodes), models=tuple(models), problems=tuple(problems))
+
+
+def _model_name(asset: Asset, node: NodeBase, overrides: Mapping[str, str]) -> str:
+    if node.id in overrides:
+        return overrides[node.id] or asset.default_model
+    return asset.model_for(node)
+
+
+def _load(name: str, resolve_model: ModelResolver, asset_file: str, node: NodeBase, problems: list[Problem]) -> tuple[Path, ModelShape] | None:
+    field_name = "model_name" if getattr(node, "model_name", "") else "default_model"
+    if not name:
+        problems.append(Problem("error", "no model is set: give the agent a Default Model or the node a Model Name", file=asset_file, node_id=node.id, field=field_name))
+        return None
+    try:
+        path = Path(resolve_model(name))
+        info = read_gguf(path)
+        return path, model_shape(info)
+    except GGUFError as e:
+        problems.extend(replace(p, node_id=node.id, field=field_name) for p in e.problems)
+    except InputError as e:
+        problems.extend(replace(p, file=p.file or asset_file, node_id=node.id, field=field_name) for p in e.problems)
+    except (OSError, ValueError, BackendError) as e:  # the resolver's errors (ModelFileError is a BackendError)
+        problems.append(Problem("error", str(e), file=asset_file, node_id=node.id, field=field_name))
+    return None
+
+
+# what-ifs a designer asks
+
+
+def what_if_context(asset: Asset, resolve_model: ModelResolver, node_id: str, n_ctx: int, settings: Settings = Settings(), **kw: object) -> Estimate:
+    """The estimate with one node's context size changed."""
+    asset.node(node_id)  # KeyError for an unknown node
+    return estimate_asset(asset, resolve_model, settings, context_overrides={node_id: n_ctx}, **kw)  # type: ignore[arg-type]
+
+
+def what_if_shared_model(asset: Asset, resolve_model: ModelResolver, node_id: str, settings: Settings = Settings(), **kw: object) -> Estimate:
+    """The estimate with one node (say, the summarizer) using the agent's default model."""
+    asset.node(node_id)
+    return estimate_asset(asset, resolve_model, settings, model_overrides={node_id: ""}, **kw)  # type: ignore[arg-type]
+
+
+def gpu_memory_bytes(gb: float) -> int:
+    """A GPU size as sold (8 GB) in bytes; GPU makers' "GB" are GiB of VRAM."""
+    if gb < 0 or math.isnan(gb):
+        raise EstimateError([Problem("error", f"GPU memory must be a positive number of GB, not {gb}", field="gpu_memory")])
+    return int(gb * GIB)

