@@ -15,6 +15,9 @@ from collections.abc import Sequence
 # Modules that define a subcommand (each has register(subparsers)).
 COMMANDS = [
     "runtime.validate_cli",
+    "runtime.estimate_cli",
+    "runtime.models_cli",
+    "runtime.chat_cli",
 ]
 
 

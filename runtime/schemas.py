@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.asset import Asset
+from runtime.diagnostics import turn_diagnostics_schema
 from runtime.resources import schemas_dir
 
 
@@ -24,6 +25,7 @@ def workflow_asset_schema() -> dict[str, Any]:
 
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "workflow-asset.schema.json": workflow_asset_schema,
+    "turn-diagnostics.schema.json": turn_diagnostics_schema,
 }
 
 

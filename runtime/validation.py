@@ -27,6 +27,7 @@ from runtime.asset import (
     ToolCall,
 )
 from runtime.asset_file import load_asset
+from runtime.budget import PromptBudget
 from runtime.problems import AssetError, Problem
 
 TokenCounter = Callable[[str], int]
@@ -39,11 +40,14 @@ def estimate_tokens(text: str) -> int:
 
 
 def node_budget(node: GeneratingNode, model_context: int | None) -> int | None:
-    """The node's prompt budget: context size minus max tokens (None while the size is unknown)."""
-    context = node.context_size or model_context
-    if not context:
+    """The node's prompt budget (``PromptBudget.limit``); None while the context size is unknown
+    or leaves no room for the prompt (reported separately)."""
+    if not (node.context_size or model_context):
         return None
-    return context - node.max_tokens
+    try:
+        return PromptBudget.for_node(node, model_context or 0).limit
+    except ValueError:
+        return None
 
 
 def validate_asset(
@@ -94,7 +98,14 @@ def validate_asset(
     consumers = [n for n in asset.nodes if isinstance(n, GeneratingNode) and n.history_mode != "none"]
     for node in asset.nodes:
         if isinstance(node, GeneratingNode):
-            budget = node_budget(node, context_of(node))
+            model_size = context_of(node)
+            if not node.context_size and model_size and node.max_tokens >= model_size:
+                error(
+                    f"max_tokens ({node.max_tokens}) must be less than the model's context size ({model_size}); "
+                    "lower it or set context_size",
+                    node.id, "max_tokens",
+                )
+            budget = node_budget(node, model_size)
             if budget is not None and node.system_prompt:
                 fixed = count(node.system_prompt) + TOKENS_PER_MESSAGE
                 if fixed >= budget:

@@ -138,3 +138,9 @@ def test_cli_exits_0_on_warnings_only(tmp_path):
 def test_cli_malformed_json(tmp_path):
     out = run_cli(write(tmp_path, "m.json", '{"nodes": [}'))
     assert out.returncode == 1 and "m.json:1:12: error: malformed JSON" in out.stdout
+
+
+def test_max_tokens_against_the_models_own_context():
+    a = Asset(default_model="m", start_node="g", nodes=[Generate(id="g", max_tokens=1024)])
+    assert ("error", "g", "max_tokens") in kinds(a, model_context=lambda m: 1024)
+    assert ("error", "g", "max_tokens") not in kinds(a, model_context=lambda m: 2048)

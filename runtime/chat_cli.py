@@ -1,0 +1,150 @@
+"""``parley chat ASSET``: talk to an agent in the terminal, or run a script of player lines.
+
+Interactive when no ``--script`` is given (replies stream as they are written; an
+empty line or end of input ends the chat). With ``--script FILE`` every non-empty
+line of FILE is one player line and each reply is printed. ``--diagnostics OUT.jsonl``
+appends one turn-diagnostics object per turn; ``--history-in``/``--history-out`` load
+and save the dialog history (with the agent state that shapes future prompts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from runtime.agent import Agent, TurnError
+from runtime.asset_file import load_asset
+from runtime.backends.base import Backend, BackendError
+from runtime.events import Event, Token
+from runtime.history import load_history, save_history
+from runtime.problems import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="talk to an agent, or run a script of player lines through it")
+    p.add_argument("asset", metavar="ASSET", help="the workflow asset (.json)")
+    p.add_argument("--model", metavar="GGUF", help="model file for every node without its own model_name "
+                   "(replaces the asset's default_model)")
+    p.add_argument("--script", metavar="FILE", help="one player line per line; replies are printed")
+    p.add_argument("--diagnostics", metavar="OUT.jsonl", help="append one diagnostics object per turn")
+    p.add_argument("--history-in", metavar="FILE", help="start from this dialog history")
+    p.add_argument("--history-out", metavar="FILE", help="save the dialog history here at the end")
+    p.add_argument("--instructions", default="", help="this-turn instructions for every turn ({{instructions}})")
+    p.add_argument("--backend", choices=("llama", "scripted"), default="llama",
+                   help="llama: the model through llama.cpp (default). scripted: deterministic test replies")
+    p.set_defaults(func=run)
+
+
+def make_backend(args: argparse.Namespace) -> Backend:
+    """The backend ``args`` ask for. Raises ``BackendError`` when it cannot be made."""
+    if args.backend == "scripted":
+        from runtime.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend()
+    try:
+        from runtime.backends.llama import LlamaBackend
+    except ImportError as exc:
+        raise BackendError(
+            f"the llama.cpp backend is not available ({exc}); install llama-cpp-python, "
+            "or use --backend scripted for deterministic test replies"
+        ) from None
+    # Model names resolve against the asset's folder, then the models folder (PARLEY_MODELS_DIR).
+    return LlamaBackend(asset_dir=Path(args.asset).parent)
+
+
+def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    stdin = stdin or sys.stdin
+    out = stdout or sys.stdout
+    err = sys.stderr
+    try:
+        asset = load_asset(args.asset)
+        if args.model:
+            asset = asset.model_copy(update={"default_model": args.model})
+        saved = load_history(args.history_in) if args.history_in else None
+        lines = _script_lines(args.script) if args.script else None
+        backend = make_backend(args)
+    except (InputError, BackendError) as exc:
+        print(exc, file=err)
+        return 1
+
+    agent = Agent(asset, backend, asset_dir=str(Path(args.asset).parent))
+    code = 0
+    try:
+        if saved is not None:
+            agent.import_dialog(saved, args.history_in)
+        interactive = lines is None
+        for line in (lines if lines is not None else _prompted_lines(stdin, out)):
+            streamed: list[str] = []
+            try:
+                result = agent.run_turn(
+                    line, args.instructions, on_event=_streamer(interactive, out, streamed),
+                    tool_result=_tool_answerer(interactive, stdin, out),
+                )
+            except (TurnError, BackendError, InputError) as exc:
+                print(f"\n{args.asset}: turn failed: {exc}", file=err)
+                code = 1
+                if interactive:
+                    continue
+                break
+            if interactive:
+                out.write("\n" if streamed else f"{result.reply}\n")
+            else:
+                out.write(f"> {line}\n{result.reply}\n")
+            out.flush()
+            if args.diagnostics and result.diagnostics is not None:
+                with open(args.diagnostics, "a", encoding="utf-8") as fh:
+                    fh.write(result.diagnostics.to_json_line())
+    except InputError as exc:
+        print(exc, file=err)
+        code = 1
+    finally:
+        if args.history_out:
+            save_history(agent.export_dialog(), args.history_out)
+        backend.close()
+    return code
+
+
+def _script_lines(path: str) -> list[str]:
+    from runtime.problems import Problem
+
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError([Problem("error", f"cannot read the script: {getattr(exc, 'strerror', None) or exc}", path)]) from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _prompted_lines(stdin: TextIO, out: TextIO):
+    while True:
+        out.write("you> ")
+        out.flush()
+        line = stdin.readline()
+        if not line or not line.strip():
+            return
+        yield line.strip()
+
+
+def _streamer(interactive: bool, out: TextIO, streamed: list[str]):
+    """Interactive chats show the reply as it is written."""
+
+    def on_event(event: Event) -> None:
+        if interactive and isinstance(event, Token):
+            streamed.append(event.text)
+            out.write(event.text)
+            out.flush()
+
+    return on_event
+
+
+def _tool_answerer(interactive: bool, stdin: TextIO, out: TextIO):
+    if not interactive:
+        return None  # a tool without mock_result fails the turn with a clear error
+
+    def answer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
+        out.write(f"\n[{node_id} calls {tool}({arguments})] result> ")
+        out.flush()
+        return stdin.readline().strip()
+
+    return answer

@@ -1,0 +1,104 @@
+"""Turn diagnostics: one JSON object per turn, the data behind the Turn Inspector.
+
+The models here are the schema: ``resources/schemas/turn-diagnostics.schema.json`` is
+generated from ``TurnDiagnostics`` (``python -m runtime.schemas`` rewrites it) and a
+test checks the committed file is current.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PromptMessage(_Model):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    name: str = Field("", description="For tool messages and tool calls: the tool's name.")
+
+
+class NodeInput(_Model):
+    prompt: list[PromptMessage] = Field(
+        default_factory=list,
+        description="The messages exactly as the model received them: after summary, replay, templates and trimming.",
+    )
+
+
+class NodeTokens(_Model):
+    budget: int | None = Field(None, description="Prompt budget: context size minus max_tokens. Null for nodes without a model.")
+    prompt: int = Field(0, description="The rendered prompt's exact length in tokens (from the backend).")
+    counted: int = Field(0, description="The prompt's cost as the budget counts it: tokenizer tokens plus 8 per message.")
+    reused: int = Field(0, description="Prompt tokens kept from the node's KV cache.")
+    evaluated: int = Field(0, description="Prompt tokens the model had to read.")
+    generated: int = Field(0, description="Tokens generated.")
+    cold: bool = Field(False, description="The node's KV cache had to be (re)created.")
+
+
+class NodeTrim(_Model):
+    window_start_before: int = Field(description="The node's window start before this turn (turns count from 0).")
+    window_start_after: int = Field(description="Its window start after trimming; never smaller.")
+    dropped_turns: int = Field(description="Whole turns this trim removed from the node's prompt.")
+    triggered: bool = Field(description="The prompt passed the budget, so turns were dropped down to 75 % of it.")
+    history_entries: int = Field(0, description="Earlier history entries sent (player lines, replies, tool pairs).")
+
+
+class NodeTimings(_Model):
+    total_ms: float = 0.0
+    prompt_ms: float = Field(0.0, description="Reading the prompt (the part not reused from the KV cache).")
+    generate_ms: float = 0.0
+
+
+class SummaryRecord(_Model):
+    covered_through: int
+    folded_turns: int
+    summary_chars: int
+    unsummarized_tokens: int = Field(description="Tokens of the turns not yet summarized when the node ran.")
+
+
+class RetrievedEntry(_Model):
+    id: str
+    text: str
+    score: float
+
+
+class NodeDiagnostics(_Model):
+    node: str
+    type: str
+    input: NodeInput = Field(default_factory=NodeInput)
+    output: str = ""
+    exit: str = Field("", description="The port taken: default_exit, intent:NAME or fallback_exit.")
+    next_node: str = Field("", description="The node that ran next; empty is END.")
+    tokens: NodeTokens = Field(default_factory=NodeTokens)
+    trim: NodeTrim | None = Field(None, description="For Generate, GenerateAndSpeak and ToolCall nodes.")
+    summary: SummaryRecord | None = Field(None, description="For a Summarize node that folded turns.")
+    retrieved: list[RetrievedEntry] | None = Field(None, description="For a Retrieve node.")
+    timings: NodeTimings = Field(default_factory=NodeTimings)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class TurnDiagnostics(_Model):
+    turn: int = Field(description="The turn's index in the dialog history (turns count from 0).")
+    player: str = Field(description="The player's line.")
+    instructions: str = ""
+    path: list[str] = Field(default_factory=list, description="Node ids in the order they ran.")
+    nodes: list[NodeDiagnostics] = Field(default_factory=list)
+    reply: str = ""
+    total_ms: float = 0.0
+    warnings: list[str] = Field(default_factory=list)
+
+    def to_json_line(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
+
+
+def turn_diagnostics_schema() -> dict:
+    """The JSON Schema of one turn's diagnostics (``runtime.schemas`` writes it to resources/schemas)."""
+    schema = TurnDiagnostics.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Parley turn diagnostics", **{
+        k: v for k, v in schema.items() if k != "title"
+    }}

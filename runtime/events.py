@@ -1,0 +1,117 @@
+"""Events a turn streams out as they happen, so the editor can show a turn live.
+
+``Agent.run_turn`` calls its ``on_event`` callback with these, on the thread that
+runs the turn, in this order per node: ``NodeStarted``, any ``Token`` / ``Speak`` /
+``ToolCalled`` / ``Summarized`` / ``TurnWarning``, then ``NodeFinished``; the turn
+ends with ``TurnFinished`` (only when it succeeds). ``kind`` is the event's name in
+the user's words, for a UI that dispatches on strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class NodeStarted:
+    kind: ClassVar[str] = "node_started"
+    node: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of text a model just generated."""
+
+    kind: ClassVar[str] = "token"
+    node: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Speak:
+    """A sentence a GenerateAndSpeak node finished: ready for text-to-speech."""
+
+    kind: ClassVar[str] = "speak"
+    node: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCalled:
+    kind: ClassVar[str] = "tool_call"
+    node: str
+    tool: str
+    arguments: dict[str, Any]
+    result: str
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """A Summarize node folded turns into a new summary (sent when ``notify_client`` is set)."""
+
+    kind: ClassVar[str] = "summarized"
+    node: str
+    covered_through: int  # index of the last turn the summary covers (turns count from 0)
+    folded_turns: int
+    summary_chars: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnWarning:
+    kind: ClassVar[str] = "warning"
+    node: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeFinished:
+    kind: ClassVar[str] = "node_finished"
+    node: str
+    type: str
+    output: str
+    exit: str  # the port taken: "default_exit", "intent:NAME", "fallback_exit"
+    next_node: str  # "" is END
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    kind: ClassVar[str] = "turn_finished"
+    turn: int
+    reply: str
+    path: list[str] = field(default_factory=list)
+
+
+Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | NodeFinished | TurnFinished
+EventCallback = Callable[[Event], None]
+
+# A sentence ends at . ! ? or … (optionally followed by closing quotes or brackets) and then whitespace.
+_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*\s+")
+
+
+class SentenceSplitter:
+    """Collects streamed text and hands back whole sentences, for ``Speak`` events."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def feed(self, text: str) -> list[str]:
+        self._pending += text
+        sentences: list[str] = []
+        while True:
+            match = _SENTENCE_END.search(self._pending)
+            if not match:
+                return sentences
+            sentence = self._pending[: match.end()].strip()
+            self._pending = self._pending[match.end():]
+            if sentence:
+                sentences.append(sentence)
+
+    def flush(self) -> list[str]:
+        """The text left over at the end of generation (a last sentence without trailing space)."""
+        rest, self._pending = self._pending.strip(), ""
+        return [rest] if rest else []

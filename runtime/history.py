@@ -1,0 +1,310 @@
+"""The dialog history: everything said in one agent's conversation, and its file format.
+
+The history belongs to the agent and grows without limit: every player line, every
+reply with the node that wrote it, every tool call with its result, every summary
+with the turns it covers. Prompts are built from it per node (``runtime.prompt``);
+trimming a prompt never removes anything here.
+
+Turns count from 0. A summary's ``covered_through`` is the index of the last turn it
+covers.
+
+The file format (``parley-dialog`` version 1) holds the history plus the agent state
+that decides future prompts: each node's window start, the agent variables and any
+system prompts changed at runtime. Exporting then importing it gives the same
+future prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+
+from runtime.asset import ID_PATTERN, SLOT_PATTERN, VariableValue
+from runtime.problems import InputError, Problem
+
+HISTORY_FORMAT = "parley-dialog"
+HISTORY_VERSION = 1
+
+
+class HistoryError(InputError):
+    """A dialog history file that cannot be read; every problem names the file and field."""
+
+
+# --- the history, as the runtime uses it ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply a node wrote. ``replay`` records the node's History Role when it was written:
+    False (``history_role: none``) means later turns never see it."""
+
+    node: str
+    text: str
+    replay: bool = True
+
+
+@dataclass(frozen=True)
+class ToolExchange:
+    """A tool call and its result: one history entry, replayed whole or not at all."""
+
+    node: str
+    tool: str
+    arguments: dict[str, Any]
+    result: str
+    replay: bool = True  # the node's Disposition when it was written: replay, or omit
+
+
+Entry = Reply | ToolExchange
+
+
+@dataclass
+class Turn:
+    player: str
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    covered_through: int
+    folded_turns: int
+    node: str = ""
+
+    @property
+    def summary_chars(self) -> int:
+        return len(self.text)
+
+
+@dataclass
+class DialogHistory:
+    turns: list[Turn] = field(default_factory=list)
+    summaries: list[Summary] = field(default_factory=list)
+
+    @property
+    def summary(self) -> Summary | None:
+        """The newest summary, the one prompts use."""
+        return self.summaries[-1] if self.summaries else None
+
+    @property
+    def covered_through(self) -> int:
+        """Index of the last turn the newest summary covers; -1 when there is none."""
+        return self.summaries[-1].covered_through if self.summaries else -1
+
+    def copy(self) -> DialogHistory:
+        """A copy whose lists can change without touching this one (turns are not changed in place)."""
+        return DialogHistory([Turn(t.player, list(t.entries)) for t in self.turns], list(self.summaries))
+
+
+@dataclass
+class SavedDialog:
+    """What a dialog file holds: the history and the agent state that shapes future prompts."""
+
+    history: DialogHistory = field(default_factory=DialogHistory)
+    windows: dict[str, int] = field(default_factory=dict)  # node id -> window start
+    variables: dict[str, VariableValue] = field(default_factory=dict)
+    system_prompts: dict[str, str] = field(default_factory=dict)  # node id -> system prompt set at runtime
+
+
+# --- the file format --------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ReplyRecord(_Strict):
+    kind: Literal["reply"] = "reply"
+    node: str = Field(pattern=ID_PATTERN, description="Id of the node that wrote the reply.")
+    text: str
+    replay: bool = Field(True, description="False when the node's history_role was none: never replayed.")
+
+
+class ToolRecord(_Strict):
+    kind: Literal["tool"]
+    node: str = Field(pattern=ID_PATTERN, description="Id of the ToolCall node.")
+    tool: str = Field(pattern=SLOT_PATTERN)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: str
+    replay: bool = Field(True, description="False when the node's disposition was omit.")
+
+
+def _entry_kind(value: Any) -> str | None:
+    # "kind" may be left out of a reply: seeded histories are mostly replies.
+    if isinstance(value, dict):
+        kind = value.get("kind", "reply")
+        return kind if isinstance(kind, str) else None
+    return getattr(value, "kind", None)
+
+
+EntryRecord = Annotated[
+    Annotated[ReplyRecord, Tag("reply")] | Annotated[ToolRecord, Tag("tool")],
+    Discriminator(_entry_kind, custom_error_type="entry_kind",
+                  custom_error_message="an entry's kind is 'reply' or 'tool'"),
+]
+
+
+class TurnRecord(_Strict):
+    player: str = Field(description="The player's line, exactly as said.")
+    entries: list[EntryRecord] = Field(default_factory=list)
+
+
+class SummaryRecord(_Strict):
+    text: str
+    covered_through: int = Field(ge=0, description="Index of the last turn covered (turns count from 0).")
+    folded_turns: int = Field(ge=1)
+    node: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_\-]*)?$")
+    summary_chars: int | None = Field(None, description="Written for readers; recomputed on import.")
+
+
+class DialogFile(_Strict):
+    format: Literal["parley-dialog"] = HISTORY_FORMAT
+    version: int = HISTORY_VERSION
+    turns: list[TurnRecord] = Field(default_factory=list)
+    summaries: list[SummaryRecord] = Field(default_factory=list)
+    windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    variables: dict[str, VariableValue] = Field(default_factory=dict)
+    system_prompts: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DialogFile:
+        count = len(self.turns)
+        previous = -1
+        for i, summary in enumerate(self.summaries):
+            if summary.covered_through >= count:
+                raise ValueError(
+                    f"summaries.{i}.covered_through is {summary.covered_through} but the history has only "
+                    f"{count} turns (they count from 0)"
+                )
+            if summary.covered_through < previous:
+                raise ValueError(f"summaries.{i}.covered_through goes back; summaries must be in the order written")
+            previous = summary.covered_through
+        for node, start in self.windows.items():
+            if start > count:
+                raise ValueError(f"windows.{node} is {start} but the history has only {count} turns")
+        return self
+
+
+def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
+    turns = []
+    for turn in saved.history.turns:
+        entries: list[dict[str, Any]] = []
+        for entry in turn.entries:
+            if isinstance(entry, Reply):
+                entries.append({"kind": "reply", "node": entry.node, "text": entry.text, "replay": entry.replay})
+            else:
+                entries.append({
+                    "kind": "tool", "node": entry.node, "tool": entry.tool, "arguments": entry.arguments,
+                    "result": entry.result, "replay": entry.replay,
+                })
+        turns.append({"player": turn.player, "entries": entries})
+    summaries = [
+        {"text": s.text, "covered_through": s.covered_through, "folded_turns": s.folded_turns, "node": s.node,
+         "summary_chars": s.summary_chars}
+        for s in saved.history.summaries
+    ]
+    return {
+        "format": HISTORY_FORMAT,
+        "version": HISTORY_VERSION,
+        "turns": turns,
+        "summaries": summaries,
+        "windows": dict(sorted(saved.windows.items())),
+        "variables": dict(saved.variables),
+        "system_prompts": dict(sorted(saved.system_prompts.items())),
+    }
+
+
+def dumps_history(saved: SavedDialog) -> str:
+    return json.dumps(history_to_dict(saved), indent=2, ensure_ascii=False) + "\n"
+
+
+def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
+    """Check and convert a parsed dialog file. Raises ``HistoryError`` naming every problem."""
+    if not isinstance(raw, dict):
+        raise HistoryError([Problem("error", f"a dialog history is a JSON object, not {_json_type(raw)}", source)])
+    version = raw.get("version", HISTORY_VERSION)
+    if isinstance(version, int) and not isinstance(version, bool) and version > HISTORY_VERSION:
+        raise HistoryError([Problem(
+            "error", f"this history is version {version}; this Parley Studio reads up to version {HISTORY_VERSION}",
+            source, field="version",
+        )])
+    try:
+        record = DialogFile.model_validate(raw)
+    except ValidationError as exc:
+        raise HistoryError([_problem_from(err, source) for err in exc.errors(include_url=False)]) from None
+    except RecursionError:
+        raise HistoryError([Problem("error", "nested too deeply", source)]) from None
+    turns = [
+        Turn(t.player, [
+            Reply(e.node, e.text, e.replay) if isinstance(e, ReplyRecord)
+            else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)
+            for e in t.entries
+        ])
+        for t in record.turns
+    ]
+    summaries = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in record.summaries]
+    return SavedDialog(
+        DialogHistory(turns, summaries), dict(record.windows), dict(record.variables), dict(record.system_prompts)
+    )
+
+
+def parse_history(text: str, source: str = "<history>") -> SavedDialog:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HistoryError([Problem("error", f"malformed JSON: {exc.msg}", source, line=exc.lineno, column=exc.colno)]) from None
+    except RecursionError:
+        raise HistoryError([Problem("error", "malformed JSON: nested too deeply", source)]) from None
+    return history_from_dict(raw, source)
+
+
+def load_history(path: str | os.PathLike[str]) -> SavedDialog:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise HistoryError([Problem("error", f"cannot read the file: {exc.strerror or exc}", str(path))]) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise HistoryError([Problem("error", f"not UTF-8 text (byte {exc.start})", str(path))]) from None
+    return parse_history(text, str(path))
+
+
+def save_history(saved: SavedDialog, path: str | os.PathLike[str]) -> None:
+    from runtime.asset_file import atomic_write_text
+
+    atomic_write_text(path, dumps_history(saved))
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "true/false", type(None): "null"}.get(type(value), "a number")
+
+
+def _problem_from(err: dict[str, Any], source: str) -> Problem:
+    # Drop pydantic's union tags ("reply", "tool") from the path: users never wrote them.
+    raw_loc = list(err["loc"])
+    loc = [
+        str(part) for i, part in enumerate(raw_loc)
+        if not (part in ("reply", "tool") and i >= 2 and raw_loc[i - 2] == "entries")
+    ]
+    where = ".".join(loc)
+    kind = err["type"]
+    msg = err["msg"]
+    if kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif kind == "union_tag_invalid":
+        msg = "an entry's kind is 'reply' or 'tool'"
+    elif kind == "union_tag_not_found":
+        msg = "an entry needs a 'kind' ('reply' or 'tool')"
+    elif kind == "literal_error" and where == "format":
+        msg = f"not a Parley dialog history (format must be {HISTORY_FORMAT!r})"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return Problem("error", msg, source, field=where)
