@@ -1,0 +1,746 @@
+"""The embedded llama.cpp backend (through llama-cpp-python's low-level API).
+
+Why not ``llama_cpp.Llama``: each instance loads the weights again and owns one
+KV cache. Here one :class:`_LoadedModel` (``_internals.LlamaModel``) per model file
+serves every node that uses it, and each node has its own ``LlamaContext`` (its own
+KV cache and ``n_ctx``). Before a call, the node's new prompt tokens are compared
+with the tokens its cache holds; the longest common prefix is kept and only the
+rest is evaluated.
+
+Threading: every use of a model's contexts holds that model's lock, so a context
+is never used from two threads at once. llama.cpp's log goes to the Python logger
+``llama_cpp`` through ``llama_log_set`` (never by redirecting stdout/stderr).
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+from llama_cpp import _internals as internals
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp.llama_grammar import LlamaGrammar
+
+from runtime.backends.base import (
+    Backend,
+    BackendError,
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    NodeSession,
+    TokenCallback,
+)
+from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
+from runtime.models import resolve_model
+
+log = logging.getLogger(__name__)
+llama_log = logging.getLogger("llama_cpp")
+
+# Prompts longer than this are evaluated with llama.cpp's abort callback installed, so a
+# cancel stops them mid-batch. It is off for short prompts and for generation because the
+# Python callback runs once per graph node (~25 ms per decode here): shorter prompts take
+# well under 200 ms anyway.
+ABORTABLE_PROMPT_TOKENS = 48
+
+
+# --- llama.cpp log -> Python logging ---------------------------------------------------
+
+# ggml_log_level in the llama.cpp this wraps (llama_cpp/_logger.py still has the older order)
+_LEVELS = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_log_state = threading.local()
+_recent_errors: deque[str] = deque(maxlen=8)  # the last llama.cpp warnings/errors, quoted in BackendErrors
+_log_lock = threading.Lock()
+_log_installed = False
+
+
+@llama_cpp.llama_log_callback
+def _forward_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    # llama.cpp sends lines in pieces (level 5 = continue the previous one); join them per thread.
+    try:
+        piece = text.decode("utf-8", errors="replace")
+        state = _log_state.__dict__
+        if level != 5:
+            state["level"] = _LEVELS.get(level, logging.DEBUG)
+        py_level = state.get("level", logging.DEBUG)
+        buffer = state.get("buffer", "") + piece
+        if not buffer.endswith("\n"):
+            state["buffer"] = buffer
+            return
+        state["buffer"] = ""
+        line = buffer.rstrip()
+        if not line:
+            return
+        if py_level >= logging.WARNING:
+            _recent_errors.append(line)
+        if llama_log.isEnabledFor(py_level):
+            llama_log.log(py_level, "%s", line)
+    except Exception:  # a callback from C must never raise
+        pass
+
+
+def install_log_forwarding() -> None:
+    """Route llama.cpp's (and ggml's) log into the ``llama_cpp`` Python logger. Idempotent."""
+    global _log_installed
+    with _log_lock:
+        if _log_installed:
+            return
+        llama_cpp.llama_log_set(_forward_llama_log, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _log_installed = True
+
+
+def _last_llama_error() -> str:
+    return _recent_errors[-1] if _recent_errors else ""
+
+
+# --- grammars -----------------------------------------------------------------------------
+
+
+def _gbnf_literal(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def choices_grammar(choices: Sequence[str]) -> str:
+    """A GBNF grammar whose only sentences are the given strings."""
+    if not choices:
+        raise BackendError("a constrained choice needs at least one allowed value")
+    return "root ::= " + " | ".join(_gbnf_literal(c) for c in dict.fromkeys(choices))
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> str:
+    """A GBNF grammar for JSON valid for ``schema`` (llama-cpp-python's converter)."""
+    try:
+        return LlamaGrammar.from_json_schema(json.dumps(schema))._grammar
+    except Exception as e:  # the converter raises assertions and KeyErrors on schemas it cannot express
+        raise BackendError(f"the JSON schema cannot be turned into a grammar ({type(e).__name__}: {e})") from None
+
+
+# --- loaded models --------------------------------------------------------------------------
+
+
+class _LoadedModel:
+    """One model file's weights, tokenizer and chat template, shared by every node that uses it."""
+
+    def __init__(self, path: Path, info: GGUFInfo) -> None:
+        self.path = path
+        self.info = info
+        self.lock = threading.RLock()
+        params = internals.LlamaModel.default_params()
+        try:
+            # verbose=True only means "do not redirect stdout/stderr"; the log goes through our callback
+            self.model = internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+        except (ValueError, OSError) as e:
+            detail = _last_llama_error() or str(e)
+            raise BackendError(f"{path}: llama.cpp could not load this model ({detail})") from None
+        self.n_ctx_train = self.model.n_ctx_train()
+        self.n_vocab = self.model.n_vocab()
+        self.metadata = self.model.metadata()
+        self._formatter: Jinja2ChatFormatter | None = None
+        self._template_error = ""
+        self.embedding_context: internals.LlamaContext | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def token_text(self, token: int) -> str:
+        return self.model.token_get_text(token) if token >= 0 else ""
+
+    def formatter(self) -> Jinja2ChatFormatter:
+        if self._formatter is None:
+            template = self.metadata.get("tokenizer.chat_template") or self.info.chat_template
+            if not template:
+                raise BackendError(
+                    f"{self.name} has no chat template in its GGUF metadata (tokenizer.chat_template); "
+                    "use an instruction-tuned (chat) model"
+                )
+            try:
+                self._formatter = Jinja2ChatFormatter(
+                    template=template,
+                    eos_token=self.token_text(self.model.token_eos()),
+                    bos_token=self.token_text(self.model.token_bos()),
+                    add_generation_prompt=True,
+                )
+            except Exception as e:  # jinja2 syntax errors in the model's template
+                raise BackendError(f"{self.name}: its chat template is not valid Jinja ({e})") from None
+        return self._formatter
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        payload = []
+        for m in messages:
+            entry: dict[str, Any] = {"role": m.role, "content": m.content}
+            if m.name:
+                entry["name"] = m.name
+            payload.append(entry)
+        try:
+            return self.formatter()(messages=payload).prompt
+        except BackendError:
+            raise
+        except Exception as e:
+            roles = ", ".join(dict.fromkeys(m.role for m in messages))
+            raise BackendError(
+                f"{self.name}: the model's chat template failed to render the prompt "
+                f"(roles: {roles}): {type(e).__name__}: {e}"
+            ) from None
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        if not text:
+            return []
+        # Same as llama-cpp-python's chat completion: the template adds BOS itself if the model wants it.
+        return self.model.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def close(self) -> None:
+        if self.embedding_context is not None:
+            self.embedding_context.close()
+            self.embedding_context = None
+        self.model.close()
+
+
+# --- node sessions --------------------------------------------------------------------------
+
+
+class LlamaNodeSession(NodeSession):
+    """One node's context over a loaded model. ``tokens`` is exactly what its KV cache holds."""
+
+    def __init__(self, backend: LlamaBackend, key: str, model: _LoadedModel, n_ctx: int) -> None:
+        self._backend = backend
+        self.key = key
+        self.model = model
+        self._n_ctx = n_ctx
+        self._context: internals.LlamaContext | None = None
+        self._batch: internals.LlamaBatch | None = None
+        self.tokens: list[int] = []
+        self.last_used = time.monotonic()
+        self.calls = 0
+        self.contexts_created = 0
+        self._piece_buffer = ctypes.create_string_buffer(64)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def is_cold(self) -> bool:
+        return self._context is None
+
+    # lifecycle
+
+    def _ensure_context(self) -> internals.LlamaContext:
+        if self._context is not None:
+            return self._context
+        params = internals.LlamaContext.default_params()
+        params.n_ctx = self._n_ctx
+        params.n_batch = min(self._n_ctx, self._backend.n_batch)
+        params.n_ubatch = params.n_batch
+        params.n_seq_max = 1
+        # Only the last position's logits are ever read; reserving room for one output row instead of
+        # n_batch rows shrinks the compute buffer ~7x (102 -> 15 MiB for SmolLM2's 49k vocabulary).
+        params.n_outputs_max = 1
+        params.n_threads = self._backend.n_threads
+        params.n_threads_batch = self._backend.n_threads_batch
+        try:
+            context = internals.LlamaContext(model=self.model.model, params=params, verbose=True)
+        except ValueError:
+            detail = _last_llama_error()
+            raise BackendError(
+                f"not enough memory to create the {self._n_ctx}-token context of node {self.key!r} "
+                f"on {self.model.name} (its KV cache needs about {kv_cache_mib(self.model.info, self._n_ctx):.0f} MiB)"
+                + (f": {detail}" if detail else "")
+                + ". Lower the node's Context Size, or free other nodes' caches."
+            ) from None
+        self._context = context
+        self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=1, verbose=True)
+        self.tokens = []
+        self.contexts_created += 1
+        log.debug("created context for node %s (n_ctx %d)", self.key, self._n_ctx)
+        return context
+
+    def release(self) -> None:
+        with self.model.lock:
+            self._free()
+
+    def _free(self) -> None:
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
+        if self._context is not None:
+            self._context.close()
+            self._context = None
+            log.debug("freed context of node %s", self.key)
+        self.tokens = []
+
+    # prompts
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
+        return self.model.tokenize(self.model.render(messages), special=True)
+
+    # generation
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        # Everything that can fail on bad input happens before the cache is touched.
+        prompt = self.prompt_tokens(request.messages)
+        if not prompt:
+            raise BackendError(f"node {self.key!r}: the prompt is empty")
+        grammar = None
+        if request.choices is not None:
+            grammar = choices_grammar(request.choices)
+        elif request.json_schema is not None:
+            grammar = json_schema_grammar(request.json_schema)
+        if len(prompt) >= self._n_ctx:
+            raise BackendError(
+                f"node {self.key!r}: the prompt is {len(prompt)} tokens but the context holds {self._n_ctx}; "
+                "raise the node's Context Size or shorten its system prompt"
+            )
+        max_tokens = request.max_tokens
+        if request.choices:
+            # A label cut off by max_tokens would not be one of the labels. Under the grammar every
+            # token adds at least one byte of some label, so the longest label in bytes bounds it.
+            max_tokens = max(max_tokens, max(len(c.encode("utf-8")) for c in request.choices) + 1)
+
+        with self.model.lock:
+            self._backend._busy(+1)
+            try:
+                return self._generate_locked(request, prompt, grammar, max_tokens, on_token, cancel)
+            finally:
+                self._backend._busy(-1)
+
+    def _generate_locked(
+        self,
+        request: GenerationRequest,
+        prompt: list[int],
+        grammar: str | None,
+        max_tokens: int,
+        on_token: TokenCallback | None,
+        cancel: threading.Event | None,
+    ) -> GenerationResult:
+        self.calls += 1
+        self.last_used = time.monotonic()
+        cold = self._context is None
+        context = self._ensure_context()
+        sampler = self._sampler(request, grammar)
+        try:
+            t0 = time.perf_counter()
+            reused = self._keep_common_prefix(context, prompt)
+            evaluated, cancelled = self._evaluate(context, prompt[reused:], cancel)
+            t1 = time.perf_counter()
+            if cancelled:
+                return GenerationResult(
+                    text="", prompt_tokens=len(prompt), reused=reused, evaluated=evaluated, generated=0,
+                    cold=cold, cancelled=True, finish_reason="cancelled", prompt_ms=(t1 - t0) * 1000,
+                )
+            text, generated, finish = self._sample_loop(context, sampler, request, max_tokens, on_token, cancel)
+            t2 = time.perf_counter()
+        finally:
+            sampler.close()
+            self.last_used = time.monotonic()
+        return GenerationResult(
+            text=text,
+            prompt_tokens=len(prompt),
+            reused=reused,
+            evaluated=evaluated,
+            generated=generated,
+            cold=cold,
+            cancelled=finish == "cancelled",
+            finish_reason=finish,
+            prompt_ms=(t1 - t0) * 1000,
+            generate_ms=(t2 - t1) * 1000,
+        )
+
+    def _keep_common_prefix(self, context: internals.LlamaContext, prompt: list[int]) -> int:
+        """Drop what the cache holds after the longest common prefix with ``prompt``; return the prefix length."""
+        held = self.tokens
+        n = 0
+        limit = min(len(held), len(prompt))
+        while n < limit and held[n] == prompt[n]:
+            n += 1
+        if n == len(prompt):
+            n -= 1  # the last prompt token is evaluated again: sampling needs its logits
+        if n < len(held):
+            if not context.kv_cache_seq_rm(0, n, -1):
+                context.kv_cache_clear()
+                n = 0
+            del self.tokens[n:]
+        return n
+
+    def _decode(self, context: internals.LlamaContext, chunk: Sequence[int]) -> int:
+        assert self._batch is not None
+        self._batch.set_batch(chunk, len(self.tokens), False)
+        rc = llama_cpp.llama_decode(context.ctx, self._batch.batch)
+        if rc == 0:
+            self.tokens.extend(chunk)
+        elif rc != 2:  # 2 = aborted by our callback
+            # llama.cpp removes the failed batch from memory; drop anything past what we know it holds
+            context.kv_cache_seq_rm(0, len(self.tokens), -1)
+            detail = _last_llama_error()
+            raise BackendError(
+                f"node {self.key!r}: llama.cpp could not evaluate the prompt (code {rc})" + (f": {detail}" if detail else "")
+            )
+        return rc
+
+    def _evaluate(
+        self, context: internals.LlamaContext, rest: list[int], cancel: threading.Event | None
+    ) -> tuple[int, bool]:
+        """Evaluate ``rest`` after the kept prefix; returns (tokens evaluated, cancelled)."""
+        n_batch = min(self._n_ctx, self._backend.n_batch)
+        abortable = cancel is not None and len(rest) > ABORTABLE_PROMPT_TOKENS
+        if abortable:
+            callback = _abort_callback_for(cancel)
+            llama_cpp.llama_set_abort_callback(context.ctx, callback, None)
+        done = 0
+        try:
+            for start in range(0, len(rest), n_batch):
+                if cancel is not None and cancel.is_set():
+                    return done, True
+                chunk = rest[start : start + n_batch]
+                if self._decode(context, chunk) == 2:
+                    context.kv_cache_seq_rm(0, len(self.tokens), -1)
+                    return done, True
+                done += len(chunk)
+        finally:
+            if abortable:
+                llama_cpp.llama_set_abort_callback(context.ctx, llama_cpp.ggml_abort_callback(0), None)
+        return done, False
+
+    def _sampler(self, request: GenerationRequest, grammar: str | None) -> internals.LlamaSampler:
+        sampler = internals.LlamaSampler()
+        if grammar is not None:
+            handle = llama_cpp.llama_sampler_init_grammar(self.model.model.vocab, grammar.encode("utf-8"), b"root")
+            if not handle:
+                sampler.close()
+                raise BackendError(f"llama.cpp rejected the output grammar: {_last_llama_error() or grammar[:200]}")
+            llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
+        if request.temperature <= 0:
+            sampler.add_greedy()
+        else:
+            sampler.add_top_k(40)
+            sampler.add_top_p(request.top_p, 1)
+            sampler.add_min_p(0.05, 1)
+            sampler.add_temp(request.temperature)
+            seed = request.seed if request.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED
+            sampler.add_dist(seed & 0xFFFFFFFF)
+        return sampler
+
+    def _sample_loop(
+        self,
+        context: internals.LlamaContext,
+        sampler: internals.LlamaSampler,
+        request: GenerationRequest,
+        max_tokens: int,
+        on_token: TokenCallback | None,
+        cancel: threading.Event | None,
+    ) -> tuple[str, int, str]:
+        vocab = self.model.model.vocab
+        # whole UTF-8 characters out of token pieces (a character may span tokens)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = ""
+        emitted = 0  # characters of ``text`` already sent to on_token
+        stops = [s for s in request.stop if s]
+        hold = max((len(s) for s in stops), default=1) - 1
+        choices = request.choices or []
+        generated = 0
+        finish = "length"
+        while generated < max_tokens:
+            if cancel is not None and cancel.is_set():
+                finish = "cancelled"
+                break
+            token = sampler.sample(context, -1)
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                finish = "stop"
+                break
+            generated += 1
+            text += decoder.decode(self._piece(token))
+            cut = _first_stop(text, stops)
+            if cut is not None:
+                text = text[:cut]
+                finish = "stop"
+                break
+            done = bool(choices) and text in choices and not any(c != text and c.startswith(text) for c in choices)
+            if on_token is not None:
+                safe = len(text) if done or not stops else max(emitted, len(text) - hold)
+                if safe > emitted:
+                    on_token(text[emitted:safe])
+                    emitted = safe
+            if done:
+                finish = "stop"
+                break
+            if generated >= max_tokens or len(self.tokens) + 1 >= self._n_ctx:
+                break  # the sampled token is not decoded: the cache holds only what ``tokens`` says
+            self._decode(context, [token])
+        text += decoder.decode(b"", final=True)
+        if on_token is not None and len(text) > emitted:
+            on_token(text[emitted:])
+        return text, generated, finish
+
+    def _piece(self, token: int) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self.model.model.vocab, token, self._piece_buffer, len(self._piece_buffer), 0, False)
+        if n < 0:  # longer than the buffer: llama.cpp says how long
+            self._piece_buffer = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.model.model.vocab, token, self._piece_buffer, -n, 0, False)
+        return self._piece_buffer.raw[:n]
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(cuts) if cuts else None
+
+
+def _abort_callback_for(cancel: threading.Event) -> Any:
+    @llama_cpp.ggml_abort_callback
+    def should_abort(_data: ctypes.c_void_p) -> bool:
+        return cancel.is_set()
+
+    _ABORT_CALLBACKS.append(should_abort)  # keep the C function pointer alive while llama.cpp may call it
+    return should_abort
+
+
+_ABORT_CALLBACKS: deque[Any] = deque(maxlen=64)
+
+
+def kv_cache_mib(info: GGUFInfo, n_ctx: int) -> float:
+    """The f16 KV cache size of an ``n_ctx`` context, in MiB (for messages; the estimator has the full model)."""
+    n_layer = info.block_count
+    per_token = 0
+    for i in range(n_layer):
+        n_kv = info.head_count_kv[i] if i < len(info.head_count_kv) else 0
+        per_token += n_kv * (info.key_length + info.value_length)
+    return per_token * 2 * n_ctx / (1 << 20)
+
+
+# --- the backend ----------------------------------------------------------------------------
+
+
+class LlamaBackend(Backend):
+    """GGUF models in-process: weights loaded once per file, one context per node.
+
+    ``asset_dir`` resolves model names relative to the asset. ``idle_release_seconds``
+    frees every node's KV cache once no call has run for that long (None: never).
+    """
+
+    def __init__(
+        self,
+        asset_dir: str | os.PathLike[str] | None = None,
+        *,
+        idle_release_seconds: float | None = None,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        n_batch: int = 512,
+    ) -> None:
+        install_log_forwarding()
+        cpus = os.cpu_count() or 1
+        self.asset_dir = Path(asset_dir) if asset_dir is not None else None
+        # Same defaults as llama_cpp.Llama: half the logical CPUs to generate, all of them for prompts.
+        self.n_threads = n_threads or max(cpus // 2, 1)
+        self.n_threads_batch = n_threads_batch or cpus
+        self.n_batch = n_batch
+        self._models: dict[Path, _LoadedModel] = {}
+        self._sessions: dict[str, LlamaNodeSession] = {}
+        self._lock = threading.Lock()  # guards the two dicts; model locks guard the contexts
+        self._active = 0
+        self._last_call = time.monotonic()
+        self.model_loads = 0
+        self.idle_release_seconds = idle_release_seconds
+        self._stop = threading.Event()
+        self._idle_thread: threading.Thread | None = None
+        if idle_release_seconds is not None:
+            self._idle_thread = threading.Thread(target=self._watch_idle, name="llama-idle-release", daemon=True)
+            self._idle_thread.start()
+
+    # models
+
+    def model_path(self, model: str) -> Path:
+        return resolve_model(model, self.asset_dir)
+
+    def _model(self, model: str) -> _LoadedModel:
+        path = self.model_path(model)
+        with self._lock:
+            loaded = self._models.get(path)
+            if loaded is not None:
+                return loaded
+            try:
+                info = read_gguf(path)  # missing, unreadable, not GGUF: checked before llama.cpp sees the file
+            except GGUFError as e:
+                raise BackendError(str(e)) from None
+            loaded = _LoadedModel(path, info)
+            self._models[path] = loaded
+            self.model_loads += 1
+            log.info("loaded %s (%d-token trained context)", path, loaded.n_ctx_train)
+            return loaded
+
+    def loaded_models(self) -> list[Path]:
+        with self._lock:
+            return list(self._models)
+
+    def count_tokens(self, model: str, text: str) -> int:
+        return len(self._model(model).tokenize(text, special=False))
+
+    def tokenize(self, model: str, text: str) -> list[int]:
+        return self._model(model).tokenize(text, special=False)
+
+    def render_prompt(self, model: str, messages: Sequence[ChatMessage]) -> str:
+        """The prompt exactly as the model reads it (its chat template applied)."""
+        return self._model(model).render(messages)
+
+    def count_prompt_tokens(self, model: str, messages: Sequence[ChatMessage]) -> int:
+        """The exact length of the rendered prompt, in tokens."""
+        loaded = self._model(model)
+        return len(loaded.tokenize(loaded.render(messages), special=True))
+
+    def model_context_size(self, model: str) -> int:
+        return self._model(model).n_ctx_train
+
+    # sessions
+
+    def session(self, key: str, model: str, context_size: int) -> LlamaNodeSession:
+        loaded = self._model(model)
+        if context_size < 0:
+            raise BackendError(f"node {key!r}: Context Size must be 0 (the model's own) or positive, not {context_size}")
+        if context_size > loaded.n_ctx_train:
+            raise BackendError(
+                f"node {key!r}: Context Size {context_size} is larger than {loaded.name} supports "
+                f"({loaded.n_ctx_train} tokens); lower it, or set 0 to use the model's own size"
+            )
+        n_ctx = context_size or loaded.n_ctx_train
+        with self._lock:
+            existing = self._sessions.get(key)
+            if existing is not None and existing.model is loaded and existing.n_ctx == n_ctx:
+                return existing
+        if existing is not None:
+            existing.release()
+        created = LlamaNodeSession(self, key, loaded, n_ctx)
+        with self._lock:
+            self._sessions[key] = created
+        return created
+
+    def sessions(self) -> dict[str, LlamaNodeSession]:
+        with self._lock:
+            return dict(self._sessions)
+
+    def release(self, key: str) -> None:
+        """Free one node's KV cache (rebuilt on its next call)."""
+        with self._lock:
+            s = self._sessions.get(key)
+        if s is not None:
+            s.release()
+
+    def release_all(self) -> None:
+        for s in self.sessions().values():
+            s.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._idle_thread is not None:
+            self._idle_thread.join()
+            self._idle_thread = None
+        self.release_all()
+        with self._lock:
+            models = list(self._models.values())
+            self._models.clear()
+            self._sessions.clear()
+        for m in models:
+            with m.lock:
+                m.close()
+
+    # idle release
+
+    def _busy(self, delta: int) -> None:
+        with self._lock:
+            self._active += delta
+            self._last_call = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        with self._lock:
+            return 0.0 if self._active else time.monotonic() - self._last_call
+
+    def _watch_idle(self) -> None:
+        assert self.idle_release_seconds is not None
+        period = min(max(self.idle_release_seconds / 4, 0.05), 5.0)
+        while not self._stop.wait(period):
+            if self.idle_seconds() >= self.idle_release_seconds:
+                warm = [s for s in self.sessions().values() if not s.is_cold]
+                if warm:
+                    log.info("agent idle for %.0f s: freeing %d KV caches", self.idle_seconds(), len(warm))
+                    for s in warm:
+                        s.release()
+
+    # embeddings
+
+    def embed(self, model: str, texts: Sequence[str]) -> list[list[float]]:
+        """One unit-length vector per text, from the model's pooled embeddings (mean pooling
+        when the model declares none). Texts longer than the embedding context are cut."""
+        loaded = self._model(model)
+        with loaded.lock:
+            context = self._embedding_context(loaded)
+            n_batch = context.n_ctx()
+            n_embd = loaded.model.n_embd()
+            batch = internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=True)
+            vectors: list[list[float]] = []
+            try:
+                for text in texts:
+                    tokens = loaded.tokenize(text, special=False)[:n_batch] or [loaded.model.token_bos()]
+                    context.kv_cache_clear()
+                    batch.reset()
+                    batch.add_sequence(tokens, 0, True)
+                    rc = llama_cpp.llama_decode(context.ctx, batch.batch)
+                    if rc != 0:
+                        raise BackendError(f"{loaded.name}: llama.cpp could not embed a text (code {rc})")
+                    pointer = llama_cpp.llama_get_embeddings_seq(context.ctx, 0)
+                    if not pointer:
+                        raise BackendError(f"{loaded.name} gave no pooled embedding; is it an embedding model?")
+                    vector = [float(v) for v in pointer[:n_embd]]
+                    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+                    vectors.append([v / norm for v in vector])
+            finally:
+                context.kv_cache_clear()
+                batch.close()
+        return vectors
+
+    def _embedding_context(self, loaded: _LoadedModel) -> internals.LlamaContext:
+        if loaded.embedding_context is None:
+            params = internals.LlamaContext.default_params()
+            n_ctx = min(loaded.n_ctx_train, 2048)
+            params.n_ctx = n_ctx
+            params.n_batch = n_ctx
+            params.n_ubatch = n_ctx  # non-causal models need the whole text in one micro-batch
+            params.n_seq_max = 1
+            params.n_threads = self.n_threads
+            params.n_threads_batch = self.n_threads_batch
+            params.embeddings = True
+            declared = loaded.info.arch_key("pooling_type")
+            if declared is None or int(declared) == llama_cpp.LLAMA_POOLING_TYPE_NONE:
+                params.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+            try:
+                loaded.embedding_context = internals.LlamaContext(model=loaded.model, params=params, verbose=True)
+            except ValueError:
+                raise BackendError(
+                    f"not enough memory to create an embedding context for {loaded.name}: {_last_llama_error()}"
+                ) from None
+        return loaded.embedding_context
