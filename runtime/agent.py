@@ -75,7 +75,7 @@ from runtime.events import (
 from runtime.history import DialogHistory, Entry, HistoryError, Reply, SavedDialog, ToolExchange, Turn
 from runtime.problems import Problem
 from runtime.prompt import build_prompt, current_turn_messages, slot_text
-from runtime.retrieval import Knowledge, load_knowledge, ranker_for
+from runtime.retrieval import KnowledgeIndex, knowledge_index
 from runtime.summaries import run_summarize
 
 log = logging.getLogger("parley.runtime")
@@ -140,7 +140,7 @@ class Agent:
         self.windows: dict[str, int] = {}  # node id -> window start (only moves forward)
         self._nodes = {n.id: n for n in asset.nodes}
         self._token_counts: dict[tuple[str, str], int] = {}
-        self._knowledge: dict[str, list[Knowledge]] = {}
+        self._knowledge: dict[str, KnowledgeIndex] = {}  # Retrieve node id -> its entries and ranker
         self._running = threading.Lock()
 
     # --- parameters ---------------------------------------------------------------------------
@@ -517,13 +517,13 @@ class Agent:
         return "default_exit"
 
     def _run_retrieve(self, node: Retrieve, run: _Turn, diag: NodeDiagnostics) -> str:
-        if node.id not in self._knowledge:
-            self._knowledge[node.id] = load_knowledge(node, self.asset_dir, self.asset.name)
+        # kept across turns: the entries are embedded (or indexed) once, not every turn
+        index = knowledge_index(node, self.asset_dir, self.backend, self.asset.name, self._knowledge.get(node.id))
+        self._knowledge[node.id] = index
         query = self._line(node, run, node.query)
-        ranker, warning = ranker_for(node, self.backend)
-        if warning:
-            diag.warnings.append(warning)
-        found = ranker.rank(query, self._knowledge[node.id], node.top_k)
+        if index.warning:
+            diag.warnings.append(index.warning)
+        found = index.rank(query, node.top_k)
         run.slots[node.slot] = [f.as_slot() for f in found]
         diag.input = NodeInput(prompt=[PromptMessage(role="user", content=query)])
         diag.retrieved = [RetrievedEntry(**f.as_slot()) for f in found]

@@ -24,11 +24,17 @@ from typing import Literal
 
 from runtime.asset import Asset, NodeBase
 from runtime.backends.base import BackendError
+from runtime.backends.context_settings import (
+    FLASH_ATTN,
+    KV_TYPE,
+    KV_TYPES,
+    N_BATCH,
+    N_OUTPUTS_MAX,
+    ContextParams,
+)
 from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf, row_bytes
 from runtime.problems import InputError, Problem
 
-KVType = Literal["f16", "q8_0", "q4_0"]
-KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 GPU_PRESETS_GB: tuple[int, ...] = (6, 8, 12, 16, 24)
 GIB = 1 << 30
 MIB = 1 << 20
@@ -67,14 +73,16 @@ class EstimateError(InputError):
 
 @dataclass(frozen=True)
 class Settings:
-    """How the contexts would be created. Defaults are those of our llama backend."""
+    """How the contexts would be created. Defaults are those of our llama backend
+    (``runtime/backends/context_settings.py``, the same values it creates contexts with)."""
 
     gpu_memory: int = 8 * GIB  # bytes of VRAM on the player's GPU; 0 means no GPU
     gpu_layers: int = -1  # llama.cpp n_gpu_layers: -1 all, 0 none, N the last N (the output layer counts as one)
-    kv_type: str = "f16"
-    flash_attn: bool = True  # llama.cpp's "auto" turns it on for CPU, CUDA, Metal and Vulkan
-    n_batch: int = 512
-    n_ubatch: int = 512
+    kv_type: str = KV_TYPE
+    flash_attn: bool = FLASH_ATTN != "off"  # llama.cpp's "auto" turns it on for CPU, CUDA, Metal and Vulkan
+    n_batch: int = N_BATCH
+    n_ubatch: int = N_BATCH
+    n_outputs_max: int = N_OUTPUTS_MAX  # logits rows a micro-batch reserves; 0 means one per token (llama.cpp's default)
     swa_full: bool = True  # llama_context_default_params().swa_full
     offload_kqv: bool = True
     reserve_fraction: float = 0.05  # VRAM the driver and the desktop keep; "tight" below this headroom
@@ -86,6 +94,20 @@ class Settings:
             raise EstimateError([Problem("error", "GPU memory cannot be negative", field="gpu_memory")])
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise EstimateError([Problem("error", "batch sizes must be at least 1", field="n_batch")])
+        if self.n_outputs_max < 0:
+            raise EstimateError([Problem("error", "n_outputs_max cannot be negative", field="n_outputs_max")])
+
+    @classmethod
+    def for_context(cls, params: ContextParams, **other: object) -> Settings:
+        """The settings that size a context created with ``params`` (``other``: GPU memory and layers, ...)."""
+        return cls(
+            kv_type=params.kv_type,
+            flash_attn=params.flash_attn != "off",
+            n_batch=params.n_batch,
+            n_ubatch=params.n_ubatch,
+            n_outputs_max=params.n_outputs_max,
+            **other,  # type: ignore[arg-type]
+        )
 
     @property
     def effective_flash_attn(self) -> bool:
@@ -342,15 +364,17 @@ def _compute_buffers(
 ) -> tuple[int, int]:
     """Peak of ggml's graph allocator for the worst-case batch (llama_context::sched_reserve).
 
-    The reserve graph runs ``n_ubatch`` tokens with every one an output, over the
-    whole KV cache. Three places compete for the peak: the logits at the head, the
-    attention scores of the widest layer, and the feed-forward activations.
+    The reserve graph runs ``n_ubatch`` tokens over the whole KV cache, with
+    ``min(n_ubatch, n_outputs_max)`` of them outputs. Three places compete for the
+    peak: the logits at the head, the attention scores of the widest layer, and the
+    feed-forward activations; the masks are graph inputs, live at every peak.
     """
     fa = settings.effective_flash_attn
     # n_batch is clamped to the requested (unpadded) context before n_ctx is padded
     n_ub = min(n_ctx, settings.n_batch, settings.n_ubatch)
+    n_out = min(n_ub, settings.n_outputs_max) if settings.n_outputs_max else n_ub
     act = shape.n_embd * n_ub * F32  # one hidden-state activation
-    head = shape.n_vocab * n_ub * F32 + 3 * act
+    head = shape.n_vocab * n_out * F32 + 3 * act
     mask_elt = 2 if fa else F32  # flash attention takes an f16 mask
     has_full = any(not shape.is_swa[il] for il in attn_layers)
     has_swa = any(shape.is_swa[il] for il in attn_layers)
@@ -363,7 +387,9 @@ def _compute_buffers(
         scores = max((swa_cells if shape.is_swa[il] else cells) * n_ub * shape.n_head[il] * F32 for il in attn_layers)
         k_width = max(shape.head_k[il] * shape.n_head_kv[il] for il in attn_layers)
         attention = scores + masks + (5 * shape.n_embd + 2 * k_width) * n_ub * F32
-    ffn = 2 * shape.n_ff_max * n_ub * F32 + 2 * act
+    # gate, up and their product, three hidden states; an f16 KV cache costs one more
+    # (measured on four llama-shaped models; see docs/sizing.md)
+    ffn = 3 * shape.n_ff_max * n_ub * F32 + (4 if settings.kv_type == "f16" else 3) * act + masks
     layers = max(attention, ffn)
     if start > shape.n_layer:  # everything on the CPU
         return max(head, layers), 0

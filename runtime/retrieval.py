@@ -4,6 +4,10 @@ Ranking sits behind ``Ranker`` so a backend can offer a better one: BM25 (rank_b
 by default; when a node sets ``embedding_model`` and the backend has an
 ``embed(model, texts) -> list[list[float]]`` method, entries are ranked by cosine
 similarity of embeddings instead.
+
+A ranker keeps what it computed for the entries (the BM25 index, the entries'
+embeddings), so an agent keeps one :class:`KnowledgeIndex` per Retrieve node and
+each turn costs only the query. :func:`knowledge_fingerprint` says when it is stale.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,12 +60,22 @@ def words(text: str) -> list[str]:
 
 
 class BM25Ranker:
+    def __init__(self) -> None:
+        # the index of the last entries ranked: a node ranks the same entries every turn
+        self._indexed: tuple[Knowledge, ...] = ()
+        self._corpus: list[list[str]] = []
+        self._index: BM25Okapi | None = None
+
     def rank(self, query: str, entries: Sequence[Knowledge], top_k: int) -> list[Found]:
         terms = words(query)
         if not entries or not terms:
             return []
-        corpus = [words(e.text) or [""] for e in entries]
-        scores = BM25Okapi(corpus).get_scores(terms)
+        if self._index is None or tuple(entries) != self._indexed:
+            self._indexed = tuple(entries)
+            self._corpus = [words(e.text) or [""] for e in entries]
+            self._index = BM25Okapi(self._corpus)
+        corpus = self._corpus
+        scores = self._index.get_scores(terms)
         # A term in most entries gets a tiny (epsilon) weight; a term in no entry scores 0.
         matched = [
             Found(entry, float(score)) for entry, score, doc in zip(entries, scores, corpus)
@@ -71,25 +85,31 @@ class BM25Ranker:
         return matched[:top_k]
 
 
-class EmbeddingRanker:
-    """Ranks by cosine similarity of embeddings from ``embed(model, texts)``."""
+Embed = Callable[[str, Sequence[str]], Sequence[Sequence[float]]]
 
-    def __init__(self, embed, model: str) -> None:
+
+class EmbeddingRanker:
+    """Ranks by cosine similarity of embeddings from ``embed(model, texts)``.
+
+    Entry texts are embedded once and kept; each call embeds only the query (in the
+    same ``embed`` call as any entry not seen before).
+    """
+
+    def __init__(self, embed: Embed, model: str) -> None:
         self._embed = embed
         self._model = model
-        self._cache: dict[str, list[float]] = {}
-
-    def _vectors(self, texts: list[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        if missing:
-            for text, vector in zip(missing, self._embed(self._model, missing)):
-                self._cache[text] = list(vector)
-        return [self._cache[t] for t in texts]
+        self._entry_vectors: dict[str, list[float]] = {}
 
     def rank(self, query: str, entries: Sequence[Knowledge], top_k: int) -> list[Found]:
         if not entries or not query.strip():
             return []
-        query_vector, *vectors = self._vectors([query] + [e.text for e in entries])
+        texts = list(dict.fromkeys(e.text for e in entries))
+        missing = [t for t in texts if t not in self._entry_vectors]
+        query_vector, *new = (list(v) for v in self._embed(self._model, [query, *missing]))
+        self._entry_vectors.update(zip(missing, new))
+        if len(self._entry_vectors) > len(texts):  # entries were edited away: forget their vectors
+            self._entry_vectors = {t: self._entry_vectors[t] for t in texts}
+        vectors = [self._entry_vectors[e.text] for e in entries]
         found = [Found(e, _cosine(query_vector, v)) for e, v in zip(entries, vectors)]
         found = [f for f in found if f.score > 0]
         found.sort(key=lambda f: -f.score)
@@ -110,6 +130,50 @@ def ranker_for(node: Retrieve, backend: object) -> tuple[Ranker, str]:
             return EmbeddingRanker(embed, node.embedding_model), ""
         return BM25Ranker(), "this backend cannot embed text; ranking with BM25 instead of embedding_model"
     return BM25Ranker(), ""
+
+
+def knowledge_fingerprint(node: Retrieve, asset_dir: str | os.PathLike[str] | None) -> tuple[object, ...]:
+    """Everything a node's knowledge and ranking depend on: equal fingerprints, same entries and ranker."""
+    stamp: tuple[int, int] | None = None
+    if node.source_file and asset_dir is not None:
+        try:
+            st = (Path(asset_dir) / node.source_file).stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None  # load_knowledge reports it
+    entries = tuple((e.id, e.text) for e in node.entries)
+    return (node.embedding_model, entries, node.source_file, str(asset_dir), stamp)
+
+
+@dataclass
+class KnowledgeIndex:
+    """A Retrieve node's entries and the ranker that has already seen them."""
+
+    fingerprint: tuple[object, ...]
+    entries: list[Knowledge]
+    embedding_model: str
+    ranker: Ranker
+    warning: str
+
+    def rank(self, query: str, top_k: int) -> list[Found]:
+        return self.ranker.rank(query, self.entries, top_k)
+
+
+def knowledge_index(
+    node: Retrieve, asset_dir: str | os.PathLike[str] | None, backend: object, source: str = "",
+    previous: KnowledgeIndex | None = None,
+) -> KnowledgeIndex:
+    """``previous`` while the node's entries, file and embedding model are unchanged; else a new
+    index (whose ranker is still the previous one when only the entries changed: the
+    entries it has already embedded are not embedded again)."""
+    fingerprint = knowledge_fingerprint(node, asset_dir)
+    if previous is not None and previous.fingerprint == fingerprint:
+        return previous
+    entries = load_knowledge(node, asset_dir, source)
+    if previous is not None and previous.embedding_model == node.embedding_model:
+        return KnowledgeIndex(fingerprint, entries, node.embedding_model, previous.ranker, previous.warning)
+    ranker, warning = ranker_for(node, backend)
+    return KnowledgeIndex(fingerprint, entries, node.embedding_model, ranker, warning)
 
 
 def load_knowledge(node: Retrieve, asset_dir: str | os.PathLike[str] | None, source: str = "") -> list[Knowledge]:

@@ -19,6 +19,7 @@ import ctypes
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import deque
@@ -40,6 +41,16 @@ from runtime.backends.base import (
     NodeSession,
     TokenCallback,
 )
+from runtime.backends.context_settings import (
+    FLASH_ATTN,
+    KV_TYPE,
+    N_BATCH,
+    ContextParams,
+    FlashAttention,
+    KVType,
+    context_params,
+)
+from runtime.estimator import MIB, Settings, context_cost, model_shape
 from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
 from runtime.models import resolve_model
 
@@ -101,6 +112,39 @@ def install_log_forwarding() -> None:
 
 def _last_llama_error() -> str:
     return _recent_errors[-1] if _recent_errors else ""
+
+
+# --- contexts -----------------------------------------------------------------------------
+
+_GGML_KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+_FLASH_ATTN_TYPES = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+def llama_context_params(
+    params: ContextParams, n_threads: int, n_threads_batch: int
+) -> llama_cpp.llama_context_params:
+    """llama.cpp's context parameters for ``params`` (everything else at llama.cpp's defaults)."""
+    out = llama_cpp.llama_context_default_params()
+    out.n_ctx = params.n_ctx
+    out.n_batch = params.n_batch
+    out.n_ubatch = params.n_ubatch
+    out.n_seq_max = params.n_seq_max
+    out.n_outputs_max = params.n_outputs_max
+    out.type_k = out.type_v = _GGML_KV_TYPES[params.kv_type]
+    out.flash_attn_type = _FLASH_ATTN_TYPES[params.flash_attn]
+    out.n_threads = n_threads
+    out.n_threads_batch = n_threads_batch
+    return out
+
+
+def context_mib(info: GGUFInfo, params: ContextParams) -> float:
+    """KV cache, compute and output buffers of a context, in MiB, from the estimator (for messages)."""
+    cost = context_cost(model_shape(info), params.n_ctx, Settings.for_context(params, gpu_memory=0))
+    return cost.ram_bytes / MIB
 
 
 # --- grammars -----------------------------------------------------------------------------
@@ -189,15 +233,25 @@ class _LoadedModel:
                 raise BackendError(f"{self.name}: its chat template is not valid Jinja ({e})") from None
         return self._formatter
 
-    def render(self, messages: Sequence[ChatMessage]) -> str:
+    def prompt_parts(self, messages: Sequence[ChatMessage]) -> list[tuple[str, bool]]:
+        """The rendered prompt as ``(text, is_markup)`` pieces: the template's own markup, and
+        each message's content exactly as given, in order.
+
+        Contents are data: a player who types ``<|im_end|>`` must not produce a control
+        token. So the template is rendered with a unique placeholder in place of each
+        content, and the text is split there; only the markup may hold control tokens.
+        """
+        nonce = secrets.token_hex(6)
+        # private-use characters: no tokenizer, template filter or player text produces them by chance
+        marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
         payload = []
-        for m in messages:
-            entry: dict[str, Any] = {"role": m.role, "content": m.content}
+        for m, mark in zip(messages, marks):
+            entry: dict[str, Any] = {"role": m.role, "content": mark}
             if m.name:
                 entry["name"] = m.name
             payload.append(entry)
         try:
-            return self.formatter()(messages=payload).prompt
+            text = self.formatter()(messages=payload).prompt
         except BackendError:
             raise
         except Exception as e:
@@ -206,6 +260,39 @@ class _LoadedModel:
                 f"{self.name}: the model's chat template failed to render the prompt "
                 f"(roles: {roles}): {type(e).__name__}: {e}"
             ) from None
+        parts: list[tuple[str, bool]] = []
+        at = 0
+        for i, (m, mark) in enumerate(zip(messages, marks)):
+            found = text.find(mark, at)
+            if found < 0 or text.count(mark) != 1:
+                raise BackendError(
+                    f"{self.name}: the model's chat template does not insert message {i + 1} ({m.role}) "
+                    "exactly once and unchanged, so its text cannot be kept apart from the template's "
+                    "control tokens; use a model whose template inserts each message's content as-is"
+                )
+            parts.append((text[at:found], True))
+            parts.append((m.content, False))
+            at = found + len(mark)
+        parts.append((text[at:], True))
+        if any(nonce in piece for piece, _ in parts[::2]):  # a placeholder the template cut up or copied
+            raise BackendError(f"{self.name}: the model's chat template alters message contents; use another model")
+        return parts
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt exactly as the model reads it."""
+        return "".join(text for text, _ in self.prompt_parts(messages))
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """The prompt's tokens: control tokens parsed in the template's markup only, never in contents."""
+        # Pieces are tokenized apart, so no token spans a markup/content boundary. Chat templates
+        # end their markup at a newline or a control token, where BPE pre-tokenizers (SmolLM2,
+        # Llama 3, Qwen) split anyway, so ordinary prompts get the same tokens as the whole
+        # string would. SentencePiece vocabularies that add a leading space (Llama 2, Mistral
+        # v0.1) get that space at the start of each piece.
+        tokens: list[int] = []
+        for text, is_markup in self.prompt_parts(messages):
+            tokens += self.tokenize(text, special=is_markup)
+        return tokens
 
     def tokenize(self, text: str, special: bool) -> list[int]:
         if not text:
@@ -252,28 +339,21 @@ class LlamaNodeSession(NodeSession):
     def _ensure_context(self) -> internals.LlamaContext:
         if self._context is not None:
             return self._context
-        params = internals.LlamaContext.default_params()
-        params.n_ctx = self._n_ctx
-        params.n_batch = min(self._n_ctx, self._backend.n_batch)
-        params.n_ubatch = params.n_batch
-        params.n_seq_max = 1
-        # Only the last position's logits are ever read; reserving room for one output row instead of
-        # n_batch rows shrinks the compute buffer ~7x (102 -> 15 MiB for SmolLM2's 49k vocabulary).
-        params.n_outputs_max = 1
-        params.n_threads = self._backend.n_threads
-        params.n_threads_batch = self._backend.n_threads_batch
+        params = self._backend.context_params(self._n_ctx)
+        c_params = llama_context_params(params, self._backend.n_threads, self._backend.n_threads_batch)
         try:
-            context = internals.LlamaContext(model=self.model.model, params=params, verbose=True)
+            context = internals.LlamaContext(model=self.model.model, params=c_params, verbose=True)
         except ValueError:
             detail = _last_llama_error()
             raise BackendError(
                 f"not enough memory to create the {self._n_ctx}-token context of node {self.key!r} "
-                f"on {self.model.name} (its KV cache needs about {kv_cache_mib(self.model.info, self._n_ctx):.0f} MiB)"
+                f"on {self.model.name} (its KV cache and buffers need about "
+                f"{context_mib(self.model.info, params):.0f} MiB)"
                 + (f": {detail}" if detail else "")
                 + ". Lower the node's Context Size, or free other nodes' caches."
             ) from None
         self._context = context
-        self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=1, verbose=True)
+        self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=params.n_seq_max, verbose=True)
         self.tokens = []
         self.contexts_created += 1
         log.debug("created context for node %s (n_ctx %d)", self.key, self._n_ctx)
@@ -296,7 +376,7 @@ class LlamaNodeSession(NodeSession):
     # prompts
 
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
-        return self.model.tokenize(self.model.render(messages), special=True)
+        return self.model.prompt_tokens(messages)
 
     # generation
 
@@ -410,7 +490,7 @@ class LlamaNodeSession(NodeSession):
         self, context: internals.LlamaContext, rest: list[int], cancel: threading.Event | None
     ) -> tuple[int, bool]:
         """Evaluate ``rest`` after the kept prefix; returns (tokens evaluated, cancelled)."""
-        n_batch = min(self._n_ctx, self._backend.n_batch)
+        n_batch = self._backend.context_params(self._n_ctx).n_batch
         abortable = cancel is not None and len(rest) > ABORTABLE_PROMPT_TOKENS
         if abortable:
             callback = _abort_callback_for(cancel)
@@ -525,16 +605,6 @@ def _abort_callback_for(cancel: threading.Event) -> Any:
 _ABORT_CALLBACKS: deque[Any] = deque(maxlen=64)
 
 
-def kv_cache_mib(info: GGUFInfo, n_ctx: int) -> float:
-    """The f16 KV cache size of an ``n_ctx`` context, in MiB (for messages; the estimator has the full model)."""
-    n_layer = info.block_count
-    per_token = 0
-    for i in range(n_layer):
-        n_kv = info.head_count_kv[i] if i < len(info.head_count_kv) else 0
-        per_token += n_kv * (info.key_length + info.value_length)
-    return per_token * 2 * n_ctx / (1 << 20)
-
-
 # --- the backend ----------------------------------------------------------------------------
 
 
@@ -552,7 +622,9 @@ class LlamaBackend(Backend):
         idle_release_seconds: float | None = None,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
-        n_batch: int = 512,
+        n_batch: int = N_BATCH,
+        kv_type: KVType = KV_TYPE,
+        flash_attn: FlashAttention = FLASH_ATTN,
     ) -> None:
         install_log_forwarding()
         cpus = os.cpu_count() or 1
@@ -561,6 +633,12 @@ class LlamaBackend(Backend):
         self.n_threads = n_threads or max(cpus // 2, 1)
         self.n_threads_batch = n_threads_batch or cpus
         self.n_batch = n_batch
+        self.kv_type = kv_type
+        self.flash_attn = flash_attn
+        try:
+            context_params(1, n_batch, kv_type=kv_type, flash_attn=flash_attn)  # unknown values fail here, not per node
+        except ValueError as e:
+            raise BackendError(str(e)) from None
         self._models: dict[Path, _LoadedModel] = {}
         self._sessions: dict[str, LlamaNodeSession] = {}
         self._lock = threading.Lock()  # guards the two dicts; model locks guard the contexts
@@ -573,6 +651,10 @@ class LlamaBackend(Backend):
         if idle_release_seconds is not None:
             self._idle_thread = threading.Thread(target=self._watch_idle, name="llama-idle-release", daemon=True)
             self._idle_thread.start()
+
+    def context_params(self, n_ctx: int) -> ContextParams:
+        """How this backend creates an ``n_ctx``-token node context (the estimator sizes the same)."""
+        return context_params(n_ctx, self.n_batch, kv_type=self.kv_type, flash_attn=self.flash_attn)
 
     # models
 
@@ -611,8 +693,7 @@ class LlamaBackend(Backend):
 
     def count_prompt_tokens(self, model: str, messages: Sequence[ChatMessage]) -> int:
         """The exact length of the rendered prompt, in tokens."""
-        loaded = self._model(model)
-        return len(loaded.tokenize(loaded.render(messages), special=True))
+        return len(self._model(model).prompt_tokens(messages))
 
     def model_context_size(self, model: str) -> int:
         return self._model(model).n_ctx_train

@@ -185,3 +185,22 @@ def test_cancel_and_backend_errors_leave_the_history_as_it_was(model, backend):
     with pytest.raises(BackendError, match="context holds 64"):
         agent.run_turn(LINES[1])
     assert agent.history.turns == [] and agent.windows == {}
+
+
+def test_retrieval_with_embeddings_embeds_the_entries_once(model, backend, monkeypatch):
+    embedded: list[int] = []
+    real_embed = backend.embed
+
+    def counting_embed(name, texts):
+        embedded.append(len(texts))
+        return real_embed(name, texts)
+
+    monkeypatch.setattr(backend, "embed", counting_embed)
+    agent = Agent(example("retrieval", model, recall={"embedding_model": model}, reply={"max_tokens": 8}),
+                  backend, str(examples_dir()))
+    for line in ["When did the old mill burn down?", "Who guards the gate?", "Who founded the village?"]:
+        result = agent.run_turn(line)
+        assert len(result.slots["knowledge"]) == 2
+    entries = len(agent._knowledge["recall"].entries)
+    assert entries > 2
+    assert embedded == [entries + 1, 1, 1]  # the entries once, then only each turn's query

