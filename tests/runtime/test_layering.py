@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_import_linter_contract_holds():
     exe = shutil.which("lint-imports")
     cmd = [exe] if exe else [sys.executable, "-m", "importlinter.cli"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Contracts: 1 kept, 0 broken" in out.stdout
 

@@ -43,9 +43,8 @@ def assistant(text: str) -> ChatMessage:
 
 
 @pytest.fixture(scope="module")
-def model() -> str:
-    override = os.environ.get("PARLEY_SAMPLE_MODEL")
-    return str(Path(override).resolve()) if override else str(ensure_sample_model())
+def model(sample_model) -> str:
+    return str(sample_model)
 
 
 @pytest.fixture()

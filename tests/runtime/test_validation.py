@@ -4,9 +4,16 @@ import json
 import subprocess
 import sys
 
-import pytest
-
-from runtime.asset import Asset, ClassifyIntent, Generate, GenerateAndSpeak, Intent, Retrieve, Summarize, ToolCall
+from runtime.asset import (
+    Asset,
+    ClassifyIntent,
+    Generate,
+    GenerateAndSpeak,
+    Intent,
+    Retrieve,
+    Summarize,
+    ToolCall,
+)
 from runtime.resources import examples_dir
 from runtime.validation import check_file, validate_asset
 
@@ -110,7 +117,7 @@ def write(tmp_path, name, obj):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "runtime", "validate", *map(str, args)], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "runtime", "validate", *map(str, args)], capture_output=True, text=True, check=False)
 
 
 def test_cli_passes_examples():
