@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QUndoCommand, QUndoStack
 
-from runtime.asset import END, NODE_TYPES, Asset, ClassifyIntent, NodeBase
+from runtime.asset import END, Asset, ClassifyIntent, NodeBase
 from runtime.asset_file import problems_from_validation
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
@@ -66,6 +67,16 @@ class Document(QObject):
         super().__init__(parent)
         self._asset = asset if asset is not None else Asset()
         self._path = path or ""
+        self.undo_stack = QUndoStack(self)
+
+    def push(self, command: QUndoCommand) -> None:
+        """Run an edit and record it for undo. Check values first (``check_*``): a
+        command whose redo raises would be recorded half done."""
+        self.undo_stack.push(command)
+
+    @property
+    def modified(self) -> bool:
+        return not self.undo_stack.isClean()
 
     # --- whole document -------------------------------------------------------------------
 
@@ -142,6 +153,15 @@ class Document(QObject):
         self.node_changed.emit(node_id, field)
         return True
 
+    def check_node_field(self, node_id: str, field: str, value: Any) -> None:
+        """Raise ``FieldRejected`` if ``value`` would be refused; change nothing."""
+        node = self.node(node_id)
+        if field == "id" and value != node_id and self.has_node(value):
+            raise FieldRejected(f"another node already has the id {value!r}", node_id, "id")
+        raw = node.model_dump()
+        raw[field] = copy.deepcopy(value)
+        self._validated(type(node), raw, node_id)
+
     def set_exit(self, node_id: str, port: str, target: str) -> bool:
         """Point exit ``port`` of a node at ``target`` ('' is END)."""
         node = self.node(node_id)
@@ -208,9 +228,9 @@ class Document(QObject):
         self._asset.nodes[self.index_of(node_id)] = node
 
     @staticmethod
-    def _validated(cls: type[NodeBase], raw: dict[str, Any], node_id: str) -> NodeBase:
+    def _validated(model: type[NodeBase], raw: dict[str, Any], node_id: str) -> NodeBase:
         try:
-            return cls.model_validate(raw)
+            return model.model_validate(raw)
         except ValidationError as exc:
             problems = problems_from_validation(exc, {"nodes": [raw]}, "")
             first = problems[0] if problems else None
@@ -218,6 +238,14 @@ class Document(QObject):
             raise FieldRejected(message or str(exc), node_id, first.field if first else "") from None
 
     # --- agent settings -------------------------------------------------------------------
+
+    def check_agent_field(self, field: str, value: Any) -> None:
+        trial = self._asset.model_copy()
+        try:
+            setattr(trial, field, copy.deepcopy(value))
+        except ValidationError as exc:
+            problems = problems_from_validation(exc, {}, "")
+            raise FieldRejected("; ".join(p.message for p in problems) or str(exc), "", field) from None
 
     def set_agent_field(self, field: str, value: Any) -> bool:
         if field in ("nodes",):

@@ -166,6 +166,11 @@ def _ordered(d: dict[str, Any], first: tuple[str, ...], last: tuple[str, ...] = 
     return {k: d[k] for k in head + middle + tail}
 
 
+def node_to_dict(node: Any) -> dict[str, Any]:
+    """One node as a saved asset writes it (the editor's clipboard uses this too)."""
+    return _ordered(node.model_dump(mode="json"), _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
+
+
 def asset_to_dict(asset: Asset) -> dict[str, Any]:
     raw = asset.model_dump(mode="json")
     raw["nodes"] = [_ordered(n, _NODE_KEY_ORDER, _TRAILING_NODE_KEYS) for n in raw["nodes"]]

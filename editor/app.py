@@ -1,0 +1,123 @@
+"""``parley-studio [ASSET]`` and ``parley-studio --screenshot OUT.png [ASSET]``.
+
+``--talk LINE`` (repeatable) runs a scripted test conversation on the real model
+before the screenshot, and ``--show-dock NAME`` raises a dock (``TurnInspectorDock``,
+``RawJsonDock``, ``VramEstimatorDock``, ...), so documentation images show the docks
+with a conversation in them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley-studio", description="Author the dialogue graphs of LLM characters.")
+    parser.add_argument("asset", nargs="?", metavar="ASSET", help="a workflow asset (.json) to open")
+    parser.add_argument("--screenshot", metavar="OUT.png",
+                        help="render the main window offscreen to OUT.png and exit")
+    parser.add_argument("--size", default="1500x900", metavar="WxH", help="window size for --screenshot")
+    parser.add_argument("--select", metavar="NODE_ID", help="select this node before the screenshot")
+    parser.add_argument("--talk", action="append", default=[], metavar="LINE",
+                        help="with --screenshot: say LINE to the character first (repeatable; runs on the model)")
+    parser.add_argument("--show-dock", action="append", default=[], metavar="NAME",
+                        help="with --screenshot: bring this dock to the front (e.g. TurnInspectorDock)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="run one turn of the example chat agent on the sample model, print the reply and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.self_test:  # no window: checks the runtime, resources and llama.cpp of this install
+        from editor.self_test import run_self_test
+
+        return run_self_test()
+    if args.screenshot:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        if "PARLEY_STUDIO_SETTINGS" not in os.environ:
+            # The default layout, not whatever this machine's last session left behind.
+            import tempfile
+
+            os.environ["PARLEY_STUDIO_SETTINGS"] = os.path.join(tempfile.mkdtemp(), "parley-studio.ini")
+    os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
+
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Parley Studio")
+    app.setOrganizationName("Parley")
+
+    from editor.main_window import MainWindow
+    from editor.theme import apply_theme
+
+    apply_theme(app)
+    window = MainWindow()
+    if args.screenshot:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+        window.resize(width, height)
+    window.show()
+    if not args.screenshot:
+        window.offer_recovery()
+    if args.asset:
+        window.open_path(args.asset)
+    if args.screenshot:
+        if args.talk and _talk(app, window, args.talk) != 0:
+            window.document.undo_stack.setClean()
+            window.close()
+            return 1
+        return _screenshot(app, window, args.screenshot, args.select, args.show_dock)
+    return app.exec()
+
+
+def _talk(app, window, lines: list[str]) -> int:
+    """Say each line in the window's test conversation and wait for the reply; 1 on a failed turn."""
+    import time
+
+    from editor.runtime_worker import live_conversation
+
+    conversation = live_conversation(window)
+    failures: list[str] = []
+    conversation.turn_failed.connect(lambda message, _cancelled: failures.append(message))
+    for line in lines:
+        conversation.say(line)
+        while conversation.busy:
+            app.processEvents()
+            time.sleep(0.01)
+        if failures:
+            print(f"--talk {line!r} failed: {failures[-1]}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _screenshot(app, window, out: str, select: str | None, show_docks: Sequence[str] = ()) -> int:
+    from PySide6.QtCore import Qt
+
+    for _ in range(3):
+        app.processEvents()
+    window.canvas.frame_selection()
+    if select:
+        window.canvas.select([select])
+    for name in show_docks:
+        dock = window.docks.get(name)
+        if dock is None:
+            print(f"--show-dock: no dock named {name!r} (docks: {', '.join(window.docks)})", file=sys.stderr)
+            return 1
+        dock.show()
+        dock.raise_()
+        # Give a raised dock room: half the height at the bottom, most of the side's height at a side.
+        share = 0.5 if window.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea else 0.62
+        window.resizeDocks([dock], [int(window.height() * share)], Qt.Orientation.Vertical)
+    app.processEvents()
+    ok = window.grab().save(out)
+    window.document.undo_stack.setClean()  # nothing to ask about on the way out
+    window.close()
+    print(out if ok else f"could not write {out}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

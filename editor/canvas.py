@@ -1,0 +1,652 @@
+"""The canvas: NodeGraphQt as a view over the ``Document``.
+
+NodeGraphQt draws nodes and turns mouse gestures into signals; this adapter cuts
+its own editing slots off and turns those gestures into our undo commands. The
+document's signals then bring the canvas up to date, whether the change came from
+the canvas, the properties dock, undo or a paste. Each canvas node carries the
+stable asset id (``asset_id``); NodeGraphQt's own ids and session format are never
+stored.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from NodeGraphQt import BaseNode, NodeGraph
+from NodeGraphQt.constants import MIME_TYPE, PortTypeEnum
+from PySide6.QtCore import QMimeData, QObject, QPoint, Qt, Signal
+from PySide6.QtGui import QAction, QColor, QPixmapCache, QUndoStack
+from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
+
+from editor import auto_layout
+from editor.commands import (
+    AddNodeCommand,
+    MacroCommand,
+    MoveCommand,
+    SetAgentFieldCommand,
+    SetExitCommand,
+    SetNodeFieldCommand,
+)
+from editor.document import Document
+from editor.node_appearance import (
+    INPUT_PORT,
+    START_PORT,
+    TERMINAL_COLOURS,
+    TYPE_LABELS,
+    AssetNodeItem,
+    TerminalItem,
+    apply_appearance,
+    colour_of,
+    port_label,
+    summary_lines,
+)
+from runtime.asset import END, NODE_TYPES, new_node
+from runtime.problems import Problem
+
+IDENTIFIER = "parley"
+NODE_MIME = MIME_TYPE  # NodeGraphQt's viewer only accepts drags of a few formats; reuse its own
+NODE_MIME_PREFIX = "parley-node-type:"
+START_KEY, END_KEY = "@start", "@end"
+PIXMAP_CACHE_KB = 192 * 1024
+
+
+class AssetCanvasNode(BaseNode):
+    """Base of the canvas node classes; one subclass per asset node type."""
+
+    __identifier__ = IDENTIFIER
+    NODE_NAME = "Node"
+    ASSET_TYPE = ""
+
+    def __init__(self) -> None:
+        super().__init__(qgraphics_item=AssetNodeItem)
+        self.asset_id = ""
+        self.set_port_deletion_allowed(True)
+        self.add_input(INPUT_PORT, multi_input=True, display_name=True)
+
+
+class StartTerminal(BaseNode):
+    __identifier__ = IDENTIFIER
+    NODE_NAME = "START"
+
+    def __init__(self) -> None:
+        super().__init__(qgraphics_item=TerminalItem)
+        self.asset_id = START_KEY
+        self.view.asset_id = START_KEY
+        self.add_output(START_PORT, multi_output=False, display_name=False)
+
+
+class EndTerminal(BaseNode):
+    __identifier__ = IDENTIFIER
+    NODE_NAME = "END"
+
+    def __init__(self) -> None:
+        super().__init__(qgraphics_item=TerminalItem)
+        self.asset_id = END_KEY
+        self.view.asset_id = END_KEY
+        self.add_input(INPUT_PORT, multi_input=True, display_name=False)
+
+
+def _canvas_class(type_name: str) -> type[AssetCanvasNode]:
+    return type(f"{type_name}CanvasNode", (AssetCanvasNode,), {
+        "__identifier__": IDENTIFIER, "NODE_NAME": TYPE_LABELS[type_name], "ASSET_TYPE": type_name,
+    })
+
+
+CANVAS_CLASSES = {name: _canvas_class(name) for name in NODE_TYPES}
+_TYPE_BY_IDENTIFIER = {cls.type_: name for name, cls in CANVAS_CLASSES.items()}
+
+
+def node_type_mime(type_name: str) -> QMimeData:
+    """The drag payload of a palette entry."""
+    mime = QMimeData()
+    mime.setData(NODE_MIME, f"{NODE_MIME_PREFIX}{type_name}".encode())
+    return mime
+
+
+class CanvasGraph(NodeGraph):
+    """NodeGraph whose node names need no de-duplication: the canvas shows titles,
+    which may repeat, and finds nodes by asset id (NodeGraph's search is quadratic)."""
+
+    def get_unique_name(self, name: str) -> str:
+        return name
+
+
+class Canvas(QObject):
+    """Keeps a NodeGraph in step with a Document and turns gestures into commands."""
+
+    selection_changed = Signal(list)  # asset ids of the selected nodes
+    file_dropped = Signal(str)
+    text_dropped = Signal(str, tuple)  # text, scene position (pasted nodes)
+
+    def __init__(self, document: Document, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.document = document
+        # Every NodeGraphQt item caches its picture; with Qt's default 10 MB pixmap cache a
+        # few hundred nodes do not fit, and each pan frame repainted all of them in Python.
+        QPixmapCache.setCacheLimit(max(QPixmapCache.cacheLimit(), PIXMAP_CACHE_KB))
+        # NodeGraph's own undo stack stays empty: every edit goes through the document's.
+        unused = QUndoStack(self)
+        self.graph = CanvasGraph(undo_stack=unused)
+        self.graph.set_acyclic(False)  # turns may loop back (a retry, a follow-up question)
+        self.graph.set_pipe_collision(False)
+        self.graph.register_nodes([*CANVAS_CLASSES.values(), StartTerminal, EndTerminal])
+        self.viewer = self.graph.viewer()
+        self._nodes: dict[str, AssetCanvasNode] = {}
+        self._start: StartTerminal | None = None
+        self._end: EndTerminal | None = None
+        # Exits whose target node is not on the canvas yet (pasting A before B when A -> B).
+        self._waiting: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self._problems: dict[str, list[Problem]] = {}
+        self._syncing = False
+        self._detach_graph_editing()
+        self._follow_document()
+
+    @property
+    def widget(self) -> QWidget:
+        return self.graph.widget
+
+    # --- wiring ----------------------------------------------------------------------------
+
+    def _detach_graph_editing(self) -> None:
+        """Route the viewer's gestures to our commands instead of NodeGraph's own undo stack."""
+        v, g = self.viewer, self.graph
+        for signal, slot in (
+            (v.connection_changed, g._on_connection_changed),
+            (v.connection_sliced, g._on_connection_sliced),
+            (v.moved_nodes, g._on_nodes_moved),
+            (v.search_triggered, g._on_search_triggered),
+            (v.data_dropped, g._on_node_data_dropped),
+            (v.insert_node, g._on_insert_node),
+            (v.node_name_changed, g._on_node_name_changed),
+        ):
+            signal.disconnect(slot)
+        v.connection_changed.connect(self._on_connection_changed)
+        v.connection_sliced.connect(self._on_connection_sliced)
+        v.moved_nodes.connect(self._on_nodes_moved)
+        v.search_triggered.connect(self._on_search_triggered)
+        v.data_dropped.connect(self._on_data_dropped)
+        v.node_name_changed.connect(self._on_title_edited)
+        v.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
+        v.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
+        # NodeGraph's own undo actions would steal Ctrl+Z from the window's.
+        menu = self.graph.get_context_menu("graph").qmenu
+        for action in (v.qaction_for_undo(), v.qaction_for_redo()):
+            if action is not None:
+                action.setShortcuts([])
+                menu.removeAction(action)
+        for action in list(menu.actions()):
+            if action.isSeparator():
+                menu.removeAction(action)
+
+    def _follow_document(self) -> None:
+        d = self.document
+        d.node_added.connect(self._on_node_added)
+        d.node_removed.connect(self._on_node_removed)
+        d.node_changed.connect(self._on_node_changed)
+        d.node_moved.connect(self._on_node_moved)
+        d.node_renamed.connect(self._on_node_renamed)
+        d.agent_changed.connect(self._on_agent_changed)
+        d.terminal_moved.connect(self._on_terminal_moved)
+        d.reset.connect(self.rebuild)
+
+    # --- building ----------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Throw the canvas away and draw the document's asset afresh."""
+        self._syncing = True
+        scene = self.viewer.scene()
+        # Indexing each item as it arrives asks every port and label for its bounds
+        # again and again (Python calls); index the finished scene once instead.
+        scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        try:
+            for pipe in self.viewer.all_pipes():
+                pipe.delete()
+            for node in self.graph.all_nodes():
+                self.graph.remove_node(node, push_undo=False)
+            self._nodes.clear()
+            self._waiting.clear()
+            self._problems.clear()
+            self._start = self.graph.create_node(StartTerminal.type_, name="START", selected=False, push_undo=False)
+            self._end = self.graph.create_node(EndTerminal.type_, name="END", selected=False, push_undo=False)
+            for terminal, colour in ((self._start, TERMINAL_COLOURS["start"]), (self._end, TERMINAL_COLOURS["end"])):
+                terminal.set_color(*colour)
+            asset = self.document.asset
+            for node in asset.nodes:
+                self._create(node.id)
+            self._place_terminals()
+            for node in asset.nodes:
+                for port in node.exits():
+                    self._sync_exit(node.id, port)
+            self._sync_start()
+        finally:
+            scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+            self._syncing = False
+
+    def _create(self, node_id: str) -> AssetCanvasNode:
+        node = self.document.node(node_id)
+        canvas_node: AssetCanvasNode = CANVAS_CLASSES[node.type]()
+        canvas_node.asset_id = node_id
+        canvas_node.view.asset_id = node_id
+        # Ports, title, colour and summary are set before the node enters the scene,
+        # so NodeGraphQt lays it out once instead of once per port.
+        for port in node.exits():
+            self._add_exit_port(canvas_node, port)
+        canvas_node.NODE_NAME = node.display_title
+        canvas_node.model.color = (*colour_of(node.type), 255)
+        canvas_node.model.border_color = (*[min(255, c + 40) for c in colour_of(node.type)], 255)
+        canvas_node.view.summary = summary_lines(node, self.document.asset)
+        canvas_node.view.is_start = self.document.asset.start_node == node_id
+        self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)
+        self._nodes[node_id] = canvas_node
+        return canvas_node
+
+    def _add_exit_port(self, canvas_node: AssetCanvasNode, port: str) -> None:
+        out = canvas_node.add_output(port, multi_output=False, display_name=True)
+        canvas_node.view.get_output_text_item(out.view).setPlainText(port_label(port))
+
+    def _place_terminals(self) -> None:
+        assert self._start is not None and self._end is not None
+        nodes = self.document.asset.nodes
+        xs = [n.position[0] for n in nodes] or [0.0]
+        ys = [n.position[1] for n in nodes] or [0.0]
+        start = self.document.terminal_position("start")
+        if start is None:
+            first = self.document.asset.start_node
+            anchor = self.document.node(first).position if self.document.has_node(first) else (min(xs), min(ys))
+            start = (anchor[0] - 180.0, anchor[1])
+        end = self.document.terminal_position("end")
+        if end is None:
+            end = (max(xs) + 320.0, (min(ys) + max(ys)) / 2.0)
+        self._start.set_pos(*start)
+        self._end.set_pos(*end)
+
+    # --- lookups -----------------------------------------------------------------------------
+
+    def canvas_node(self, node_id: str) -> AssetCanvasNode:
+        return self._nodes[node_id]
+
+    def _key_of(self, canvas_node: BaseNode) -> str:
+        return getattr(canvas_node, "asset_id", "")
+
+    def _by_view(self, view) -> BaseNode | None:
+        return self.graph.get_node_by_id(view.id)
+
+    def selected_ids(self) -> list[str]:
+        """Asset ids of the selected nodes, in document order."""
+        chosen = {self._key_of(n) for n in self.graph.selected_nodes()}
+        return [n.id for n in self.document.asset.nodes if n.id in chosen]
+
+    def select(self, node_ids: list[str]) -> None:
+        self.graph.clear_selection()
+        for node_id in node_ids:
+            if node_id in self._nodes:
+                self._nodes[node_id].set_selected(True)
+        self.selection_changed.emit(self.selected_ids())
+
+    def select_all(self) -> None:
+        self.select(self.document.asset.node_ids())
+
+    def frame_selection(self) -> None:
+        """Zoom to the selection, or to the whole graph when nothing is selected."""
+        chosen = self.graph.selected_nodes() or self.graph.all_nodes()
+        if not chosen:
+            return
+        # NodeViewer.zoom_to_nodes measures through a temporary item group, which takes
+        # seconds for hundreds of nodes; the union of their rectangles is the same thing.
+        rect = chosen[0].view.sceneBoundingRect()
+        for node in chosen[1:]:
+            rect = rect.united(node.view.sceneBoundingRect())
+        rect.adjust(-40, -40, 40, 40)
+        viewer = self.viewer
+        viewer._scene_range = rect
+        viewer._update_scene()
+        if viewer.get_zoom() > 0.1:
+            viewer.reset_zoom(rect.center())
+
+    def center_on(self, node_id: str) -> None:
+        if node_id in self._nodes:
+            self.graph.center_on([self._nodes[node_id]])
+
+    def scene_cursor_pos(self) -> tuple[float, float]:
+        pos = self.viewer.scene_cursor_pos()
+        return pos.x(), pos.y()
+
+    def view_center(self) -> tuple[float, float]:
+        center = self.viewer.mapToScene(self.viewer.viewport().rect().center())
+        return center.x(), center.y()
+
+    def node_size(self, key: str) -> tuple[float, float]:
+        item = self._terminal(key) if key.startswith("@") else self._nodes[key]
+        return item.view.width, item.view.height
+
+    def _terminal(self, key: str) -> BaseNode:
+        terminal = self._start if key == START_KEY else self._end
+        assert terminal is not None
+        return terminal
+
+    # --- following the document -------------------------------------------------------------
+
+    def _on_node_added(self, node_id: str) -> None:
+        self._create(node_id)
+        for port in self.document.node(node_id).exits():
+            self._sync_exit(node_id, port)
+        for source, port in sorted(self._waiting.pop(node_id, set())):
+            if source in self._nodes:
+                self._sync_exit(source, port)
+        if self.document.asset.start_node == node_id:
+            self._sync_start()
+
+    def _on_node_removed(self, node_id: str) -> None:
+        canvas_node = self._nodes.pop(node_id)
+        for port in canvas_node.input_ports() + canvas_node.output_ports():
+            for pipe in list(port.view.connected_pipes):
+                source = getattr(pipe.output_port.node, "asset_id", "")
+                if port.view is pipe.input_port and source and not source.startswith("@"):
+                    self._waiting[node_id].add((source, pipe.output_port.name))
+                pipe.delete()
+        self.graph.remove_node(canvas_node, push_undo=False)
+        self._problems.pop(node_id, None)
+
+    def _on_node_changed(self, node_id: str, _field: str) -> None:
+        canvas_node = self._nodes[node_id]
+        node = self.document.node(node_id)
+        wanted = list(node.exits())
+        have = [p.name() for p in canvas_node.output_ports()]
+        if wanted != have:
+            self._syncing = True
+            try:
+                for port in list(canvas_node.output_ports()):
+                    for pipe in list(port.view.connected_pipes):
+                        pipe.delete()
+                    canvas_node.delete_output(port)
+                for port in wanted:
+                    self._add_exit_port(canvas_node, port)
+            finally:
+                self._syncing = False
+        apply_appearance(canvas_node.view, node, self.document.asset)
+        for port in wanted:
+            self._sync_exit(node_id, port)
+
+    def _on_node_moved(self, node_id: str) -> None:
+        canvas_node = self._nodes[node_id]
+        x, y = self.document.node(node_id).position
+        if tuple(canvas_node.pos()) != (x, y):
+            canvas_node.set_pos(x, y)
+
+    def _on_node_renamed(self, old: str, new: str) -> None:
+        canvas_node = self._nodes.pop(old)
+        canvas_node.asset_id = new
+        canvas_node.view.asset_id = new
+        self._nodes[new] = canvas_node
+        if old in self._waiting:
+            self._waiting[new] = self._waiting.pop(old)
+        if old in self._problems:
+            self._problems[new] = self._problems.pop(old)
+        apply_appearance(canvas_node.view, self.document.node(new), self.document.asset)
+
+    def _on_agent_changed(self, field: str) -> None:
+        if field == "start_node":
+            self._sync_start()
+        if field in ("start_node", "default_model"):
+            for node in self.document.asset.nodes:
+                apply_appearance(self._nodes[node.id].view, node, self.document.asset)
+
+    def _on_terminal_moved(self, name: str) -> None:
+        pos = self.document.terminal_position(name)
+        if pos is None:
+            self._place_terminals()
+            return
+        terminal = self._terminal(f"@{name}")
+        if tuple(terminal.pos()) != pos:
+            terminal.set_pos(*pos)
+
+    # --- connections: make the pipes match the model ----------------------------------------
+
+    def _input_for(self, target: str):
+        if target == END:
+            assert self._end is not None
+            return self._end.input_ports()[0]
+        if target in self._nodes:
+            return self._nodes[target].input_ports()[0]
+        return None
+
+    def _sync_exit(self, node_id: str, port: str) -> None:
+        out = self._nodes[node_id].outputs().get(port)
+        if out is None:
+            return
+        target = self.document.exit_target(node_id, port)
+        wanted = self._input_for(target)
+        if wanted is None:
+            self._waiting[target].add((node_id, port))
+        self._reconcile(out, wanted)
+
+    def _sync_start(self) -> None:
+        if self._start is None:
+            return
+        start = self.document.asset.start_node
+        wanted = self._nodes[start].input_ports()[0] if start in self._nodes else None
+        self._reconcile(self._start.output_ports()[0], wanted)
+        for node_id, canvas_node in self._nodes.items():
+            if canvas_node.view.is_start != (node_id == start):
+                apply_appearance(canvas_node.view, self.document.node(node_id), self.document.asset)
+
+    def _reconcile(self, out, wanted) -> None:
+        """Make output port ``out`` drawn connected to exactly ``wanted`` (or nothing).
+
+        Only the pipes are kept: NodeGraph's own record of connections is never
+        used (the document is the record), and keeping it costs a third of opening."""
+        keep = None
+        for pipe in list(out.view.connected_pipes):
+            if wanted is not None and keep is None and pipe.input_port is wanted.view:
+                keep = pipe
+            else:
+                pipe.delete()
+        if wanted is not None and keep is None:
+            self.viewer.establish_connection(out.view, wanted.view)
+        out.view.update()
+
+    # --- gestures -> commands ---------------------------------------------------------------
+
+    def _out_and_in(self, a, b):
+        return (a, b) if a.port_type == PortTypeEnum.OUT.value else (b, a)
+
+    def _on_connection_changed(self, disconnected: list, connected: list) -> None:
+        changes: dict[tuple[str, str], str] = {}
+        for a, b in disconnected:
+            out, _in = self._out_and_in(a, b)
+            changes[(self._key_of(self._by_view(out.node)), out.name)] = END
+        for a, b in connected:
+            out, inp = self._out_and_in(a, b)
+            target = self._key_of(self._by_view(inp.node))
+            changes[(self._key_of(self._by_view(out.node)), out.name)] = "" if target == END_KEY else target
+        self._push_exit_changes(changes)
+
+    def _on_connection_sliced(self, ports: list) -> None:
+        changes = {}
+        for a, b in ports:
+            out, _in = self._out_and_in(a, b)
+            changes[(self._key_of(self._by_view(out.node)), out.name)] = END
+        self._push_exit_changes(changes)
+
+    def _push_exit_changes(self, changes: dict[tuple[str, str], str]) -> None:
+        doc = self.document
+        parent = MacroCommand()
+        for (source, port), target in changes.items():
+            if source == START_KEY:
+                if target.startswith("@"):
+                    target = ""
+                if target != doc.asset.start_node:
+                    SetAgentFieldCommand(doc, "start_node", doc.asset.start_node, target, parent)
+                    parent.setText(f"Start at {target or 'nothing'}")
+            elif source and doc.has_node(source):
+                old = doc.exit_target(source, port)
+                if target.startswith("@"):
+                    target = END
+                if old != target:
+                    SetExitCommand(doc, source, port, old, target, parent)
+                    parent.setText(parent.parts[0].text() if len(parent.parts) == 1 else "Reconnect exits")
+        if parent.parts:
+            doc.push(parent)
+        # Repair pipes the gesture removed even when the model did not change.
+        for source, port in changes:
+            if source == START_KEY:
+                self._sync_start()
+            elif source in self._nodes:
+                self._sync_exit(source, port)
+
+    def _on_nodes_moved(self, moved: dict) -> None:
+        moves = {}
+        for view, previous in moved.items():
+            key = getattr(view, "asset_id", "")
+            if not key:
+                continue
+            moves[key] = ((float(previous[0]), float(previous[1])), (float(view.xy_pos[0]), float(view.xy_pos[1])))
+        if moves:
+            self.document.push(MoveCommand(self.document, moves))
+
+    def _on_title_edited(self, view_id: str, title: str) -> None:
+        canvas_node = self.graph.get_node_by_id(view_id)
+        node_id = self._key_of(canvas_node)
+        if node_id in self._nodes:
+            node = self.document.node(node_id)
+            if title != node.display_title:
+                self.document.push(SetNodeFieldCommand(self.document, node_id, "title", node.title, title))
+
+    def _on_search_triggered(self, identifier: str, pos: tuple) -> None:
+        type_name = _TYPE_BY_IDENTIFIER.get(identifier)
+        if type_name:
+            self.add_node(type_name, (pos[0], pos[1]))
+
+    def _on_data_dropped(self, mime: QMimeData, pos: QPoint) -> None:
+        if mime.hasFormat(NODE_MIME):
+            payload = bytes(mime.data(NODE_MIME).data()).decode()
+            if payload.startswith(NODE_MIME_PREFIX):
+                self.add_node(payload[len(NODE_MIME_PREFIX):], (pos.x(), pos.y()))
+        elif mime.hasUrls():
+            for url in mime.urls():
+                if url.isLocalFile():
+                    self.file_dropped.emit(url.toLocalFile())
+        elif mime.hasText():
+            self.text_dropped.emit(mime.text(), (pos.x(), pos.y()))
+
+    # --- edits the window asks for -------------------------------------------------------------
+
+    def add_node(self, type_name: str, pos: tuple[float, float] | None = None) -> str:
+        """Add a node of ``type_name`` at ``pos`` (the view's centre by default); returns its id."""
+        doc = self.document
+        base = type_name.lower() if type_name != "GenerateAndSpeak" else "reply"
+        node_id = doc.unique_id(base)
+        x, y = pos if pos is not None else self.view_center()
+        node = new_node(type_name, node_id, position=(float(x), float(y)))
+        parent = MacroCommand(f"Add {TYPE_LABELS[type_name]}")
+        AddNodeCommand(doc, node, None, parent)
+        if not doc.asset.start_node:
+            SetAgentFieldCommand(doc, "start_node", "", node_id, parent)
+        doc.push(parent)
+        self.select([node_id])
+        return node_id
+
+    def auto_layout(self) -> None:
+        """Lay the graph out in layers from the start node; one undo step."""
+        doc = self.document
+        keys = [START_KEY, *doc.asset.node_ids(), END_KEY]
+        edges = []
+        if doc.asset.start_node:
+            edges.append((START_KEY, doc.asset.start_node))
+        for node in doc.asset.nodes:
+            for target in node.exits().values():
+                edges.append((node.id, END_KEY if target == END else target))
+        sizes = {k: self.node_size(k) for k in keys}
+        placed = auto_layout.layered_positions(keys, edges, sizes, roots=[START_KEY])
+        moves = {}
+        for key, new in placed.items():
+            if key.startswith("@"):
+                old = doc.terminal_position(key[1:]) or tuple(self._terminal(key).pos())
+            else:
+                old = doc.node(key).position
+            if tuple(old) != new:
+                moves[key] = (tuple(old), new)
+        if moves:
+            doc.push(MoveCommand(doc, moves, "Auto-layout"))
+        # Terminals without a saved place are positioned by the canvas, not the model.
+        for key in (START_KEY, END_KEY):
+            self._terminal(key).set_pos(*placed[key])
+
+    # --- problems ------------------------------------------------------------------------------
+
+    def mark_problems(self, problems: list[Problem]) -> None:
+        """Mark nodes that have errors or warnings; their tooltips list them."""
+        by_node: dict[str, list[Problem]] = defaultdict(list)
+        for problem in problems:
+            if problem.node_id in self._nodes:
+                by_node[problem.node_id].append(problem)
+        for node_id in set(self._problems) | set(by_node):
+            if node_id not in self._nodes:
+                continue
+            found = by_node.get(node_id, [])
+            if self._problems.get(node_id, []) == found:
+                continue
+            view = self._nodes[node_id].view
+            view.problem_severity = (
+                "error" if any(p.severity == "error" for p in found) else "warning" if found else None
+            )
+            node = self.document.node(node_id)
+            tip = f"<b>{node.display_title}</b> ({node.type}, id {node_id})"
+            for p in found:
+                tip += f"<br/>{p.severity}: {p.field + ': ' if p.field else ''}{p.message}"
+            view.setToolTip(tip)
+            view.update()
+        self._problems = dict(by_node)
+
+    def problem_severity(self, node_id: str) -> str | None:
+        return self._nodes[node_id].view.problem_severity
+
+    # --- a turn's path (the Turn Inspector) -------------------------------------------------------
+
+    def highlight_path(self, node_ids: list[str]) -> None:
+        """Outline the nodes a turn ran through, numbered in the order they ran; [] clears it."""
+        from PySide6.QtGui import QPen
+        from PySide6.QtWidgets import QGraphicsRectItem, QGraphicsSimpleTextItem
+        from shiboken6 import isValid
+
+        for mark in getattr(self, "_path_marks", []):
+            if isValid(mark) and mark.scene() is not None:
+                mark.scene().removeItem(mark)
+        self._path_marks: list[QGraphicsRectItem] = []
+        steps: dict[str, list[str]] = defaultdict(list)
+        for step, node_id in enumerate(node_ids, 1):
+            steps[node_id].append(str(step))
+        for node_id, numbers in steps.items():
+            if node_id not in self._nodes:
+                continue
+            view = self._nodes[node_id].view
+            mark = QGraphicsRectItem(view.boundingRect().adjusted(-5, -5, 5, 5), view)
+            mark.setPen(QPen(QColor(80, 200, 255), 3))
+            label = QGraphicsSimpleTextItem("#" + ",".join(numbers), mark)
+            label.setBrush(QColor(80, 200, 255))
+            label.setPos(mark.rect().left(), mark.rect().top() - 18)
+            self._path_marks.append(mark)
+
+    def highlighted_path(self) -> list[str]:
+        """Ids of the nodes outlined by ``highlight_path``."""
+        from shiboken6 import isValid
+
+        marks = [m for m in getattr(self, "_path_marks", []) if isValid(m)]
+        return [self._key_of(n) for n in self._nodes.values() if any(m.parentItem() is n.view for m in marks)]
+
+
+def context_menu(canvas: Canvas) -> QMenu:
+    """The canvas's right-click menu (NodeGraphQt's, which the window fills)."""
+    return canvas.graph.get_context_menu("graph").qmenu
+
+
+def set_background(canvas: Canvas, colour: QColor) -> None:
+    canvas.graph.set_background_color(colour.red(), colour.green(), colour.blue())
+
+
+def add_action(canvas: Canvas, action: QAction) -> None:
+    """Make ``action``'s shortcut work while the canvas has focus."""
+    action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+    canvas.viewer.addAction(action)
+
+

@@ -1,0 +1,110 @@
+"""Copy and paste of nodes as JSON text, in the asset file's own node format.
+
+What is copied is ``{"nodes": [...]}`` with each node exactly as a saved asset
+writes it, so nodes paste between windows, into another program, and out of a
+saved asset's JSON (a whole asset, a list of nodes or one node all paste).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from runtime.asset import END, NODE_TYPES, ClassifyIntent, NodeBase, is_valid_id
+from runtime.asset_file import node_to_dict, problems_from_validation
+from runtime.problems import AssetError, Problem
+
+SOURCE = "clipboard"
+
+
+def nodes_to_text(nodes: Iterable[NodeBase]) -> str:
+    raw = [node_to_dict(n) for n in nodes]
+    return json.dumps({"nodes": raw}, indent=2, ensure_ascii=False) + "\n"
+
+
+def nodes_from_text(text: str) -> list[NodeBase]:
+    """The nodes in clipboard text. Raises ``AssetError`` naming each bad node and field."""
+    try:
+        raw = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        message = f"not node JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise AssetError([Problem("error", message, SOURCE)]) from None
+    if isinstance(raw, dict) and isinstance(raw.get("nodes"), list):
+        items = raw["nodes"]
+    elif isinstance(raw, list):
+        items = raw
+    elif isinstance(raw, dict) and "type" in raw:
+        items = [raw]
+    else:
+        raise AssetError([Problem("error", "no nodes: expected an asset, a list of nodes or one node", SOURCE)])
+    nodes: list[NodeBase] = []
+    problems: list[Problem] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(Problem("error", "a node is a JSON object", SOURCE, node_id=f"nodes[{index}]"))
+            continue
+        cls = NODE_TYPES.get(item.get("type"))  # type: ignore[arg-type]
+        label = str(item.get("id") or f"nodes[{index}]")
+        if cls is None:
+            problems.append(Problem("error", f"unknown node type {item.get('type')!r}; expected one of "
+                                    f"{', '.join(NODE_TYPES)}", SOURCE, node_id=label, field="type"))
+            continue
+        try:
+            nodes.append(cls.model_validate(item))
+        except ValidationError as exc:
+            for p in problems_from_validation(exc, {"nodes": [item]}, SOURCE):
+                problems.append(Problem("error", p.message, SOURCE, node_id=label, field=p.field))
+    if problems:
+        raise AssetError(problems)
+    return nodes
+
+
+def prepare_paste(
+    nodes: list[NodeBase],
+    taken_ids: set[str],
+    offset: tuple[float, float] = (40.0, 40.0),
+) -> list[NodeBase]:
+    """Copies of ``nodes`` with ids unused in ``taken_ids``, exits between them
+    repointed, exits to nodes that do not exist ended, and positions moved by ``offset``."""
+    renames: dict[str, str] = {}
+    used = set(taken_ids)
+    for node in nodes:
+        new_id = _free_id(node.id, used)
+        used.add(new_id)
+        renames[node.id] = new_id
+
+    def target(old: str) -> str:
+        if old == END:
+            return END
+        if old in renames:
+            return renames[old]
+        return old if old in taken_ids else END
+
+    out: list[NodeBase] = []
+    for node in nodes:
+        raw: dict[str, Any] = node.model_dump()
+        raw["id"] = renames[node.id]
+        for field in ("default_exit", "fallback_exit"):
+            if field in raw:
+                raw[field] = target(raw[field])
+        if isinstance(node, ClassifyIntent):
+            for intent in raw["intents"]:
+                intent["exit"] = target(intent["exit"])
+        x, y = node.position
+        raw["position"] = (x + offset[0], y + offset[1])
+        out.append(type(node).model_validate(raw))
+    return out
+
+
+def _free_id(wanted: str, used: set[str]) -> str:
+    base = wanted if is_valid_id(wanted) else "node"
+    if base not in used:
+        return base
+    stem = base.rstrip("0123456789").rstrip("_") or base
+    n = 2
+    while f"{stem}_{n}" in used:
+        n += 1
+    return f"{stem}_{n}"

@@ -1,0 +1,235 @@
+"""Undo commands: every edit of the asset is one of these, pushed on the document's stack.
+
+Each command is tiny and only calls a ``Document`` method; the canvas and docks
+follow the document's signals, so undo and redo refresh every view for free.
+Compound edits (deleting nodes with the exits that point at them, pasting) are a
+macro of smaller commands, as in orange-canvas-core's ``document/commands.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtGui import QUndoCommand
+
+from editor.document import Document
+from runtime.asset import END, NodeBase
+
+
+class MacroCommand(QUndoCommand):
+    """Several commands as one undo step. The parts are kept in a Python list, not as Qt
+    child commands: Qt deletes discarded children from C++, which PySide's Python
+    subclasses do not survive."""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self.parts: list[QUndoCommand] = []
+
+    def add(self, command: QUndoCommand) -> None:
+        self.parts.append(command)
+
+    def redo(self) -> None:
+        for part in self.parts:
+            part.redo()
+
+    def undo(self) -> None:
+        for part in reversed(self.parts):
+            part.undo()
+
+
+def _join(command: QUndoCommand, parent: MacroCommand | None) -> None:
+    if parent is not None:
+        parent.add(command)
+
+
+# Ids for mergeWith: consecutive edits of one text field become one undo step.
+_MERGE_NODE_FIELD = 1001
+_MERGE_AGENT_FIELD = 1002
+
+
+class AddNodeCommand(QUndoCommand):
+    def __init__(self, document: Document, node: NodeBase, index: int | None = None,
+                 parent: MacroCommand | None = None) -> None:
+        super().__init__(f"Add {node.display_title}")
+        _join(self, parent)
+        self.document = document
+        self.node = node
+        self.index = index
+
+    def redo(self) -> None:
+        self.document.add_node(self.node, self.index)
+
+    def undo(self) -> None:
+        self.document.remove_node(self.node.id)
+
+
+class RemoveNodeOnlyCommand(QUndoCommand):
+    """Remove one node (the exits pointing at it are handled by ``remove_nodes``)."""
+
+    def __init__(self, document: Document, node_id: str, parent: MacroCommand | None = None) -> None:
+        super().__init__(f"Remove {node_id}")
+        _join(self, parent)
+        self.document = document
+        self.node_id = node_id
+        self.index = -1
+        self.node: NodeBase | None = None
+
+    def redo(self) -> None:
+        self.index, self.node = self.document.remove_node(self.node_id)
+
+    def undo(self) -> None:
+        assert self.node is not None
+        self.document.add_node(self.node, self.index)
+
+
+class SetNodeFieldCommand(QUndoCommand):
+    def __init__(self, document: Document, node_id: str, field: str, old: Any, new: Any,
+                 parent: MacroCommand | None = None, text: str = "", merge: bool = False) -> None:
+        super().__init__(text or f"Change {field.replace('_', ' ')} of {node_id}")
+        _join(self, parent)
+        self.document = document
+        self.node_id = node_id
+        self.field = field
+        self.old = old
+        self.new = new
+        self.merge = merge
+
+    def redo(self) -> None:
+        self.document.set_node_field(self.node_id, self.field, self.new)
+
+    def undo(self) -> None:
+        self.document.set_node_field(self.node_id, self.field, self.old)
+
+    def id(self) -> int:
+        return _MERGE_NODE_FIELD if self.merge else -1
+
+    def mergeWith(self, other: QUndoCommand) -> bool:
+        if not isinstance(other, SetNodeFieldCommand) or not other.merge:
+            return False
+        if (other.node_id, other.field) != (self.node_id, self.field):
+            return False
+        self.new = other.new
+        return True
+
+
+class RenameNodeCommand(QUndoCommand):
+    def __init__(self, document: Document, old_id: str, new_id: str, parent: MacroCommand | None = None) -> None:
+        super().__init__(f"Rename {old_id} to {new_id}")
+        _join(self, parent)
+        self.document = document
+        self.old_id = old_id
+        self.new_id = new_id
+
+    def redo(self) -> None:
+        self.document.rename_node(self.old_id, self.new_id)
+
+    def undo(self) -> None:
+        self.document.rename_node(self.new_id, self.old_id)
+
+
+class SetExitCommand(QUndoCommand):
+    def __init__(self, document: Document, node_id: str, port: str, old: str, new: str,
+                 parent: MacroCommand | None = None) -> None:
+        label = "END" if new == END else new
+        super().__init__(f"Connect {node_id}.{port} to {label}")
+        _join(self, parent)
+        self.document = document
+        self.node_id = node_id
+        self.port = port
+        self.old = old
+        self.new = new
+
+    def redo(self) -> None:
+        self.document.set_exit(self.node_id, self.port, self.new)
+
+    def undo(self) -> None:
+        self.document.set_exit(self.node_id, self.port, self.old)
+
+
+class MoveCommand(QUndoCommand):
+    """Move nodes and terminals: ``moves`` maps a node id or ``@start``/``@end`` to (old, new)."""
+
+    def __init__(self, document: Document, moves: dict[str, tuple[tuple[float, float], tuple[float, float]]],
+                 text: str = "", parent: MacroCommand | None = None) -> None:
+        super().__init__(text or (f"Move {len(moves)} nodes" if len(moves) != 1 else f"Move {next(iter(moves))}"))
+        _join(self, parent)
+        self.document = document
+        self.moves = moves
+
+    def _apply(self, which: int) -> None:
+        for key, positions in self.moves.items():
+            if key.startswith("@"):
+                self.document.set_terminal_position(key[1:], positions[which])
+            else:
+                self.document.set_position(key, positions[which])
+
+    def redo(self) -> None:
+        self._apply(1)
+
+    def undo(self) -> None:
+        self._apply(0)
+
+
+class SetAgentFieldCommand(QUndoCommand):
+    def __init__(self, document: Document, field: str, old: Any, new: Any,
+                 parent: MacroCommand | None = None, merge: bool = False) -> None:
+        super().__init__(f"Change agent {field.replace('_', ' ')}")
+        _join(self, parent)
+        self.document = document
+        self.field = field
+        self.old = old
+        self.new = new
+        self.merge = merge
+
+    def redo(self) -> None:
+        self.document.set_agent_field(self.field, self.new)
+
+    def undo(self) -> None:
+        self.document.set_agent_field(self.field, self.old)
+
+    def id(self) -> int:
+        return _MERGE_AGENT_FIELD if self.merge else -1
+
+    def mergeWith(self, other: QUndoCommand) -> bool:
+        if not isinstance(other, SetAgentFieldCommand) or not other.merge or other.field != self.field:
+            return False
+        self.new = other.new
+        return True
+
+
+# --- compound edits --------------------------------------------------------------------------
+
+
+def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
+    """One undo step that removes nodes, ends the exits that pointed at them and
+    clears the start node if it was removed."""
+    doomed = [i for i in node_ids if document.has_node(i)]
+    parent = MacroCommand(f"Delete {doomed[0]}" if len(doomed) == 1 else f"Delete {len(doomed)} nodes")
+    gone = set(doomed)
+    for node in document.asset.nodes:
+        if node.id in gone:
+            continue
+        for port, target in node.exits().items():
+            if target in gone:
+                SetExitCommand(document, node.id, port, target, END, parent)
+    if document.asset.start_node in gone:
+        SetAgentFieldCommand(document, "start_node", document.asset.start_node, "", parent)
+    # Remove from the back so each undo re-inserts at the index it came from.
+    for node_id in sorted(doomed, key=document.index_of, reverse=True):
+        RemoveNodeOnlyCommand(document, node_id, parent)
+    return parent
+
+
+def add_nodes(document: Document, nodes: list[NodeBase], text: str) -> MacroCommand:
+    parent = MacroCommand(text)
+    for node in nodes:
+        AddNodeCommand(document, node, None, parent)
+    return parent
+
+
+def set_node_field(document: Document, node_id: str, field: str, value: Any, merge: bool = False) -> QUndoCommand:
+    """The command that sets one field (an id change becomes a rename)."""
+    old = getattr(document.node(node_id), field)
+    if field == "id":
+        return RenameNodeCommand(document, node_id, value)
+    return SetNodeFieldCommand(document, node_id, field, old, value, merge=merge)

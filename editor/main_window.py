@@ -1,0 +1,525 @@
+"""The main window: menus, the canvas in the middle, docks around it, and files.
+
+Docks are built from ``DOCKS`` so a new panel is one entry there plus its module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QWidget,
+)
+
+from editor import settings as app_settings
+from editor.canvas import Canvas, add_action, context_menu
+from editor.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from editor.commands import MacroCommand, SetAgentFieldCommand, add_nodes, remove_nodes
+from editor.conversation.dock import ConversationDock
+from editor.document import Document
+from editor.history_dock import HistoryDock
+from editor.node_appearance import CATEGORIES, TYPE_LABELS
+from editor.palette_dock import PaletteDock
+from editor.problems_dock import ProblemsDock
+from editor.properties.properties_dock import PropertiesDock
+from editor.raw_json.dock import RawJsonDock
+from editor.recovery import Autosave, left_behind
+from editor.runtime_worker import live_conversation
+from editor.turn_inspector.dock import TurnInspectorDock
+from editor.vram.dock import VramEstimatorDock
+from runtime.asset import Asset
+from runtime.asset_file import load_asset, save_asset
+from runtime.problems import AssetError, Problem
+from runtime.resources import examples_dir
+from runtime.validation import validate_asset
+
+FILE_FILTER = "Parley assets (*.json);;All files (*)"
+
+
+@dataclass(frozen=True)
+class DockSpec:
+    """One dock the window builds: its object name (the key its place is saved under),
+    where it starts, and how to make it."""
+
+    name: str
+    area: Qt.DockWidgetArea
+    make: Callable[[MainWindow], QDockWidget]
+    tab_with: str = ""  # start as a tab behind this dock
+
+
+# The window's docks, in the order they are built. The next issue's panels
+# (Conversation, Turn Inspector, Raw JSON, VRAM Estimator) are added here.
+DOCKS: list[DockSpec] = [
+    DockSpec("PaletteDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: PaletteDock(w)),
+    DockSpec("HistoryDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: HistoryDock(w.document.undo_stack, w)),
+    DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
+    DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
+    DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
+             lambda w: ConversationDock(live_conversation(w), w)),
+    DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
+             lambda w: TurnInspectorDock(live_conversation(w), w.canvas, w), tab_with="ProblemsDock"),
+    DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
+             lambda w: RawJsonDock(live_conversation(w), w), tab_with="ProblemsDock"),
+    DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
+             lambda w: VramEstimatorDock(w.document, w), tab_with="PropertiesDock"),
+]
+
+
+class MainWindow(QMainWindow):
+    """One asset in one window."""
+
+    def __init__(self, autosave_ms: int = 30_000, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ParleyStudio")
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
+        self.document = Document(parent=self)
+        self.canvas = Canvas(self.document, self)
+        self.setCentralWidget(self.canvas.widget)
+        self.load_problems: list[Problem] = []
+        self.problems: list[Problem] = []
+        self.docks: dict[str, QDockWidget] = {}
+        # The right column (properties, conversation) runs the full height; the bottom docks stop at it.
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        for spec in DOCKS:
+            dock = spec.make(self)
+            dock.setObjectName(spec.name)
+            self.addDockWidget(spec.area, dock)
+            self.docks[spec.name] = dock
+        self.tabifyDockWidget(self.docks["PaletteDock"], self.docks["HistoryDock"])
+        self.docks["PaletteDock"].raise_()
+        if not isinstance(app_settings.app_settings().value("window/state"), QByteArray):
+            # After the first show: Qt 6.11 leaves stale tab bars painted when docks are tabified before it.
+            QTimer.singleShot(0, self, self._tabify_docks)
+        self.resizeDocks([self.docks["PropertiesDock"]], [380], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["ProblemsDock"]], [140], Qt.Orientation.Vertical)
+
+        self._build_actions()
+        self._build_menus()
+        self._wire()
+        self.status = QLabel(self)
+        self.statusBar().addPermanentWidget(self.status)
+        self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
+        self.canvas.rebuild()
+        self._restore_layout()
+        self._after_edit()
+        self._update_title()
+
+    def _tabify_docks(self) -> None:
+        """Stack the docks whose spec names ``tab_with`` behind that dock (each behind the previous one)."""
+        last: dict[str, str] = {}
+        for spec in DOCKS:
+            if spec.tab_with:
+                behind = last.get(spec.tab_with, spec.tab_with)
+                self.tabifyDockWidget(self.docks[behind], self.docks[spec.name])
+                last[spec.tab_with] = spec.name
+        for spec in DOCKS:
+            if spec.tab_with:
+                self.docks[spec.tab_with].raise_()
+
+    # --- docks by role --------------------------------------------------------------------------
+
+    @property
+    def properties(self) -> PropertiesDock:
+        return self.docks["PropertiesDock"]  # type: ignore[return-value]
+
+    @property
+    def problems_dock(self) -> ProblemsDock:
+        return self.docks["ProblemsDock"]  # type: ignore[return-value]
+
+    @property
+    def palette(self) -> PaletteDock:
+        return self.docks["PaletteDock"]  # type: ignore[return-value]
+
+    # --- actions and menus ----------------------------------------------------------------------
+
+    def _action(self, text: str, slot: Callable[[], object], shortcut: QKeySequence | str | None = None,
+                canvas: bool = False, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if tip:
+            action.setStatusTip(tip)
+            action.setToolTip(tip)
+        action.triggered.connect(lambda _checked=False: slot())
+        if canvas:
+            add_action(self.canvas, action)
+        else:
+            self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        Key = QKeySequence.StandardKey
+        self.new_action = self._action("&New", self.new_asset, Key.New)
+        self.new_window_action = self._action("New &Window", self.new_window, "Ctrl+Shift+N")
+        self.open_action = self._action("&Open\u2026", self.open_dialog, Key.Open)
+        self.save_action = self._action("&Save", self.save, Key.Save)
+        self.save_as_action = self._action("Save &As\u2026", self.save_as, Key.SaveAs)
+        self.quit_action = self._action("&Quit", self.close, Key.Quit)
+        self.undo_action = self.document.undo_stack.createUndoAction(self, "&Undo")
+        self.undo_action.setShortcut(QKeySequence(Key.Undo))
+        self.redo_action = self.document.undo_stack.createRedoAction(self, "&Redo")
+        self.redo_action.setShortcuts([QKeySequence(Key.Redo), QKeySequence("Ctrl+Y")])
+        self.addActions([self.undo_action, self.redo_action])
+        self.cut_action = self._action("Cu&t", self.cut, Key.Cut, canvas=True)
+        self.copy_action = self._action("&Copy", self.copy, Key.Copy, canvas=True)
+        self.paste_action = self._action("&Paste", self.paste, Key.Paste, canvas=True)
+        self.duplicate_action = self._action("D&uplicate", self.duplicate, "Ctrl+D", canvas=True)
+        self.delete_action = self._action("&Delete", self.delete_selected, Key.Delete, canvas=True)
+        self.delete_action.setShortcuts([QKeySequence(Key.Delete), QKeySequence("Backspace")])
+        self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
+        self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+S", canvas=True)
+        self.search_action = self._action("Add Node by &Name\u2026", self.canvas.graph.toggle_node_search, "Tab",
+                                          canvas=True, tip="Type a node type's name (Tab)")
+        self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
+                                         tip="Zoom to the selected nodes, or to all nodes")
+        self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
+                                          tip="Arrange the graph in layers from the start node")
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        file_menu.addActions([self.new_action, self.new_window_action, self.open_action])
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.examples_menu = file_menu.addMenu("&Examples")
+        for path in sorted(examples_dir().glob("*.json")):
+            action = self.examples_menu.addAction(path.stem.replace("_", " ").capitalize())
+            action.setData(str(path))
+            action.triggered.connect(lambda _c=False, p=str(path): self.open_path(p, as_example=True))
+        file_menu.addSeparator()
+        file_menu.addActions([self.save_action, self.save_as_action])
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
+
+        edit = bar.addMenu("&Edit")
+        edit.addActions([self.undo_action, self.redo_action])
+        edit.addSeparator()
+        edit.addActions([self.cut_action, self.copy_action, self.paste_action, self.duplicate_action,
+                         self.delete_action])
+        edit.addSeparator()
+        edit.addActions([self.select_all_action, self.start_action])
+
+        self.add_menu = bar.addMenu("&Add")
+        self._fill_add_menu(self.add_menu, at_cursor=False)
+        self.add_menu.addSeparator()
+        self.add_menu.addAction(self.search_action)
+
+        view = bar.addMenu("&View")
+        view.addActions([self.frame_action, self.layout_action])
+        view.addSeparator()
+        for dock in self.docks.values():
+            view.addAction(dock.toggleViewAction())
+
+        menu = context_menu(self.canvas)
+        add_here = menu.addMenu("Add Node")
+        self._fill_add_menu(add_here, at_cursor=True)
+        menu.addAction(self.search_action)
+        menu.addSeparator()
+        menu.addActions([self.undo_action, self.redo_action])
+        menu.addSeparator()
+        menu.addActions([self.cut_action, self.copy_action, self.paste_action, self.duplicate_action,
+                         self.delete_action])
+        menu.addSeparator()
+        menu.addActions([self.select_all_action, self.start_action, self.frame_action, self.layout_action])
+
+    def _fill_add_menu(self, menu: QMenu, at_cursor: bool) -> None:
+        for types, _colour in CATEGORIES.values():
+            for type_name in types:
+                action = menu.addAction(TYPE_LABELS[type_name])
+                action.triggered.connect(
+                    lambda _c=False, t=type_name: self.canvas.add_node(
+                        t, self.canvas.scene_cursor_pos() if at_cursor else None))
+            menu.addSeparator()
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = app_settings.recent_files()
+        for path in files:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _c=False, p=path: self.open_path(p))
+        if files:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear", lambda: (app_settings.clear_recent_files(), self._fill_recent_menu()))
+        self.recent_menu.setEnabled(bool(files))
+
+    def _wire(self) -> None:
+        # Bound methods, not lambdas: Qt drops a connection to a method when the window
+        # is deleted, while a lambda would still run and touch the deleted window.
+        doc = self.document
+        doc.undo_stack.indexChanged.connect(self._after_edit)
+        doc.undo_stack.cleanChanged.connect(self._update_title)
+        doc.reset.connect(self._after_edit)
+        doc.path_changed.connect(self._update_title)
+        doc.agent_changed.connect(self._update_title)
+        self.canvas.selection_changed.connect(self.properties.show_selection)
+        self.canvas.file_dropped.connect(self.open_path)
+        self.canvas.text_dropped.connect(self.paste_text)
+        self.palette.add_requested.connect(self.canvas.add_node)
+        self.problems_dock.problem_activated.connect(self.show_problem)
+        self.properties.input_problems_changed.connect(self._show_problems)
+
+    # --- title and problems ---------------------------------------------------------------------
+
+    def _update_title(self, *_ignored: object) -> None:
+        doc = self.document
+        name = Path(doc.path).name if doc.path else "Untitled"
+        self.setWindowTitle(f"{name}[*] \u2014 {doc.asset.name} \u2014 Parley Studio")
+        self.setWindowModified(doc.modified)
+
+    def _after_edit(self, *_ignored: object) -> None:
+        """Run after every edit, undo and redo: validate and show the results."""
+        doc = self.document
+        self.problems = validate_asset(doc.asset, doc.path, asset_dir=doc.asset_dir)
+        self._show_problems()
+
+    def _show_problems(self, *_ignored: object) -> None:
+        everything = self.load_problems + self.properties.rejected + self.problems
+        self.problems_dock.set_problems(everything)
+        self.canvas.mark_problems(everything)
+        errors = sum(p.severity == "error" for p in everything)
+        self.status.setText(f"{len(self.document.asset.nodes)} nodes \u00b7 {errors} errors \u00b7 "
+                            f"{len(everything) - errors} warnings")
+
+    def show_problem(self, node_id: str, field: str) -> None:
+        """Select the node a problem names and focus the field in the Properties dock."""
+        if node_id and self.document.has_node(node_id):
+            self.canvas.select([node_id])
+            self.canvas.center_on(node_id)
+        elif not node_id:
+            self.canvas.select([])
+        self.properties.focus_field(field)
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def maybe_save(self) -> bool:
+        """Ask what to do with unsaved changes; False means the person cancelled."""
+        if not self.document.modified:
+            return True
+        name = Path(self.document.path).name if self.document.path else "Untitled"
+        answer = QMessageBox.question(
+            self, "Unsaved changes", f"Save the changes to {name} before closing it?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Save,
+        )
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
+
+    def set_asset(self, asset: Asset, path: str = "", modified: bool = False) -> None:
+        doc = self.document
+        self.autosave.discard()
+        doc.undo_stack.clear()
+        doc.set_path(path)
+        self.load_problems = []
+        doc.set_asset(asset)
+        if modified:
+            doc.undo_stack.resetClean()
+        self.properties.show_selection([])
+        self._update_title()
+        self.canvas.frame_selection()
+
+    def new_asset(self) -> None:
+        if self.maybe_save():
+            self.set_asset(Asset())
+
+    def new_window(self) -> MainWindow:
+        window = MainWindow()
+        window.show()
+        _open_windows.append(window)
+        return window
+
+    def open_dialog(self) -> None:
+        start = str(Path(self.document.path).parent) if self.document.path else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open asset", start, FILE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str, as_example: bool = False) -> bool:
+        """Open an asset; load errors go to the Problems dock and the current asset stays."""
+        if not self.maybe_save():
+            return False
+        started = time.perf_counter()
+        try:
+            asset = load_asset(path)
+        except AssetError as exc:
+            self.load_problems = list(exc.problems)
+            self._show_problems()
+            self.problems_dock.raise_()
+            self.statusBar().showMessage(f"Could not open {path}: see Problems", 8000)
+            return False
+        # An example opens as a new, unsaved asset, so saving never overwrites the shipped file.
+        self.set_asset(asset, "" if as_example else str(Path(path).resolve()), modified=False)
+        if not as_example:
+            self._fill_recent_menu_after(path)
+        self.statusBar().showMessage(f"Opened {path} in {1000 * (time.perf_counter() - started):.0f} ms", 5000)
+        return True
+
+    def _fill_recent_menu_after(self, path: str) -> None:
+        app_settings.add_recent_file(path)
+        self._fill_recent_menu()
+
+    def save(self) -> bool:
+        if not self.document.path:
+            return self.save_as()
+        return self.save_to(self.document.path)
+
+    def save_as(self) -> bool:
+        suggested = self.document.path or f"{self.document.asset.name.lower().replace(' ', '_')}.json"
+        path, _ = QFileDialog.getSaveFileName(self, "Save asset", suggested, FILE_FILTER)
+        if not path:
+            return False
+        if not path.endswith(".json"):
+            path += ".json"
+        return self.save_to(path)
+
+    def save_to(self, path: str) -> bool:
+        try:
+            save_asset(self.document.asset, path)
+        except OSError as exc:
+            QMessageBox.critical(self, "Save failed", f"Could not save {path}:\n{exc.strerror or exc}\n"
+                                 "Nothing was lost: the asset is still open. Choose another place with Save As.")
+            return False
+        self.document.set_path(str(Path(path).resolve()))
+        self.document.undo_stack.setClean()
+        self.autosave.discard()
+        self._fill_recent_menu_after(path)
+        self._after_edit()
+        self._update_title()
+        self.statusBar().showMessage(f"Saved {path}", 4000)
+        return True
+
+    def offer_recovery(self) -> bool:
+        """Offer back the newest recovery file left by a crash; True if one was opened."""
+        for found in left_behind(app_settings.recovery_dir()):
+            name = found.original_path or "an untitled asset"
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(found.saved_at))
+            answer = QMessageBox.question(
+                self, "Recover unsaved changes",
+                f"Parley Studio closed without saving the changes to {name} (autosaved {when}).\n"
+                "Open the recovered version?",
+                QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Ignore,
+                QMessageBox.StandardButton.Open,
+            )
+            if answer == QMessageBox.StandardButton.Open:
+                self.set_asset(found.asset, found.original_path, modified=True)
+                found.file.unlink(missing_ok=True)
+                self.autosave.save_now()
+                return True
+            if answer == QMessageBox.StandardButton.Discard:
+                found.file.unlink(missing_ok=True)
+        return False
+
+    # --- editing --------------------------------------------------------------------------------
+
+    def copy(self) -> None:
+        ids = self.canvas.selected_ids()
+        if ids:
+            QApplication.clipboard().setText(nodes_to_text([self.document.node(i) for i in ids]))
+
+    def cut(self) -> None:
+        ids = self.canvas.selected_ids()
+        if ids:
+            self.copy()
+            command = remove_nodes(self.document, ids)
+            command.setText(f"Cut {len(ids)} node{'s' if len(ids) != 1 else ''}")
+            self.document.push(command)
+
+    def paste(self) -> None:
+        self.paste_text(QApplication.clipboard().text(), None)
+
+    def paste_text(self, text: str, pos: tuple[float, float] | None) -> list[str]:
+        """Paste nodes from JSON text; returns the new ids. Bad text is reported, nothing changes."""
+        try:
+            nodes = nodes_from_text(text)
+        except AssetError as exc:
+            first = exc.problems[0]
+            self.statusBar().showMessage(f"Nothing pasted: {first.where.lstrip(':')}: {first.message}", 8000)
+            return []
+        if not nodes:
+            return []
+        if pos is None:
+            offset = (40.0, 40.0)
+        else:
+            left = min(n.position[0] for n in nodes)
+            top = min(n.position[1] for n in nodes)
+            offset = (pos[0] - left, pos[1] - top)
+        pasted = prepare_paste(nodes, set(self.document.asset.node_ids()), offset)
+        command = add_nodes(self.document, pasted, f"Paste {len(pasted)} node{'s' if len(pasted) != 1 else ''}")
+        if not self.document.asset.start_node:
+            SetAgentFieldCommand(self.document, "start_node", "", pasted[0].id, command)
+        self.document.push(command)
+        ids = [n.id for n in pasted]
+        self.canvas.select(ids)
+        return ids
+
+    def duplicate(self) -> list[str]:
+        ids = self.canvas.selected_ids()
+        if not ids:
+            return []
+        pasted = prepare_paste([self.document.node(i) for i in ids], set(self.document.asset.node_ids()))
+        self.document.push(add_nodes(self.document, pasted, f"Duplicate {len(pasted)} node{'s' if len(pasted) != 1 else ''}"))
+        new_ids = [n.id for n in pasted]
+        self.canvas.select(new_ids)
+        return new_ids
+
+    def delete_selected(self) -> None:
+        ids = self.canvas.selected_ids()
+        if ids:
+            self.document.push(remove_nodes(self.document, ids))
+
+    def set_start_node(self) -> None:
+        ids = self.canvas.selected_ids()
+        doc = self.document
+        if len(ids) == 1 and ids[0] != doc.asset.start_node:
+            command = MacroCommand(f"Start at {ids[0]}")
+            SetAgentFieldCommand(doc, "start_node", doc.asset.start_node, ids[0], command)
+            doc.push(command)
+
+    # --- window state ---------------------------------------------------------------------------
+
+    def _restore_layout(self) -> None:
+        store = app_settings.app_settings()
+        geometry = store.value("window/geometry")
+        state = store.value("window/state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 860)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
+    def save_layout(self) -> None:
+        store = app_settings.app_settings()
+        store.setValue("window/geometry", self.saveGeometry())
+        store.setValue("window/state", self.saveState())
+        store.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        if not self.maybe_save():
+            event.ignore()
+            return
+        self.save_layout()
+        self.autosave.stop()
+        for dock in self.docks.values():  # docks that run work (the test conversation) stop it now
+            shutdown = getattr(dock, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        self.statusBar().clearMessage()  # stops the message's timer with the window
+        event.accept()
+
+
+# Windows opened with File > New Window stay alive while they are open.
+_open_windows: list[MainWindow] = []

@@ -1,0 +1,247 @@
+"""How an asset node looks on the canvas: the one place for colours, port labels and summaries.
+
+The palette, the canvas and the tests read categories and colours from here. Nodes
+show a compact summary of their key settings painted by ``AssetNodeItem`` itself
+(no embedded widgets: NodeGraphQt's node widgets cost ~25 ms a node).
+"""
+
+from __future__ import annotations
+
+import os
+
+from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
+from NodeGraphQt.qgraphics.node_base import NodeItem
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+
+from runtime.asset import (
+    Asset,
+    ClassifyAttributes,
+    ClassifyIntent,
+    GeneratingNode,
+    NodeBase,
+    Retrieve,
+    Summarize,
+    ToolCall,
+)
+
+# Category -> (node types, colour). The palette lists categories in this order.
+CATEGORIES: dict[str, tuple[tuple[str, ...], tuple[int, int, int]]] = {
+    "Reply": (("GenerateAndSpeak", "Generate"), (38, 98, 140)),
+    "Tools": (("ToolCall",), (150, 95, 30)),
+    "Classify": (("ClassifyIntent", "ClassifyAttributes"), (104, 66, 140)),
+    "Memory": (("Retrieve", "Summarize"), (34, 118, 100)),
+}
+TERMINAL_COLOURS = {"start": (46, 125, 60), "end": (120, 48, 48)}
+START_BORDER = (90, 220, 110, 255)
+SEVERITY_COLOURS = {"error": (230, 70, 60), "warning": (235, 170, 40)}
+
+# Human names for node types (palette, Tab search, properties header).
+TYPE_LABELS = {
+    "Generate": "Generate",
+    "GenerateAndSpeak": "Generate and Speak",
+    "ToolCall": "Tool Call",
+    "Summarize": "Summarize",
+    "ClassifyIntent": "Classify Intent (LLM)",
+    "ClassifyAttributes": "Classify Attributes (LLM)",
+    "Retrieve": "Retrieve",
+}
+TYPE_HELP = {
+    "Generate": "Generates text with a model; the output goes to a slot or the next node, not to the player.",
+    "GenerateAndSpeak": "Generates the character's reply to the player.",
+    "ToolCall": "Lets the model call one of the declared tools, constrained to its JSON schema.",
+    "Summarize": "Folds older turns into a rolling summary so long conversations keep their thread.",
+    "ClassifyIntent": "Picks one of the listed intents for the player's line and branches on it.",
+    "ClassifyAttributes": "Fills attribute slots, each with one of its allowed values.",
+    "Retrieve": "Finds the knowledge entries that best match the line and puts them in a slot.",
+}
+INPUT_PORT = "in"
+START_PORT = "start"
+
+
+def category_of(type_name: str) -> str:
+    for name, (types, _colour) in CATEGORIES.items():
+        if type_name in types:
+            return name
+    raise KeyError(type_name)
+
+
+def colour_of(type_name: str) -> tuple[int, int, int]:
+    return CATEGORIES[category_of(type_name)][1]
+
+
+def port_label(port: str) -> str:
+    """The text shown beside an exit port."""
+    if port == "default_exit":
+        return "next"
+    if port == "fallback_exit":
+        return "fallback"
+    if port.startswith("intent:"):
+        return port.split(":", 1)[1]
+    return port
+
+
+def _model_label(node: NodeBase, asset: Asset) -> str:
+    own = getattr(node, "model_name", "")
+    if own:
+        return _short(os.path.basename(own))
+    if asset.default_model:
+        return f"{_short(os.path.basename(asset.default_model), 22)} (agent)"
+    return "no model"
+
+
+def _short(text: str, limit: int = 30) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _ctx(node: NodeBase) -> str:
+    size = getattr(node, "context_size", 0)
+    return f"ctx {size}" if size else "ctx model"
+
+
+def summary_lines(node: NodeBase, asset: Asset) -> list[str]:
+    """The key settings painted on the node, a few short lines."""
+    if isinstance(node, GeneratingNode):
+        lines = [_model_label(node, asset), f"{_ctx(node)} \u00b7 max {node.max_tokens} tok",
+                 f"history {node.history_role} \u00b7 {node.history_mode}"]
+        if isinstance(node, ToolCall):
+            lines.append(f"{len(node.tools)} tool{'s' if len(node.tools) != 1 else ''} \u00b7 {node.disposition}")
+        return lines
+    if isinstance(node, Summarize):
+        trigger = f"fold at {node.trigger_tokens} tok" if node.trigger_tokens else f"fold every {node.trigger_turns} turns"
+        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 summary \u2264{node.max_summary_tokens}", trigger]
+    if isinstance(node, ClassifyIntent):
+        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 slot {node.slot}"]
+    if isinstance(node, ClassifyAttributes):
+        count = len(node.attributes)
+        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 {count} attribute{'s' if count != 1 else ''}"]
+    if isinstance(node, Retrieve):
+        source = _short(node.source_file, 24) if node.source_file else f"{len(node.entries)} entries"
+        return [f"top {node.top_k} \u00b7 {source}", "embeddings" if node.embedding_model else "BM25"]
+    return []
+
+
+_SUMMARY_FONT = QFont()
+_SUMMARY_FONT.setPointSizeF(7.5)
+_SUMMARY_LINE = 13.0
+_SUMMARY_PAD = 6.0
+
+
+class AssetNodeItem(NodeItem):
+    """A node item that also paints a settings summary, the start mark and problem marks."""
+
+    def __init__(self, name: str = "node", parent=None) -> None:
+        super().__init__(name, parent)
+        self.summary: list[str] = []
+        self.is_start = False
+        self.problem_severity: str | None = None
+        self._icon_item.setVisible(False)
+        self.setCacheMode(NodeItem.CacheMode.DeviceCoordinateCache)
+
+    @NodeItem.layout_direction.setter
+    def layout_direction(self, value: int = 0) -> None:
+        # NodeItem lays the node out again here; before the node is in a scene that
+        # work is thrown away (post_init lays it out), and it is a third of opening a file.
+        AbstractNodeItem.layout_direction.fset(self, value)
+        if self.scene() is not None:
+            self.draw_node()
+
+    def _summary_size(self) -> tuple[float, float]:
+        if not self.summary:
+            return 0.0, 0.0
+        metrics = QFontMetricsF(_SUMMARY_FONT)
+        width = max(metrics.horizontalAdvance(line) for line in self.summary) + 2 * _SUMMARY_PAD + 8
+        return width, len(self.summary) * _SUMMARY_LINE + _SUMMARY_PAD
+
+    def _calc_size_horizontal(self):
+        width, height = super()._calc_size_horizontal()
+        extra_w, extra_h = self._summary_size()
+        # The title is centred, so leave room for the problem badge on its right.
+        title_w = self._text_item.boundingRect().width() + 40
+        return max(width, extra_w, title_w), height + extra_h
+
+    def _align_icon_horizontal(self, h_offset, v_offset):
+        pass  # no icon: the colour says the category
+
+    def paint(self, painter: QPainter, option, widget) -> None:
+        if self.scene() is None or self.scene().viewer() is None:
+            return  # being removed: NodeGraphQt's paint needs the viewer
+        super().paint(painter, option, widget)
+        rect = self.boundingRect()
+        painter.save()
+        if self.summary and not self._proxy_mode:  # too small to read when zoomed far out
+            _w, h = self._summary_size()
+            area = QRectF(rect.left() + 4, rect.bottom() - h - 2, rect.width() - 8, h)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(0, 0, 0, 60))
+            painter.drawRoundedRect(area, 3, 3)
+            painter.setFont(_SUMMARY_FONT)
+            painter.setPen(QColor(225, 225, 225, 220))
+            y = area.top() + _SUMMARY_PAD / 2
+            for line in self.summary:
+                painter.drawText(QRectF(area.left() + _SUMMARY_PAD, y, area.width() - 2 * _SUMMARY_PAD, _SUMMARY_LINE),
+                                 Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, line)
+                y += _SUMMARY_LINE
+        if self.is_start:
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(QPen(QColor(*START_BORDER), 2.0))
+            painter.drawRoundedRect(rect.adjusted(1, 1, -1, -1), 4, 4)
+        if self.problem_severity:
+            colour = QColor(*SEVERITY_COLOURS[self.problem_severity])
+            painter.setPen(QPen(colour, 2.0))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(rect.adjusted(0.5, 0.5, -0.5, -0.5), 4, 4)
+            badge = QRectF(rect.right() - 20, rect.top() + 3, 15, 15)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(colour)
+            painter.drawEllipse(badge)
+            painter.setPen(QColor(20, 20, 20))
+            font = QFont()
+            font.setBold(True)
+            font.setPointSizeF(8)
+            painter.setFont(font)
+            painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "!")
+        painter.restore()
+
+
+class TerminalItem(NodeItem):
+    """The START and END terminals: canvas-only nodes with a single port."""
+
+    def __init__(self, name: str = "terminal", parent=None) -> None:
+        super().__init__(name, parent)
+        self._icon_item.setVisible(False)
+
+    def _align_icon_horizontal(self, h_offset, v_offset):
+        pass
+
+    def paint(self, painter: QPainter, option, widget) -> None:
+        if self.scene() is not None and self.scene().viewer() is not None:
+            super().paint(painter, option, widget)
+
+    def _calc_size_horizontal(self):
+        width, height = super()._calc_size_horizontal()
+        return max(width, 90.0), height
+
+
+def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
+    """Bring a canvas item up to date with its asset node (title, colour, summary, start mark)."""
+    changed = False
+    title = node.display_title
+    if item.name != title:
+        item.name = title
+        changed = True
+    colour = (*colour_of(node.type), 255)
+    if tuple(item.color) != colour:
+        item.color = colour
+        item.border_color = tuple(min(255, c + 40) for c in colour[:3]) + (255,)
+    summary = summary_lines(node, asset)
+    if summary != item.summary:
+        item.summary = summary
+        changed = True
+    is_start = asset.start_node == node.id
+    if is_start != item.is_start:
+        item.is_start = is_start
+        item.update()
+    if changed and item.scene() is not None:
+        item.draw_node()
+    item.update()

@@ -1,0 +1,51 @@
+"""The Problems dock: every error and warning in the asset; clicking one shows where it is."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
+
+from editor.node_appearance import SEVERITY_COLOURS
+from runtime.problems import Problem
+
+
+class ProblemsDock(QDockWidget):
+    problem_activated = Signal(str, str)  # node id, field
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Problems", parent)
+        self.setObjectName("ProblemsDock")
+        self.tree = QTreeWidget(self)
+        self.tree.setRootIsDecorated(False)
+        self.tree.setHeaderLabels(["", "Where", "Problem"])
+        self.tree.setColumnWidth(0, 70)
+        self.tree.setColumnWidth(1, 200)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.itemActivated.connect(self._activated)
+        self.tree.itemClicked.connect(self._activated)
+        self.setWidget(self.tree)
+        self.problems: list[Problem] = []
+
+    def set_problems(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        self.tree.clear()
+        for problem in self.problems:
+            where = ".".join(p for p in (problem.node_id, problem.field) if p) or (
+                f"line {problem.line}" if problem.line else "agent")
+            item = QTreeWidgetItem([problem.severity, where, problem.message])
+            item.setForeground(0, QBrush(QColor(*SEVERITY_COLOURS[problem.severity])))
+            item.setToolTip(2, f"{problem}")
+            item.setData(0, Qt.ItemDataRole.UserRole, (problem.node_id, problem.field))
+            self.tree.addTopLevelItem(item)
+        errors = sum(p.severity == "error" for p in self.problems)
+        warnings = len(self.problems) - errors
+        self.setWindowTitle(f"Problems ({errors} error{'s' if errors != 1 else ''}, "
+                            f"{warnings} warning{'s' if warnings != 1 else ''})" if self.problems else "Problems")
+
+    def _activated(self, item: QTreeWidgetItem) -> None:
+        node_id, field = item.data(0, Qt.ItemDataRole.UserRole)
+        self.problem_activated.emit(node_id, field)
+
+    def activate_row(self, row: int) -> None:
+        self._activated(self.tree.topLevelItem(row))

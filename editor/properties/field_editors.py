@@ -1,0 +1,545 @@
+"""Typed editors for pydantic fields, chosen from each field's type and constraints.
+
+``ModelForm`` builds one editor per field of a pydantic model, grouped by the
+field's ``json_schema_extra["group"]``, with the description as tooltip and the
+default and range added to it. Every editor emits ``edited(value, merge)``;
+``merge`` says the edit continues the previous one (typing, spinning), so the
+undo stack can fold it into one step. Editors never change the document: the
+dock turns their edits into commands.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from editor.properties.mustache import MustacheHighlighter
+
+GROUP_ORDER = ["General", "Prompt", "Model", "Sampling", "History", "Tools", "Intents", "Attributes",
+               "Knowledge", "Folding", "Exits", "Layout"]
+EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")
+FILE_FIELDS = {"model_name": "Models (*.gguf)", "default_model": "Models (*.gguf)",
+               "embedding_model": "Models (*.gguf)", "source_file": "Knowledge (*.jsonl *.txt)"}
+INT_MAX = 2_147_483_647
+
+# Choices for exit combos: (label, value) pairs, '' is END. The dock provides it.
+ExitChoices = Callable[[], list[tuple[str, str]]]
+
+
+def field_label(name: str) -> str:
+    return name.replace("_", " ").title().replace("Id", "ID").replace("Json", "JSON")
+
+
+def field_group(info: FieldInfo) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("group", "General"))
+
+
+def field_flag(info: FieldInfo, flag: str) -> bool:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return bool(extra.get(flag, False))
+
+
+def bounds(info: FieldInfo) -> dict[str, float]:
+    """ge/gt/le/lt constraints of a field."""
+    out: dict[str, float] = {}
+    for meta in info.metadata:
+        for key in ("ge", "gt", "le", "lt"):
+            value = getattr(meta, key, None)
+            if value is not None:
+                out[key] = value
+    return out
+
+
+def tooltip(name: str, info: FieldInfo) -> str:
+    parts = [f"<b>{field_label(name)}</b>"]
+    if info.description:
+        parts.append(info.description)
+    limits = bounds(info)
+    if limits:
+        text = []
+        if "ge" in limits:
+            text.append(f"at least {limits['ge']}")
+        if "gt" in limits:
+            text.append(f"above {limits['gt']}")
+        if "le" in limits:
+            text.append(f"at most {limits['le']}")
+        if "lt" in limits:
+            text.append(f"below {limits['lt']}")
+        parts.append("Range: " + ", ".join(text) + ".")
+    if not info.is_required():
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, str) and len(default) > 60:
+            default = default[:57] + "..."
+        parts.append(f"Default: {json.dumps(default) if not isinstance(default, str) else repr(default)}")
+    return "<br/>".join(parts)
+
+
+class FieldEditor(QWidget):
+    """Base of every field editor."""
+
+    edited = Signal(object, bool)  # value, merge with the previous edit
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(2)
+        self._error = QLabel(self)
+        self._error.setObjectName("fieldError")
+        self._error.setWordWrap(True)
+        self._error.setStyleSheet("color: #f14c4c;")
+        self._error.hide()
+
+    def _finish(self, widget: QWidget) -> None:
+        self._layout.addWidget(widget)
+        self._layout.addWidget(self._error)
+        self.focus_widget = widget
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def set_value(self, value: Any) -> None:
+        """Show ``value`` without emitting ``edited``."""
+        raise NotImplementedError
+
+    def set_error(self, message: str) -> None:
+        self._error.setText(message)
+        self._error.setVisible(bool(message))
+
+    @property
+    def error(self) -> str:
+        return self._error.text()
+
+    def set_read_only(self, read_only: bool) -> None:
+        self.setEnabled(not read_only)
+
+
+class LineEditor(FieldEditor):
+    def __init__(self, file_filter: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.line = QLineEdit(self)
+        self.line.editingFinished.connect(self._commit)
+        if file_filter:
+            row = QWidget(self)
+            layout = QHBoxLayout(row)
+            layout.setContentsMargins(0, 0, 0, 0)
+            layout.addWidget(self.line)
+            browse = QToolButton(row)
+            browse.setText("\u2026")
+            browse.setToolTip("Choose a file")
+            browse.clicked.connect(lambda: self._browse(file_filter))
+            layout.addWidget(browse)
+            self._finish(row)
+            self.focus_widget = self.line
+        else:
+            self._finish(self.line)
+        self._shown = ""
+
+    def _browse(self, file_filter: str) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a file", "", file_filter)
+        if path:
+            self.line.setText(path)
+            self._commit()
+
+    def _commit(self) -> None:
+        if self.line.text() != self._shown:
+            self._shown = self.line.text()
+            self.edited.emit(self.line.text(), False)
+
+    def value(self) -> str:
+        return self.line.text()
+
+    def set_value(self, value: Any) -> None:
+        self._shown = "" if value is None else str(value)
+        if self.line.text() != self._shown:
+            self.line.setText(self._shown)
+
+
+class TextEditor(FieldEditor):
+    """Multi-line text; with ``mustache`` the tags are highlighted."""
+
+    def __init__(self, mustache: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text = QPlainTextEdit(self)
+        self.text.setTabChangesFocus(True)
+        self.text.setMinimumHeight(90)
+        self.text.setMaximumHeight(200)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        if mustache:
+            self.highlighter = MustacheHighlighter(self.text.document())
+            self.text.setPlaceholderText("Mustache: {{vars.NAME}}, {{slots.NAME}}, {{#knowledge}}{{text}}{{/knowledge}}")
+        self.text.textChanged.connect(lambda: self.edited.emit(self.text.toPlainText(), True))
+        self._finish(self.text)
+
+    def value(self) -> str:
+        return self.text.toPlainText()
+
+    def set_value(self, value: Any) -> None:
+        if self.text.toPlainText() != (value or ""):
+            with QSignalBlocker(self.text):
+                self.text.setPlainText(value or "")
+
+
+class LinesEditor(TextEditor):
+    """A list of strings, one a line (an attribute's allowed values)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(False, parent)
+        self.text.setMinimumHeight(60)
+        self.text.setPlaceholderText("One value a line")
+        self.text.textChanged.disconnect()
+        self.text.textChanged.connect(lambda: self.edited.emit(self.value(), True))
+
+    def value(self) -> list[str]:
+        return [line for line in self.text.toPlainText().split("\n") if line.strip()]
+
+    def set_value(self, value: Any) -> None:
+        if self.value() != list(value or []):
+            with QSignalBlocker(self.text):
+                self.text.setPlainText("\n".join(value or []))
+
+
+class JsonEditor(FieldEditor):
+    """A JSON value; text that does not parse is kept and the error shown, nothing is lost."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text = QPlainTextEdit(self)
+        self.text.setTabChangesFocus(True)
+        self.text.setMinimumHeight(70)
+        self.text.setMaximumHeight(220)
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.text.textChanged.connect(self._parse)
+        self._value: Any = None
+        self._finish(self.text)
+
+    def _parse(self) -> None:
+        try:
+            value = json.loads(self.text.toPlainText() or "null")
+        except json.JSONDecodeError as exc:
+            self.set_error(f"JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}")
+            return
+        self.set_error("")
+        self._value = value
+        self.edited.emit(value, True)
+
+    def value(self) -> Any:
+        return self._value
+
+    def set_value(self, value: Any) -> None:
+        self._value = value
+        try:
+            current = json.loads(self.text.toPlainText() or "null")
+        except json.JSONDecodeError:
+            current = object()
+        if current != value:
+            with QSignalBlocker(self.text):
+                self.text.setPlainText(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+class IntEditor(FieldEditor):
+    def __init__(self, info: FieldInfo, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.spin = QSpinBox(self)
+        limits = bounds(info)
+        low = limits.get("ge", limits.get("gt", -INT_MAX - 1) + 1 if "gt" in limits else -INT_MAX - 1)
+        high = limits.get("le", limits.get("lt", INT_MAX + 1) - 1 if "lt" in limits else INT_MAX)
+        self.static_range = (int(low), int(min(high, INT_MAX)))
+        self.spin.setRange(*self.static_range)
+        self.spin.setKeyboardTracking(False)
+        self.spin.setAccelerated(True)
+        self.spin.valueChanged.connect(lambda v: self.edited.emit(int(v), True))
+        self._finish(self.spin)
+
+    def set_maximum(self, maximum: int | None) -> None:
+        """Narrow the range for a constraint between fields (max tokens below context size)."""
+        top = self.static_range[1] if maximum is None else max(self.static_range[0], min(maximum, self.static_range[1]))
+        with QSignalBlocker(self.spin):
+            self.spin.setMaximum(top)
+
+    def value(self) -> int:
+        return self.spin.value()
+
+    def set_value(self, value: Any) -> None:
+        if self.spin.value() != value:
+            with QSignalBlocker(self.spin):
+                if value > self.spin.maximum():
+                    self.spin.setMaximum(min(int(value), INT_MAX))
+                self.spin.setValue(int(value))
+
+
+class FloatEditor(FieldEditor):
+    def __init__(self, info: FieldInfo, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.spin = QDoubleSpinBox(self)
+        limits = bounds(info)
+        self.spin.setDecimals(2)
+        self.spin.setSingleStep(0.05)
+        low = limits.get("ge", limits.get("gt", -1e9))
+        if "gt" in limits:
+            low = limits["gt"] + 0.01
+        high = limits.get("le", limits.get("lt", 1e9))
+        self.spin.setRange(low, high)
+        self.spin.setKeyboardTracking(False)
+        self.spin.valueChanged.connect(lambda v: self.edited.emit(round(float(v), 4), True))
+        self._finish(self.spin)
+
+    def value(self) -> float:
+        return round(self.spin.value(), 4)
+
+    def set_value(self, value: Any) -> None:
+        if abs(self.spin.value() - float(value)) > 1e-9:
+            with QSignalBlocker(self.spin):
+                self.spin.setValue(float(value))
+
+
+class BoolEditor(FieldEditor):
+    def __init__(self, label: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.check = QCheckBox(label, self)
+        self.check.toggled.connect(lambda v: self.edited.emit(bool(v), False))
+        self._finish(self.check)
+
+    def value(self) -> bool:
+        return self.check.isChecked()
+
+    def set_value(self, value: Any) -> None:
+        if self.check.isChecked() != bool(value):
+            with QSignalBlocker(self.check):
+                self.check.setChecked(bool(value))
+
+
+class ChoiceEditor(FieldEditor):
+    """A combo box over fixed choices (a Literal) or choices computed when shown (exits)."""
+
+    def __init__(self, choices: list[tuple[str, Any]] | Callable[[], list[tuple[str, Any]]],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.combo = QComboBox(self)
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self._choices = choices
+        self._value: Any = None
+        self.combo.activated.connect(self._picked)
+        self._finish(self.combo)
+        self.refresh_choices()
+
+    def refresh_choices(self) -> None:
+        choices = self._choices() if callable(self._choices) else self._choices
+        with QSignalBlocker(self.combo):
+            self.combo.clear()
+            for label, value in choices:
+                self.combo.addItem(label, value)
+            self._select(self._value)
+
+    def _select(self, value: Any) -> None:
+        index = self.combo.findData(value)
+        if index < 0 and value is not None:
+            # A value that is not a choice (an exit naming a missing node): show it, lose nothing.
+            self.combo.addItem(f"{value} (missing)", value)
+            index = self.combo.count() - 1
+        self.combo.setCurrentIndex(index)
+
+    def _picked(self, index: int) -> None:
+        value = self.combo.itemData(index)
+        if value != self._value:
+            self._value = value
+            self.edited.emit(value, False)
+
+    def value(self) -> Any:
+        return self._value
+
+    def set_value(self, value: Any) -> None:
+        self._value = value
+        if self.combo.currentData() != value or self.combo.currentIndex() < 0:
+            with QSignalBlocker(self.combo):
+                self._select(value)
+
+
+class OptionalTextEditor(FieldEditor):
+    """Text that may be null (a tool's mock result: null asks the designer)."""
+
+    def __init__(self, none_label: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        box = QWidget(self)
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.check = QCheckBox(none_label, box)
+        self.text = QPlainTextEdit(box)
+        self.text.setTabChangesFocus(True)
+        self.text.setMaximumHeight(90)
+        layout.addWidget(self.check)
+        layout.addWidget(self.text)
+        self.check.toggled.connect(self._toggled)
+        self.text.textChanged.connect(lambda: self.edited.emit(self.text.toPlainText(), True))
+        self._finish(box)
+
+    def _toggled(self, is_none: bool) -> None:
+        self.text.setEnabled(not is_none)
+        self.edited.emit(None if is_none else self.text.toPlainText(), False)
+
+    def value(self) -> str | None:
+        return None if self.check.isChecked() else self.text.toPlainText()
+
+    def set_value(self, value: Any) -> None:
+        with QSignalBlocker(self.check), QSignalBlocker(self.text):
+            self.check.setChecked(value is None)
+            self.text.setEnabled(value is not None)
+            if value is not None and self.text.toPlainText() != value:
+                self.text.setPlainText(value)
+
+
+class PositionEditor(FieldEditor):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QWidget(self)
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.x = QDoubleSpinBox(row)
+        self.y = QDoubleSpinBox(row)
+        for spin, prefix in ((self.x, "x "), (self.y, "y ")):
+            spin.setRange(-1e6, 1e6)
+            spin.setDecimals(0)
+            spin.setPrefix(prefix)
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(lambda _v: self.edited.emit(self.value(), True))
+            layout.addWidget(spin)
+        self._finish(row)
+
+    def value(self) -> tuple[float, float]:
+        return (float(self.x.value()), float(self.y.value()))
+
+    def set_value(self, value: Any) -> None:
+        with QSignalBlocker(self.x), QSignalBlocker(self.y):
+            self.x.setValue(float(value[0]))
+            self.y.setValue(float(value[1]))
+
+
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    if typing.get_origin(annotation) is list:
+        (arg,) = typing.get_args(annotation) or (None,)
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None) -> FieldEditor:
+    """The editor for one field, chosen from its name, type, constraints and flags."""
+    annotation = info.annotation
+    origin = typing.get_origin(annotation)
+    if name in EXIT_FIELDS and exit_choices is not None:
+        return ChoiceEditor(exit_choices)
+    if annotation is bool:
+        return BoolEditor(field_label(name))
+    if annotation is int:
+        return IntEditor(info)
+    if annotation is float:
+        return FloatEditor(info)
+    if origin is Literal:
+        return ChoiceEditor([(str(v), v) for v in typing.get_args(annotation)])
+    if annotation is str:
+        if field_flag(info, "multiline"):
+            return TextEditor(field_flag(info, "mustache"))
+        return LineEditor(FILE_FIELDS.get(name, ""))
+    if origin is tuple:
+        return PositionEditor()
+    item_model = _list_item_model(annotation)
+    if item_model is not None:
+        from editor.properties.list_editor import ModelListEditor
+
+        return ModelListEditor(item_model, exit_choices)
+    if origin is list:
+        return LinesEditor()
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if args == [str]:
+            return OptionalTextEditor("Ask the designer when a test conversation calls it")
+    return JsonEditor()
+
+
+class ModelForm(QWidget):
+    """Editors for the fields of a pydantic model, grouped into sections."""
+
+    field_edited = Signal(str, object, bool)  # field, value, merge
+
+    def __init__(self, model: type[BaseModel], exit_choices: ExitChoices | None = None,
+                 exclude: tuple[str, ...] = (), grouped: bool = True, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.editors: dict[str, FieldEditor] = {}
+        self.sections: dict[str, QGroupBox] = {}
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        fields = [(n, f) for n, f in model.model_fields.items() if n not in exclude and n != "type"]
+        groups: dict[str, list[tuple[str, FieldInfo]]] = {}
+        for name, info in fields:
+            groups.setdefault(field_group(info) if grouped else "", []).append((name, info))
+        order = sorted(groups, key=lambda g: GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER))
+        for group in order:
+            if grouped:
+                box = QGroupBox(group, self)
+                self.sections[group] = box
+                form = QFormLayout(box)
+                layout.addWidget(box)
+            else:
+                holder = QWidget(self)
+                form = QFormLayout(holder)
+                form.setContentsMargins(0, 0, 0, 0)
+                layout.addWidget(holder)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+            for name, info in groups[group]:
+                editor = make_editor(name, info, exit_choices)
+                editor.setObjectName(f"field:{name}")
+                editor.setToolTip(tooltip(name, info))
+                editor.edited.connect(lambda value, merge, n=name: self.field_edited.emit(n, value, merge))
+                self.editors[name] = editor
+                if isinstance(editor, BoolEditor):
+                    form.addRow("", editor)
+                else:
+                    label = QLabel(field_label(name), self)
+                    label.setToolTip(editor.toolTip())
+                    if isinstance(editor, (TextEditor, JsonEditor)) or _list_item_model(info.annotation):
+                        form.addRow(label)
+                        form.addRow(editor)
+                    else:
+                        form.addRow(label, editor)
+        layout.addStretch(1)
+
+    def set_values(self, values: dict[str, Any] | BaseModel) -> None:
+        for name, editor in self.editors.items():
+            value = getattr(values, name) if isinstance(values, BaseModel) else values.get(name)
+            editor.set_value(value)
+
+    def refresh_choices(self) -> None:
+        for editor in self.editors.values():
+            if isinstance(editor, ChoiceEditor) and callable(editor._choices):
+                editor.refresh_choices()
+            refresh = getattr(editor, "refresh_choices", None)
+            if refresh is not None and not isinstance(editor, ChoiceEditor):
+                refresh()
+

@@ -1,0 +1,286 @@
+"""The Properties dock: the selected node's settings, or the agent's when nothing is selected.
+
+Edits become undo commands; a value the model refuses is kept in its editor with
+the reason under it (and in the Problems dock), and the asset is left unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from editor.commands import RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.document import Document, FieldRejected
+from editor.node_appearance import TYPE_HELP, TYPE_LABELS, colour_of
+from editor.properties.field_editors import FieldEditor, IntEditor, ModelForm
+from runtime.asset import END, NODE_TYPES, Asset, GeneratingNode, Summarize
+from runtime.problems import Problem
+
+AGENT_EXCLUDE = ("version", "nodes")
+
+
+class PropertiesDock(QDockWidget):
+    """Shows one form at a time: a node's, several nodes' count, or the agent's."""
+
+    input_problems_changed = Signal(list)  # Problems for values the model refused
+
+    def __init__(self, document: Document, parent: QWidget | None = None) -> None:
+        super().__init__("Properties", parent)
+        self.setObjectName("PropertiesDock")
+        self.document = document
+        self.node_id: str | None = None
+        self._forms: dict[str, ModelForm] = {}
+        self._rejected: dict[tuple[str, str], Problem] = {}
+
+        body = QWidget(self)
+        self._layout = QVBoxLayout(body)
+        self.header = QLabel(body)
+        self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self._layout.addWidget(self.header)
+        self.scroll = QScrollArea(body)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self._layout.addWidget(self.scroll)
+        self.setWidget(body)
+
+        document.node_changed.connect(self._on_node_changed)
+        document.node_renamed.connect(self._on_node_renamed)
+        document.node_removed.connect(self._on_node_removed)
+        document.node_added.connect(lambda _id: self._refresh_choices())
+        document.node_moved.connect(self._on_node_moved)
+        document.agent_changed.connect(self._on_agent_changed)
+        document.reset.connect(lambda: self.show_selection([]))
+        self.show_selection([])
+
+    # --- which form -----------------------------------------------------------------------
+
+    @property
+    def form(self) -> ModelForm | None:
+        widget = self.scroll.widget()
+        return widget if isinstance(widget, ModelForm) else None
+
+    def show_selection(self, node_ids: list[str]) -> None:
+        if len(node_ids) == 1 and self.document.has_node(node_ids[0]):
+            self._show_node(node_ids[0])
+        elif node_ids:
+            self.node_id = None
+            self.header.setText(f"<b>{len(node_ids)} nodes selected</b><br/>Select one node to edit it.")
+            self._set_form(None)
+        else:
+            self._show_agent()
+
+    def _form_for(self, key: str) -> ModelForm:
+        # One form per node type, built once: building a form costs more than filling it.
+        form = self._forms.get(key)
+        if form is None:
+            if key == "@agent":
+                form = ModelForm(Asset, self._start_choices, exclude=AGENT_EXCLUDE)
+                form.field_edited.connect(self._agent_edited)
+            else:
+                form = ModelForm(NODE_TYPES[key], self._exit_choices)
+                form.field_edited.connect(self._node_edited)
+            self._forms[key] = form
+        return form
+
+    def _set_form(self, form: ModelForm | None) -> None:
+        current = self.scroll.widget()
+        if current is form and form is not None:
+            return
+        if current is not None:
+            self.scroll.takeWidget()
+            current.hide()
+        if form is not None:
+            self.scroll.setWidget(form)
+            form.show()
+        else:
+            self.scroll.setWidget(QWidget())
+
+    def _show_node(self, node_id: str) -> None:
+        node = self.document.node(node_id)
+        self.node_id = node_id
+        r, g, b = colour_of(node.type)
+        self.header.setText(
+            f"<span style='color: rgb({min(255, r + 90)},{min(255, g + 90)},{min(255, b + 90)})'>\u25a0</span> "
+            f"<b>{TYPE_LABELS[node.type]}</b> &nbsp;<span style='color:gray'>{node_id}</span><br/>"
+            f"<span style='color:gray'>{TYPE_HELP[node.type]}</span>"
+        )
+        form = self._form_for(node.type)
+        self._fill_node_form(form, node_id)
+        self._set_form(form)
+
+    def _show_agent(self) -> None:
+        self.node_id = None
+        self.header.setText("<b>Agent</b><br/><span style='color:gray'>Settings of the whole agent. "
+                            "Select a node to edit it.</span>")
+        form = self._form_for("@agent")
+        form.refresh_choices()
+        with _Quiet(form):
+            form.set_values(self.document.asset)
+        self._show_errors(form, "")
+        self._set_form(form)
+
+    def _fill_node_form(self, form: ModelForm, node_id: str) -> None:
+        node = self.document.node(node_id)
+        form.refresh_choices()
+        with _Quiet(form):
+            form.set_values(node)
+        self._apply_limits(form, node)
+        self._show_errors(form, node_id)
+
+    def _apply_limits(self, form: ModelForm, node: Any) -> None:
+        """Constraints between fields, as narrowed spin box ranges."""
+        if isinstance(node, GeneratingNode):
+            editor = form.editors["max_tokens"]
+            assert isinstance(editor, IntEditor)
+            editor.set_maximum(node.context_size - 1 if node.context_size else None)
+        if isinstance(node, Summarize):
+            editor = form.editors["max_summary_tokens"]
+            assert isinstance(editor, IntEditor)
+            editor.set_maximum(node.context_size - 64 if node.context_size else None)
+
+    def _show_errors(self, form: ModelForm, node_id: str) -> None:
+        for name, editor in form.editors.items():
+            problem = self._rejected.get((node_id, name))
+            editor.set_error(problem.message if problem else "")
+
+    # --- choices --------------------------------------------------------------------------
+
+    def _exit_choices(self) -> list[tuple[str, str]]:
+        return [("END (ends the turn)", END)] + [
+            (f"{n.display_title} ({n.id})" if n.title else n.id, n.id) for n in self.document.asset.nodes
+        ]
+
+    def _start_choices(self) -> list[tuple[str, str]]:
+        return [("(none)", "")] + [
+            (f"{n.display_title} ({n.id})" if n.title else n.id, n.id) for n in self.document.asset.nodes
+        ]
+
+    def _refresh_choices(self) -> None:
+        form = self.form
+        if form is not None:
+            form.refresh_choices()
+
+    # --- edits -> commands ----------------------------------------------------------------
+
+    def _node_edited(self, field: str, value: Any, merge: bool) -> None:
+        node_id = self.node_id
+        if node_id is None:
+            return
+        doc = self.document
+        try:
+            doc.check_node_field(node_id, field, value)
+        except FieldRejected as exc:
+            self._reject(node_id, field, exc.message)
+            return
+        self._accept(node_id, field)
+        old = getattr(doc.node(node_id), field)
+        if old == value:
+            return
+        if field == "id":
+            doc.push(RenameNodeCommand(doc, node_id, value))
+        else:
+            doc.push(SetNodeFieldCommand(doc, node_id, field, old, value, merge=merge))
+
+    def _agent_edited(self, field: str, value: Any, merge: bool) -> None:
+        doc = self.document
+        try:
+            doc.check_agent_field(field, value)
+        except FieldRejected as exc:
+            self._reject("", field, exc.message)
+            return
+        self._accept("", field)
+        old = getattr(doc.asset, field)
+        if old != value:
+            doc.push(SetAgentFieldCommand(doc, field, old, value, merge=merge))
+
+    def _reject(self, node_id: str, field: str, message: str) -> None:
+        self._rejected[(node_id, field)] = Problem("error", f"not applied: {message}", self.document.path,
+                                                   node_id=node_id, field=field)
+        form = self.form
+        if form is not None and field in form.editors:
+            form.editors[field].set_error(f"Not applied: {message}")
+        self.input_problems_changed.emit(list(self._rejected.values()))
+
+    def _accept(self, node_id: str, field: str) -> None:
+        if self._rejected.pop((node_id, field), None) is not None:
+            form = self.form
+            if form is not None and field in form.editors:
+                form.editors[field].set_error("")
+            self.input_problems_changed.emit(list(self._rejected.values()))
+
+    @property
+    def rejected(self) -> list[Problem]:
+        return list(self._rejected.values())
+
+    # --- following the document -----------------------------------------------------------
+
+    def _on_node_changed(self, node_id: str, _field: str) -> None:
+        if node_id == self.node_id and self.form is not None:
+            self._fill_node_form(self.form, node_id)
+        else:
+            self._refresh_choices()
+
+    def _on_node_moved(self, node_id: str) -> None:
+        if node_id == self.node_id and self.form is not None:
+            with _Quiet(self.form):
+                self.form.editors["position"].set_value(self.document.node(node_id).position)
+
+    def _on_node_renamed(self, old: str, new: str) -> None:
+        for key in [k for k in self._rejected if k[0] == old]:
+            self._rejected[(new, key[1])] = self._rejected.pop(key)
+        if self.node_id == old:
+            self._show_node(new)
+        else:
+            self._refresh_choices()
+
+    def _on_node_removed(self, node_id: str) -> None:
+        dropped = [k for k in self._rejected if k[0] == node_id]
+        for key in dropped:
+            del self._rejected[key]
+        if dropped:
+            self.input_problems_changed.emit(list(self._rejected.values()))
+        if node_id == self.node_id:
+            self.show_selection([])
+        else:
+            self._refresh_choices()
+
+    def _on_agent_changed(self, field: str) -> None:
+        if self.node_id is None and self.form is self._forms.get("@agent"):
+            with _Quiet(self.form):
+                self.form.set_values(self.document.asset)
+
+    # --- focus from the Problems dock -----------------------------------------------------
+
+    def focus_field(self, field: str) -> FieldEditor | None:
+        """Scroll to and focus the editor of ``field`` ('intents.0.exit' focuses Intents)."""
+        form = self.form
+        if form is None or not field:
+            return None
+        editor = form.editors.get(field.split(".", 1)[0])
+        if editor is None:
+            return None
+        self.raise_()
+        self.scroll.ensureWidgetVisible(editor)
+        target = getattr(editor, "focus_widget", editor)
+        target.setFocus(Qt.FocusReason.OtherFocusReason)
+        editor.setStyleSheet("QWidget#" + editor.objectName().replace(":", "\\:") + " { background: #3a3d41; }")
+        QTimer.singleShot(900, editor, lambda: editor.setStyleSheet(""))
+        return editor
+
+
+class _Quiet:
+    """Blocks a form's signals while the dock fills it, so filling is not an edit."""
+
+    def __init__(self, form: ModelForm) -> None:
+        self._blockers = [QSignalBlocker(form)] + [QSignalBlocker(e) for e in form.editors.values()]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        for blocker in self._blockers:
+            blocker.unblock()
+
