@@ -1,0 +1,1 @@
+"""The Conversation dock: talk to the graph on the sample model."""

@@ -1,0 +1,118 @@
+"""The chat transcript: player lines, each reply with the node that wrote it, tool calls inline,
+and summaries where they folded. Finished turns are drawn from the agent's dialog history;
+the running turn is appended piece by piece as tokens stream in."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QTextBrowser, QWidget
+
+from runtime.asset import Asset
+from runtime.history import Reply, SavedDialog, ToolExchange
+
+STYLE = """
+  .turn { color: #8a8a8a; font-size: small; }
+  .player { color: #e8e8e8; }
+  .who { color: #7fb2e5; font-weight: bold; }
+  .node { color: #d9a55b; font-weight: bold; }
+  .hidden { color: #8a8a8a; font-style: italic; }
+  .tool { color: #8fd18f; font-family: monospace; }
+  .summary { color: #c49be8; }
+  .live { color: #e8e8e8; }
+  .error { color: #ff8080; }
+"""
+
+
+def _e(text: str) -> str:
+    return html.escape(text).replace("\n", "<br/>")
+
+
+def node_label(asset: Asset | None, node_id: str) -> str:
+    """A node as the chat names it: its title and id (just the id when the node is gone)."""
+    if asset is not None:
+        try:
+            node = asset.node(node_id)
+        except KeyError:
+            return node_id
+        if node.title and node.title != node_id:
+            return f"{node.title} ({node_id})"
+    return node_id
+
+
+def tool_text(tool: str, arguments: dict) -> str:
+    return f"{tool}({json.dumps(arguments, ensure_ascii=False)})"
+
+
+def transcript_html(saved: SavedDialog, asset: Asset | None) -> str:
+    """The finished turns as HTML (summaries after the turn they fold through)."""
+    rows: list[str] = []
+    summaries = {}
+    for summary in saved.history.summaries:
+        summaries.setdefault(summary.covered_through, []).append(summary)
+    for index, turn in enumerate(saved.history.turns):
+        rows.append(f"<p><span class='turn'>turn {index}</span><br/>"
+                    f"<span class='who'>Player:</span> <span class='player'>{_e(turn.player)}</span></p>")
+        for entry in turn.entries:
+            if isinstance(entry, Reply):
+                hidden = "" if entry.replay else " <span class='hidden'>(hidden step: not replayed)</span>"
+                rows.append(f"<p><span class='node'>{_e(node_label(asset, entry.node))}:</span>{hidden} "
+                            f"{_e(entry.text)}</p>")
+            elif isinstance(entry, ToolExchange):
+                rows.append(f"<p class='tool'>\u2692 {_e(node_label(asset, entry.node))} called "
+                            f"{_e(tool_text(entry.tool, entry.arguments))} \u2192 {_e(entry.result)}</p>")
+        for summary in summaries.get(index, []):
+            by = f" by {_e(node_label(asset, summary.node))}" if summary.node else ""
+            rows.append(f"<p class='summary'>\u2261 Summary{by}: folded {summary.folded_turns} turn"
+                        f"{'s' if summary.folded_turns != 1 else ''} (through turn {summary.covered_through})<br/>"
+                        f"<i>{_e(summary.text)}</i></p>")
+    return "".join(rows)
+
+
+class ChatView(QTextBrowser):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.document().setDefaultStyleSheet(STYLE)
+        self.setPlaceholderText("Say something to the character below. Each reply shows the node that wrote it.")
+        self._streaming_node = ""
+
+    def show_history(self, saved: SavedDialog, asset: Asset | None) -> None:
+        self._streaming_node = ""
+        self.setHtml(transcript_html(saved, asset))
+        self._scroll_to_end()
+
+    def _append(self, html_text: str) -> None:
+        cursor = self.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if not self.document().isEmpty():
+            cursor.insertBlock()  # insertHtml would otherwise continue the last paragraph
+        cursor.insertHtml(html_text)
+        self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    # --- the running turn ------------------------------------------------------------------
+
+    def begin_turn(self, line: str) -> None:
+        self._append(f"<p><span class='who'>Player:</span> <span class='player'>{_e(line)}</span></p>")
+        self._streaming_node = ""
+
+    def begin_node(self, label: str) -> None:
+        self._append(f"<p><span class='node'>{_e(label)}:</span> </p>")
+        self._streaming_node = label
+
+    def stream(self, text: str) -> None:
+        cursor = self.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        plain = QTextCharFormat()
+        plain.setForeground(QColor("#e8e8e8"))
+        cursor.insertText(text, plain)
+        self._scroll_to_end()
+
+    def note(self, text: str, colour: str = "#8fd18f") -> None:
+        self._append(f"<p><span style='color:{colour}'>{_e(text)}</span></p>")

@@ -1,0 +1,336 @@
+"""The Conversation dock: a test conversation with the graph, on the embedded runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from editor.conversation.chat_view import ChatView, node_label, tool_text
+from editor.conversation.history_dialogs import HistoryEditor, VariablesDialog
+from editor.runtime_worker import LiveConversation, TurnRecord
+from runtime.asset import PLAYER_FACING_TYPES
+from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
+from runtime.history import HistoryError, SavedDialog, load_history
+
+HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
+
+
+def text_to_speech():
+    """Qt's text-to-speech engine, or None where the platform has none (PySide6-Addons or
+    its speech backend missing): then the dock simply has no voice."""
+    try:
+        from PySide6.QtTextToSpeech import QTextToSpeech
+    except ImportError:
+        return None
+    try:
+        if not QTextToSpeech.availableEngines():
+            return None
+        return QTextToSpeech()
+    except Exception:  # noqa: BLE001 - a broken speech backend must not stop the editor
+        return None
+
+
+class ConversationDock(QDockWidget):
+    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None) -> None:
+        super().__init__("Conversation", parent)
+        self.conversation = conversation
+        self.voice = text_to_speech()
+        self.spoken: list[str] = []  # sentences handed to the voice, newest last
+        body = QWidget(self)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(4, 4, 4, 4)
+
+        tools = QHBoxLayout()
+        self.new_button = self._tool_button("New", "Start a new conversation on the graph as it is now",
+                                            conversation.restart)
+        self.export_button = self._tool_button("Export\u2026", "Save the dialog history to a file",
+                                               self.export_dialog)
+        self.import_button = self._tool_button("Import\u2026", "Continue from a saved dialog history",
+                                               self.import_dialog)
+        self.edit_button = self._tool_button("Seed / edit\u2026", "Write or rewrite past turns", self.edit_history)
+        self.variables_button = self._tool_button("Variables\u2026", "Change the agent variables",
+                                                  self.edit_variables)
+        self.mute_button = QToolButton(self)
+        self.mute_button.setCheckable(True)
+        self.mute_button.setText("Mute")
+        if self.voice is None:
+            self.mute_button.setEnabled(False)
+            self.mute_button.setToolTip("No text-to-speech on this system (Qt TextToSpeech is not available): "
+                                        "GenerateAndSpeak replies are shown, not spoken")
+        else:
+            self.mute_button.setToolTip("Mute the voice of GenerateAndSpeak replies")
+        for w in (self.new_button, self.export_button, self.import_button, self.edit_button,
+                  self.variables_button):
+            tools.addWidget(w)
+        tools.addStretch(1)
+        tools.addWidget(self.mute_button)
+        layout.addLayout(tools)
+
+        self.banner = QFrame(self)
+        self.banner.setStyleSheet("QFrame { background: #4a3b1c; border-radius: 3px; }")
+        banner_layout = QHBoxLayout(self.banner)
+        banner_layout.setContentsMargins(6, 4, 6, 4)
+        self.banner_label = QLabel(self.banner)
+        self.banner_label.setWordWrap(True)
+        self.restart_button = QPushButton("Restart conversation", self.banner)
+        self.restart_button.clicked.connect(conversation.restart)
+        banner_layout.addWidget(self.banner_label, 1)
+        banner_layout.addWidget(self.restart_button)
+        self.banner.hide()
+        layout.addWidget(self.banner)
+
+        self.chat = ChatView(self)
+        layout.addWidget(self.chat, 1)
+
+        self.tool_panel = QFrame(self)
+        self.tool_panel.setStyleSheet("QFrame { background: #1f3a24; border-radius: 3px; }")
+        tool_layout = QHBoxLayout(self.tool_panel)
+        tool_layout.setContentsMargins(6, 4, 6, 4)
+        self.tool_label = QLabel(self.tool_panel)
+        self.tool_label.setWordWrap(True)
+        self.tool_result = QLineEdit(self.tool_panel)
+        self.tool_result.setPlaceholderText("The tool's result, as the game would return it")
+        self.tool_send = QPushButton("Send result", self.tool_panel)
+        self.tool_send.clicked.connect(self.send_tool_result)
+        self.tool_result.returnPressed.connect(self.send_tool_result)
+        tool_layout.addWidget(self.tool_label, 2)
+        tool_layout.addWidget(self.tool_result, 2)
+        tool_layout.addWidget(self.tool_send)
+        self.tool_panel.hide()
+        layout.addWidget(self.tool_panel)
+
+        status = QHBoxLayout()
+        self.progress = QProgressBar(self)
+        self.progress.setMaximumWidth(160)
+        self.progress.setTextVisible(False)
+        self.progress.hide()
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        status.addWidget(self.progress)
+        status.addWidget(self.status, 1)
+        layout.addLayout(status)
+
+        talk = QHBoxLayout()
+        self.line = QLineEdit(self)
+        self.line.setPlaceholderText("What the player says\u2026 (Enter to send)")
+        self.line.returnPressed.connect(self.send)
+        self.send_button = QPushButton("Send", self)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setEnabled(False)
+        self.stop_button.clicked.connect(conversation.stop)
+        talk.addWidget(self.line, 1)
+        talk.addWidget(self.send_button)
+        talk.addWidget(self.stop_button)
+        layout.addLayout(talk)
+        self.setWidget(body)
+
+        c = conversation
+        c.busy_changed.connect(self._busy)
+        c.loading.connect(self._loading)
+        c.event.connect(self._on_event)
+        c.turn_started.connect(self._turn_started)
+        c.turn_finished.connect(self._turn_finished)
+        c.turn_failed.connect(self._turn_failed)
+        c.history_changed.connect(self._show_history)
+        c.history_rejected.connect(self._history_rejected)
+        c.tool_needed.connect(self._tool_needed)
+        c.restart_offered.connect(self._offer_restart)
+        c.restarted.connect(self._restarted)
+
+    def _history_rejected(self, message: str) -> None:
+        self.show_error(f"Nothing changed: {message}")
+
+    def _restarted(self) -> None:
+        self._show_history(self.conversation.saved)
+        self.set_status("New conversation.")
+
+    def _tool_button(self, text: str, tip: str, slot) -> QToolButton:
+        button = QToolButton(self)
+        button.setText(text)
+        button.setToolTip(tip)
+        button.clicked.connect(lambda _c=False: slot())
+        return button
+
+    # --- talking ----------------------------------------------------------------------------
+
+    def send(self) -> None:
+        text = self.line.text().strip()
+        if text and self.conversation.say(text):
+            self.line.clear()
+
+    def send_tool_result(self) -> None:
+        self.conversation.answer_tool(self.tool_result.text())
+        self.chat.note(f"\u2192 result: {self.tool_result.text()}")
+        self.tool_result.clear()
+        self.tool_panel.hide()
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        self.status.setStyleSheet("color: #ff8080;" if error else "")
+        self.status.setText(text)
+
+    def show_error(self, text: str) -> None:
+        self.set_status(text, error=True)
+
+    @property
+    def asset(self):
+        return self.conversation.running_asset or self.conversation.document.asset
+
+    def _busy(self, busy: bool) -> None:
+        self.send_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+        for button in (self.export_button, self.import_button, self.edit_button, self.variables_button):
+            button.setEnabled(not busy)
+        if not busy:
+            self.progress.hide()
+            self.tool_panel.hide()
+            # The finished (or failed) turn is in the agent's history now: draw it from there.
+            self.chat.show_history(self.conversation.saved, self.asset)
+
+    def _loading(self, message: str, done: int, total: int) -> None:
+        self.progress.show()
+        if done >= total:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
+        else:
+            self.progress.setRange(0, 0)  # busy: llama.cpp loads a file in one call
+        self.set_status(message)
+
+    def _turn_started(self, line: str) -> None:
+        self.set_status("Thinking\u2026")
+        self.chat.begin_turn(line)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, NodeStarted):
+            if event.type in PLAYER_FACING_TYPES or event.type == "ToolCall":
+                self.chat.begin_node(node_label(self.asset, event.node))
+            self.set_status(f"Running {event.node}\u2026")
+        elif isinstance(event, Token):
+            self.chat.stream(event.text)
+        elif isinstance(event, Speak):
+            self.speak(event.text)
+        elif isinstance(event, ToolCalled):
+            self.chat.note(f"\u2692 {event.tool} \u2192 {event.result}")
+        elif isinstance(event, Summarized):
+            self.chat.note(f"\u2261 {event.node} folded {event.folded_turns} turns into the summary", "#c49be8")
+        elif isinstance(event, TurnWarning):
+            self.chat.note(f"\u26a0 {event.node}: {event.message}", "#e5c07b")
+
+    def speak(self, sentence: str) -> None:
+        self.spoken.append(sentence)
+        if self.voice is None or self.mute_button.isChecked():
+            return
+        enqueue = getattr(self.voice, "enqueue", None)
+        (enqueue or self.voice.say)(sentence)
+
+    def _turn_finished(self, record: TurnRecord | None) -> None:
+        if record is None:
+            self.set_status("Turn finished (diagnostics are off for this asset).")
+            return
+        d = record.diagnostics
+        path = " \u2192 ".join([*d.path, "END"])
+        self.set_status(f"Turn {d.turn}: {path} in {d.total_ms / 1000:.1f} s"
+                        + (f" \u00b7 {len(d.warnings)} warning(s)" if d.warnings else ""))
+
+    def _turn_failed(self, message: str, cancelled: bool) -> None:
+        if cancelled:
+            self.set_status(message)
+        else:
+            self.show_error(message)
+
+    def _show_history(self, saved: SavedDialog) -> None:
+        if not self.conversation.busy:
+            self.chat.show_history(saved, self.asset)
+
+    def _tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
+        self.tool_label.setText(f"<b>{node_id}</b> called <tt>{tool_text(tool, dict(arguments))}</tt>, which has "
+                                "no mock result. What does the game answer?")
+        self.tool_panel.show()
+        self.tool_result.setFocus()
+        self.set_status("Waiting for the tool's result\u2026")
+
+    def _offer_restart(self, reasons: list[str]) -> None:
+        if not reasons:
+            self.banner.hide()
+            return
+        self.banner_label.setText(
+            "Context size and model are fixed for an agent's lifetime: " + "; ".join(reasons)
+            + ". Turns keep the old values until you restart the conversation.")
+        self.banner.show()
+
+    # --- history ----------------------------------------------------------------------------
+
+    def export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export dialog history", "dialog.json", HISTORY_FILTER)
+        if path:
+            self.export_to(path)
+
+    def export_to(self, path: str) -> bool:
+        try:
+            self.conversation.export_history(path)
+        except OSError as exc:
+            self.show_error(f"Could not write {path}: {exc.strerror or exc}. The conversation is unchanged.")
+            return False
+        self.set_status(f"Exported {len(self.conversation.saved.history.turns)} turns to {path}")
+        return True
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import dialog history", "", HISTORY_FILTER)
+        if path:
+            self.import_from(path)
+
+    def import_from(self, path: str) -> bool:
+        """Continue from a saved history. A bad file is reported and the conversation stays as it was."""
+        try:
+            saved = load_history(path)
+        except HistoryError as exc:
+            self.show_error(f"Could not import {Path(path).name}; nothing changed.\n" + "\n".join(
+                str(p) for p in exc.problems[:5]))
+            return False
+        if not self.conversation.import_history(saved, path):
+            self.show_error("Wait for the turn to finish before importing.")
+            return False
+        self.set_status(f"Imported {len(saved.history.turns)} turns from {path}")
+        return True
+
+    def default_node(self) -> str:
+        asset = self.asset
+        for node in asset.nodes:
+            if node.type in PLAYER_FACING_TYPES:
+                return node.id
+        return asset.start_node
+
+    def edit_history(self) -> None:
+        dialog = HistoryEditor(self.conversation.saved, self.default_node(), self)
+        if dialog.exec():
+            self.conversation.change_history(dialog.operation())
+
+    def edit_variables(self) -> None:
+        values = dict(self.asset.variables)
+        values.update(self.conversation.saved.variables)
+        dialog = VariablesDialog(values, self)
+        if dialog.exec():
+            self.conversation.set_variables(dialog.values())
+            self.set_status("Variables changed: " + json.dumps(dialog.values(), ensure_ascii=False))
+
+    def shutdown(self) -> None:
+        """Called by the window as it closes: stop any turn and the runtime thread."""
+        self.conversation.shutdown()
+        if self.voice is not None:
+            self.voice.stop()

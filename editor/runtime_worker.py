@@ -1,0 +1,480 @@
+"""The embedded runtime on a worker thread, and the live test conversation the docks share.
+
+``RuntimeWorker`` lives on its own ``QThread`` and owns the ``Agent`` and the
+``LlamaBackend``: every llama.cpp call happens on that one thread, so a context is
+never touched from two. ``LiveConversation`` lives on the UI thread; it sends the
+worker requests through queued signals and re-emits everything the worker reports
+from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever see
+signals from the UI thread.
+
+Edits to the graph between turns apply to the next turn: the agent is rebuilt from
+the document's asset and keeps its history. Context size and model are fixed for an
+agent's lifetime (dialog-history-and-context-window.md), so edits to them are held
+back, and the conversation offers a restart that applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtWidgets import QWidget
+
+from editor.turn_inspector.prompt_parts import PromptPart, split_prompt
+from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult
+from runtime.asset import Asset, GeneratingNode, VariableValue
+from runtime.backends.base import Backend, BackendError
+from runtime.budget import message_tokens
+from runtime.diagnostics import TurnDiagnostics
+from runtime.history import SavedDialog, save_history
+from runtime.problems import InputError
+
+log = logging.getLogger("parley.editor")
+
+# Settings an agent cannot change once created: a change needs a new agent.
+FIXED_NODE_FIELDS = ("model_name", "context_size")
+FIXED_AGENT_FIELDS = ("default_model",)
+
+HistoryOperation = Callable[[Agent], None]
+
+
+@dataclass
+class TurnRecord:
+    """A finished turn as the docks show it: the runtime's diagnostics, the asset the turn ran on,
+    and each generating node's prompt split into parts with their token costs."""
+
+    diagnostics: TurnDiagnostics
+    asset: Asset
+    parts: dict[str, list[PromptPart]] = field(default_factory=dict)  # node id -> parts
+    context_sizes: dict[str, int] = field(default_factory=dict)  # node id -> context size used
+
+    @property
+    def turn(self) -> int:
+        return self.diagnostics.turn
+
+
+# --- the worker (its own thread) -------------------------------------------------------------
+
+
+class RuntimeWorker(QObject):
+    """Owns the agent and the backend; every method runs on the worker thread."""
+
+    progress = Signal(str, int, int)  # what is happening, done, total
+    event = Signal(object)  # a runtime.events event, as it happens
+    turn_finished = Signal(object)  # TurnRecord
+    turn_failed = Signal(str, bool)  # message, cancelled
+    history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
+    history_rejected = Signal(str)  # why a history operation changed nothing
+    tool_needed = Signal(str, str, object)  # node id, tool name, arguments
+
+    def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None) -> None:
+        super().__init__()
+        self._answers = answers
+        self._make_backend = make_backend
+        self.backend: Backend | None = None
+        self.agent: Agent | None = None
+
+    def _backend(self, asset_dir: str) -> Backend:
+        if self.backend is None:
+            if self._make_backend is not None:
+                self.backend = self._make_backend()
+            else:
+                from runtime.backends.llama import LlamaBackend
+
+                self.backend = LlamaBackend(asset_dir or None)
+        if hasattr(self.backend, "asset_dir"):  # model names resolve next to the asset
+            self.backend.asset_dir = Path(asset_dir) if asset_dir else None  # type: ignore[attr-defined]
+        return self.backend
+
+    @Slot(object, str, bool)
+    def use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
+        """Build the agent for ``asset``; keep the history unless ``restart``."""
+        try:
+            backend = self._backend(asset_dir)
+        except BackendError as exc:
+            self.turn_failed.emit(str(exc), False)
+            return
+        old = self.agent
+        agent = Agent(asset, backend, asset_dir or None)
+        if old is not None and not restart:
+            saved = old.export_dialog()
+            node_ids = set(asset.node_ids())
+            saved.system_prompts = {k: v for k, v in saved.system_prompts.items() if k in node_ids}
+            saved.windows = {k: v for k, v in saved.windows.items() if k in node_ids}
+            agent.import_dialog(saved)
+            # Variables the designer changed in this conversation stay; the rest follow the asset.
+            changed = {k: v for k, v in old.variables.items() if old.asset.variables.get(k, object()) != v}
+            agent.variables = {**asset.variables, **changed}
+        self.agent = agent
+        self.history_changed.emit(agent.export_dialog())
+
+    def _load_models(self, asset: Asset) -> None:
+        """Load every model the asset uses, reporting progress (weights load once per file)."""
+        assert self.backend is not None
+        names = list(dict.fromkeys(asset.model_for(n) for n in asset.nodes if n.uses_model() and asset.model_for(n)))
+        loaded = set(getattr(self.backend, "loaded_models", list)())
+        wanted = []
+        for name in names:
+            try:
+                path = self.backend.model_path(name) if hasattr(self.backend, "model_path") else None
+            except BackendError:
+                path = None  # the turn reports the missing file with where it looked
+            if path is None or path not in loaded:
+                wanted.append(name)
+        for i, name in enumerate(wanted):
+            self.progress.emit(f"Loading {name}\u2026", i, len(wanted))
+            self.backend.model_context_size(name)  # loads the weights
+        if wanted:
+            self.progress.emit("Model loaded", len(wanted), len(wanted))
+
+    @Slot(str, str, object)
+    def run_turn(self, line: str, instructions: str, cancel: threading.Event) -> None:
+        agent = self.agent
+        if agent is None:
+            self.turn_failed.emit("no agent: open or build a graph first", False)
+            return
+
+        def ask_designer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
+            self.tool_needed.emit(node_id, tool, arguments)
+            while True:
+                if cancel.is_set():
+                    raise TurnCancelled("the turn was cancelled while waiting for a tool result", node_id)
+                try:
+                    answer = self._answers.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if answer is None:
+                    raise TurnCancelled("the turn was cancelled while waiting for a tool result", node_id)
+                return str(answer)
+
+        try:
+            self._load_models(agent.asset)
+            if cancel.is_set():
+                raise TurnCancelled("the turn was cancelled")
+            result = agent.run_turn(line, instructions, on_event=self.event.emit, cancel=cancel,
+                                    tool_result=ask_designer)
+        except TurnCancelled:
+            self.turn_failed.emit("Stopped: the turn was cancelled and the conversation is as it was before it.", True)
+            return
+        except (TurnError, BackendError, InputError) as exc:
+            self.turn_failed.emit(str(exc), False)
+            return
+        except Exception as exc:
+            log.exception("turn failed")
+            self.turn_failed.emit(f"{type(exc).__name__}: {exc}", False)
+            return
+        # The history first, so the chat view has the turn when the turn's record arrives.
+        self.history_changed.emit(agent.export_dialog())
+        self.turn_finished.emit(self._record(agent, result) if result.diagnostics is not None else None)
+
+    def _record(self, agent: Agent, result: TurnResult) -> TurnRecord:
+        assert result.diagnostics is not None and self.backend is not None
+        record = TurnRecord(result.diagnostics, agent.asset)
+        for diag in result.diagnostics.nodes:
+            try:
+                node = agent.asset.node(diag.node)
+            except KeyError:
+                continue
+            if not isinstance(node, GeneratingNode) or diag.tokens.budget is None:
+                continue
+            model = agent.asset.model_for(node)
+            record.context_sizes[node.id] = diag.tokens.budget + node.max_tokens
+
+            def cost(text: str, whole_message: bool, model: str = model) -> int:
+                content = self.backend.count_tokens(model, text) if text else 0  # type: ignore[union-attr]
+                return message_tokens(content) if whole_message else content
+
+            record.parts[node.id] = split_prompt(diag, node, result.diagnostics, cost)
+        return record
+
+    @Slot(object)
+    def change_history(self, operation: HistoryOperation) -> None:
+        if self.agent is None:
+            self.history_rejected.emit("no agent yet")
+            return
+        try:
+            operation(self.agent)
+        except (InputError, ValueError, KeyError, IndexError) as exc:
+            self.history_rejected.emit(str(exc))
+            return
+        self.history_changed.emit(self.agent.export_dialog())
+
+    @Slot()
+    def stop(self) -> None:
+        """Free the backend and end the thread's event loop (the last request it handles)."""
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        self.agent = None
+        thread = QThread.currentThread()
+        thread.quit()
+
+
+# --- the UI side ---------------------------------------------------------------------------
+
+
+def held_edits(document_asset: Asset, running: Asset) -> tuple[Asset, list[str]]:
+    """The asset the next turn runs: the document's, with the settings an agent cannot change
+    (model, context size) kept as ``running`` has them. Returns it and a line per held edit."""
+    reasons: list[str] = []
+    agent_changes: dict[str, Any] = {}
+    for name in FIXED_AGENT_FIELDS:
+        old, new = getattr(running, name), getattr(document_asset, name)
+        if old != new:
+            agent_changes[name] = old
+            reasons.append(f"the agent's {name.replace('_', ' ')} changed ({old or 'none'} \u2192 {new or 'none'})")
+    before = {n.id: n for n in running.nodes}
+    nodes = []
+    for node in document_asset.nodes:
+        old_node = before.get(node.id)
+        changes = {}
+        if old_node is not None and old_node.type == node.type:
+            for name in FIXED_NODE_FIELDS:
+                if hasattr(node, name) and getattr(node, name) != getattr(old_node, name):
+                    changes[name] = getattr(old_node, name)
+                    label = name.replace("_", " ")
+                    reasons.append(f"{label} of node {node.id!r} changed "
+                                   f"({getattr(old_node, name) or 'default'} \u2192 {getattr(node, name) or 'default'})")
+        nodes.append(node.model_copy(update=changes) if changes else node)
+    return document_asset.model_copy(update={**agent_changes, "nodes": nodes}), reasons
+
+
+class LiveConversation(QObject):
+    """The test conversation with the document's graph. Lives on the UI thread; every signal
+    here is emitted on the UI thread."""
+
+    busy_changed = Signal(bool)
+    loading = Signal(str, int, int)  # message, done, total
+    event = Signal(object)  # runtime.events event
+    turn_started = Signal(str)  # the player's line
+    turn_finished = Signal(object)  # TurnRecord (None when the asset turns diagnostics off)
+    turn_failed = Signal(str, bool)  # message, cancelled
+    history_changed = Signal(object)  # SavedDialog
+    history_rejected = Signal(str)
+    tool_needed = Signal(str, str, object)  # node id, tool, arguments
+    restart_offered = Signal(list)  # why the graph's edits need a new agent (empty: none held)
+    turn_selected = Signal(int)  # the turn the inspector and raw JSON show
+    restarted = Signal()
+
+    # to the worker (queued)
+    _use_asset = Signal(object, str, bool)
+    _run_turn = Signal(str, str, object)
+    _change_history = Signal(object)
+    _stop_worker = Signal()
+
+    def __init__(self, document, parent: QObject | None = None,
+                 make_backend: Callable[[], Backend] | None = None) -> None:
+        super().__init__(parent)
+        self.document = document
+        self.records: dict[int, TurnRecord] = {}
+        self.saved = SavedDialog()
+        self.busy = False
+        self.selected_turn = -1
+        self.running_asset: Asset | None = None
+        self.held: list[str] = []
+        self._synced_asset: Asset | None = None
+        self._cancel = threading.Event()
+        self._answers: queue.Queue = queue.Queue()
+        self._closed = False
+
+        # The thread starts on first use, so a window nobody talks in costs nothing.
+        self.thread = QThread(self)
+        self.thread.setObjectName("parley-runtime")
+        self.worker = RuntimeWorker(self._answers, make_backend)
+        self.worker.moveToThread(self.thread)
+        self._use_asset.connect(self.worker.use_asset)
+        self._run_turn.connect(self.worker.run_turn)
+        self._change_history.connect(self.worker.change_history)
+        self._stop_worker.connect(self.worker.stop)
+        # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
+        self.worker.progress.connect(self._on_progress)
+        self.worker.event.connect(self._on_event)
+        self.worker.turn_finished.connect(self._on_finished)
+        self.worker.turn_failed.connect(self._on_failed)
+        self.worker.history_changed.connect(self._on_history)
+        self.worker.history_rejected.connect(self._on_rejected)
+        self.worker.tool_needed.connect(self._on_tool_needed)
+        self.thread.finished.connect(self.worker.deleteLater)
+
+        document.reset.connect(self.restart)
+        app = QCoreApplication.instance()
+        if app is not None:  # never leave the thread running into interpreter exit
+            app.aboutToQuit.connect(self.shutdown)
+        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
+        document.undo_stack.indexChanged.connect(self._document_edited)
+
+    # --- talking ----------------------------------------------------------------------------
+
+    def say(self, line: str, instructions: str = "") -> bool:
+        """Run a turn for ``line``; False when a turn is already running or the window closed."""
+        if self.busy or self._closed:
+            return False
+        self._start()
+        self._sync_asset()
+        self._cancel = threading.Event()
+        self._set_busy(True)
+        self.turn_started.emit(line)
+        self._run_turn.emit(line, instructions, self._cancel)
+        return True
+
+    def stop(self) -> None:
+        """Cancel the running turn (generation stops at the next token or prompt chunk)."""
+        self._cancel.set()
+        self._answers.put(None)
+
+    def answer_tool(self, result: str) -> None:
+        """The designer's result for the tool call the worker is waiting on."""
+        self._answers.put(result)
+
+    def restart(self) -> None:
+        """A new conversation on the document's graph as it is now (held edits applied)."""
+        if self._closed:
+            return
+        if self.busy:
+            self.stop()
+        self.records.clear()
+        self.selected_turn = -1
+        self.held = []
+        if self.thread.isRunning():
+            self._sync_asset(restart=True)
+        else:
+            self.running_asset = self._synced_asset = None
+            self.saved = SavedDialog()
+        self.restart_offered.emit([])
+        self.restarted.emit()
+
+    def _document_edited(self, *_index: int) -> None:
+        if self._closed or self.running_asset is None:
+            return
+        _asset, reasons = held_edits(self.document.asset, self.running_asset)
+        if reasons != self.held:
+            self.held = reasons
+            self.restart_offered.emit(list(reasons))
+
+    def _sync_asset(self, restart: bool = False) -> None:
+        """Send the document's graph to the worker if it changed since the last turn."""
+        current = self.document.asset
+        if not restart and self._synced_asset is not None and current == self._synced_asset:
+            return
+        snapshot = current.model_copy(deep=True)
+        if restart or self.running_asset is None:
+            asset, reasons = snapshot, []
+            restart = True
+        else:
+            asset, reasons = held_edits(snapshot, self.running_asset)
+        self._synced_asset = snapshot
+        self.running_asset = asset
+        if reasons != self.held:
+            self.held = reasons
+            self.restart_offered.emit(list(reasons))
+        asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
+        self._use_asset.emit(asset, asset_dir, restart)
+
+    def _start(self) -> None:
+        if not self.thread.isRunning() and not self.thread.isFinished():
+            self.thread.start()
+
+    # --- history ----------------------------------------------------------------------------
+
+    def change_history(self, operation: HistoryOperation) -> bool:
+        """Run ``operation`` on the agent (between turns). The result arrives as
+        ``history_changed``, or ``history_rejected`` with the reason."""
+        if self.busy or self._closed:
+            return False
+        self._start()
+        self._sync_asset()
+        self._change_history.emit(operation)
+        return True
+
+    def import_history(self, saved: SavedDialog, source: str) -> bool:
+        self.records.clear()
+        return self.change_history(lambda agent: agent.import_dialog(saved, source))
+
+    def export_history(self, path: str) -> None:
+        """Write the conversation as a ``parley-dialog`` file. Raises OSError."""
+        save_history(self.saved, path)
+
+    def set_variables(self, values: dict[str, VariableValue]) -> bool:
+        def apply(agent: Agent) -> None:
+            for name, value in values.items():
+                agent.set_variable(name, value)
+
+        return self.change_history(apply)
+
+    # --- the shared turn selection ----------------------------------------------------------
+
+    def select_turn(self, turn: int) -> None:
+        if turn != self.selected_turn:
+            self.selected_turn = turn
+            self.turn_selected.emit(turn)
+
+    def record(self, turn: int) -> TurnRecord | None:
+        return self.records.get(turn)
+
+    # --- from the worker (UI thread) ------------------------------------------------------------
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self.busy_changed.emit(busy)
+
+    def _on_progress(self, message: str, done: int, total: int) -> None:
+        self.loading.emit(message, done, total)
+
+    def _on_event(self, event: object) -> None:
+        self.event.emit(event)
+
+    def _on_finished(self, record: TurnRecord | None) -> None:
+        if record is not None:
+            self.records[record.turn] = record
+        self._set_busy(False)
+        self.turn_finished.emit(record)
+        if record is not None:
+            self.select_turn(record.turn)
+
+    def _on_failed(self, message: str, cancelled: bool) -> None:
+        self._set_busy(False)
+        self.turn_failed.emit(message, cancelled)
+
+    def _on_history(self, saved: SavedDialog) -> None:
+        self.saved = saved
+        count = len(saved.history.turns)
+        for turn in [t for t in self.records if t >= count]:
+            del self.records[turn]
+        self.history_changed.emit(saved)
+
+    def _on_rejected(self, message: str) -> None:
+        self.history_rejected.emit(message)
+
+    def _on_tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
+        self.tool_needed.emit(node_id, tool, arguments)
+
+    # --- shutting down ----------------------------------------------------------------------
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        """Cancel any turn, free the model and stop the thread; returns once it has stopped."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel.set()
+        self._answers.put(None)
+        if self.thread.isRunning():
+            self._stop_worker.emit()  # queued after any running turn, which the cancel ends quickly
+            if not self.thread.wait(timeout_ms):
+                log.error("the runtime thread did not stop within %d ms", timeout_ms)
+        self._set_busy(False)
+
+
+def live_conversation(window: QWidget) -> LiveConversation:
+    """The window's test conversation, made on first use (one per window, shared by its docks)."""
+    found = window.findChild(LiveConversation)
+    if found is None:
+        found = LiveConversation(window.document, window)  # type: ignore[attr-defined]
+    return found
+

@@ -1,0 +1,1 @@
+"""The Turn Inspector dock: why each reply came out as it did."""

@@ -1,0 +1,332 @@
+"""The Turn Inspector dock: a turn's path through the graph and, per node, its Prompt & output."""
+
+from __future__ import annotations
+
+import difflib
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSplitter,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.turn_inspector.budget_bar import BudgetBar, BudgetShares
+from editor.turn_inspector.prompt_parts import PART_LABELS, PromptPart, budget_segments
+from runtime.budget import TRIM_TARGET_PERCENT
+from runtime.diagnostics import NodeDiagnostics
+
+PART_COLOURS = {
+    "system": "#568cc8",
+    "summary": "#aa78d2",
+    "history": "#c8a050",
+    "template": "#4fb3b3",
+    "current": "#5ab46e",
+    "this_turn": "#8fbf5a",
+    "input": "#5ab46e",
+    "output": "#e8e8e8",
+}
+STYLE = """
+.head { font-size: small; font-weight: bold; }
+.msg { white-space: pre-wrap; }
+.warn { color: #e5c07b; }
+.add { color: #8fd18f; background: #1f3a24; }
+.del { color: #ff9a9a; background: #3a1f1f; }
+.ctx { color: #9a9a9a; }
+"""
+
+
+def _e(text: str) -> str:
+    return html.escape(text).replace("\n", "<br/>")
+
+
+def turns_range(first: int, last: int) -> str:
+    return f"turn {first}" if first == last else f"turns {first}\u2013{last}"
+
+
+def trim_text(diag: NodeDiagnostics, summary_through: int = -1) -> str:
+    """Which turns were folded into the summary, which were already out of the node's window, and which
+    this turn trimmed. ``summary_through`` is the last turn the prompt's summary covers (-1: no summary)."""
+    trim = diag.trim
+    if trim is None:
+        return ""
+    lines = []
+    if summary_through >= 0:
+        lines.append(f"In the summary (not replayed): {turns_range(0, summary_through)}.")
+    gone_until = trim.window_start_before - 1
+    if gone_until > summary_through:
+        lines.append(f"Already out of the window: {turns_range(summary_through + 1, gone_until)}.")
+    first = max(trim.window_start_before, summary_through + 1)
+    if trim.window_start_after > first:
+        lines.append(
+            f"<b>Trimmed on this turn: {turns_range(first, trim.window_start_after - 1)}</b> "
+            f"({trim.dropped_turns} turn{'s' if trim.dropped_turns != 1 else ''} with content): the prompt passed "
+            f"its budget, so the oldest turns were dropped down to {TRIM_TARGET_PERCENT} % of it.")
+    elif trim.triggered:
+        lines.append("The prompt passed its budget, but no history was left to drop.")
+    else:
+        lines.append("No trim on this turn.")
+    lines.append(f"History entries sent: {trim.history_entries}.")
+    return " ".join(lines)
+
+
+class TurnInspectorDock(QDockWidget):
+    def __init__(self, conversation: LiveConversation, canvas=None, parent: QWidget | None = None) -> None:
+        super().__init__("Turn Inspector", parent)
+        self.conversation = conversation
+        self.canvas = canvas
+        body = QWidget(self)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(4, 4, 4, 4)
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Turn"))
+        self.turn_picker = QComboBox(self)
+        self.turn_picker.setMinimumWidth(220)
+        top.addWidget(self.turn_picker, 1)
+        top.addWidget(QLabel("Compare with"))
+        self.compare_picker = QComboBox(self)
+        self.compare_picker.setToolTip("Pick a second turn to see what changed in the selected node's prompt")
+        top.addWidget(self.compare_picker, 1)
+        layout.addLayout(top)
+
+        self.path_label = QLabel(self)
+        self.path_label.setWordWrap(True)
+        self.path_label.setTextFormat(Qt.TextFormat.RichText)
+        self.path_label.linkActivated.connect(self.show_node)
+        layout.addWidget(self.path_label)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.node_list = QListWidget(splitter)
+        self.node_list.setMaximumWidth(180)
+        details = QWidget(splitter)
+        d = QVBoxLayout(details)
+        d.setContentsMargins(0, 0, 0, 0)
+        self.budget_bar = BudgetBar(details)
+        d.addWidget(self.budget_bar)
+        self.stats = QLabel(details)
+        self.stats.setWordWrap(True)
+        self.stats.setTextFormat(Qt.TextFormat.RichText)
+        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        d.addWidget(self.stats)
+        self.tabs = QTabWidget(details)
+        self.prompt_view = QTextBrowser(self.tabs)
+        self.prompt_view.document().setDefaultStyleSheet(STYLE)
+        self.diff_view = QTextBrowser(self.tabs)
+        self.diff_view.document().setDefaultStyleSheet(STYLE)
+        self.tabs.addTab(self.prompt_view, "Prompt && output")
+        self.tabs.addTab(self.diff_view, "Diff")
+        d.addWidget(self.tabs, 1)
+        splitter.setStretchFactor(1, 1)
+        layout.addWidget(splitter, 1)
+        self.setWidget(body)
+
+        self.turn_picker.currentIndexChanged.connect(self._turn_picked)
+        self.compare_picker.currentIndexChanged.connect(lambda _i: self._show_diff())
+        self.node_list.currentRowChanged.connect(lambda _r: self._show_node_details())
+        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
+        conversation.turn_finished.connect(self.refresh)
+        conversation.history_changed.connect(self.refresh)
+        conversation.restarted.connect(self.refresh)
+        conversation.turn_selected.connect(self.pick_turn)
+        self.refresh()
+
+    # --- turns ------------------------------------------------------------------------------
+
+    @property
+    def record(self) -> TurnRecord | None:
+        turn = self.turn_picker.currentData()
+        return self.conversation.record(turn) if turn is not None else None
+
+    def refresh(self, *_changed: object) -> None:
+        """Fill the pickers from the conversation's turns, keeping the picked ones."""
+        records = self.conversation.records
+        keep = self.conversation.selected_turn
+        compare = self.compare_picker.currentData()
+        for picker in (self.turn_picker, self.compare_picker):
+            picker.blockSignals(True)
+            picker.clear()
+        self.compare_picker.addItem("\u2014", None)
+        for turn in sorted(records):
+            player = records[turn].diagnostics.player
+            text = f"Turn {turn}: {player[:40]}" + ("\u2026" if len(player) > 40 else "")
+            self.turn_picker.addItem(text, turn)
+            self.compare_picker.addItem(text, turn)
+        for picker, value in ((self.turn_picker, keep), (self.compare_picker, compare)):
+            index = picker.findData(value)
+            picker.setCurrentIndex(index if index >= 0 else (picker.count() - 1 if picker is self.turn_picker else 0))
+            picker.blockSignals(False)
+        self._turn_picked()
+
+    def pick_turn(self, turn: int) -> None:
+        index = self.turn_picker.findData(turn)
+        if index >= 0 and index != self.turn_picker.currentIndex():
+            self.turn_picker.setCurrentIndex(index)
+
+    def _turn_picked(self) -> None:
+        record = self.record
+        current_node = self.current_node_id()
+        self.node_list.blockSignals(True)
+        self.node_list.clear()
+        if record is None:
+            self.path_label.setText("<i>No turn yet: say something in the Conversation dock.</i>")
+            self.node_list.blockSignals(False)
+            self._show_node_details()
+            self._highlight([])
+            return
+        self.conversation.select_turn(record.turn)
+        d = record.diagnostics
+        links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
+        warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
+        self.path_label.setText(f"<b>Path:</b> {links} \u2192 END &nbsp; <span style='color:#9a9a9a'>"
+                                f"{d.total_ms:.0f} ms</span>{warn}")
+        for diag in d.nodes:
+            item = QListWidgetItem(f"{diag.node}  ({diag.type})")
+            item.setData(Qt.ItemDataRole.UserRole, diag.node)
+            item.setToolTip(f"{diag.timings.total_ms:.0f} ms \u00b7 exit {diag.exit or '-'}")
+            self.node_list.addItem(item)
+        row = next((i for i, n in enumerate(d.nodes) if n.node == current_node), 0)
+        self.node_list.setCurrentRow(row)
+        self.node_list.blockSignals(False)
+        self._show_node_details()
+        self._highlight(d.path)
+
+    def _highlight(self, path: list[str]) -> None:
+        if self.canvas is not None and hasattr(self.canvas, "highlight_path"):
+            self.canvas.highlight_path(path)
+
+    # --- one node ---------------------------------------------------------------------------
+
+    def current_node_id(self) -> str:
+        item = self.node_list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item is not None else ""
+
+    def show_node(self, node_id: str) -> None:
+        for row in range(self.node_list.count()):
+            if self.node_list.item(row).data(Qt.ItemDataRole.UserRole) == node_id:
+                self.node_list.setCurrentRow(row)
+                return
+
+    def node_diagnostics(self, record: TurnRecord | None, node_id: str) -> NodeDiagnostics | None:
+        if record is None:
+            return None
+        return next((n for n in record.diagnostics.nodes if n.node == node_id), None)
+
+    def _show_node_details(self) -> None:
+        record = self.record
+        diag = self.node_diagnostics(record, self.current_node_id())
+        if record is None or diag is None:
+            self.budget_bar.set_shares(None)
+            self.stats.setText("")
+            self.prompt_view.setHtml("")
+            self.diff_view.setHtml("")
+            return
+        parts = record.parts.get(diag.node)
+        if parts is not None and diag.tokens.budget is not None:
+            context = record.context_sizes.get(diag.node, diag.tokens.budget)
+            self.budget_bar.set_shares(BudgetShares(budget_segments(parts), diag.tokens.budget, context))
+            self.budget_bar.show()
+        else:
+            self.budget_bar.set_shares(None)
+            self.budget_bar.setVisible(diag.tokens.budget is not None)
+        self.stats.setText(self.stats_html(diag))
+        self.prompt_view.setHtml(self.prompt_html(diag, parts))
+        self._show_diff()
+
+    def stats_html(self, diag: NodeDiagnostics) -> str:
+        t, tm = diag.tokens, diag.timings
+        rows = []
+        if t.budget is not None:
+            rows.append(f"<b>Tokens</b> prompt {t.prompt} (counted {t.counted} of a budget of {t.budget}) \u00b7 "
+                        f"reused {t.reused} \u00b7 evaluated {t.evaluated} \u00b7 generated {t.generated}"
+                        + (" \u00b7 <span class='warn'>cold cache</span>" if t.cold else ""))
+        rows.append(f"<b>Time</b> {tm.total_ms:.0f} ms (reading the prompt {tm.prompt_ms:.0f} ms, "
+                    f"generating {tm.generate_ms:.0f} ms) \u00b7 exit {html.escape(diag.exit or '-')} \u2192 "
+                    f"{html.escape(diag.next_node or 'END')}")
+        if diag.trim is not None:
+            rows.append(f"<b>Window</b> {trim_text(diag, self.summary_through(diag))}")
+        if diag.summary is not None:
+            s = diag.summary
+            rows.append(f"<b>Summary</b> folded {s.folded_turns} turns, now covering turns 0\u2013{s.covered_through} "
+                        f"({s.summary_chars} characters; {s.unsummarized_tokens} tokens were not yet summarized)")
+        if diag.retrieved:
+            found = ", ".join(f"{html.escape(r.id)} ({r.score:.2f})" for r in diag.retrieved)
+            rows.append(f"<b>Retrieved</b> {found}")
+        for warning in diag.warnings:
+            rows.append(f"<span style='color:#e5c07b'>\u26a0 {html.escape(warning)}</span>")
+        return "<br/>".join(rows)
+
+    def summary_through(self, diag: NodeDiagnostics) -> int:
+        """The last turn covered by the summary in this node's prompt (-1: none), from the earlier turns' records."""
+        record = self.record
+        if record is None or not any(p.kind == "summary" for p in record.parts.get(diag.node, [])):
+            return -1
+        covered = [n.summary.covered_through for turn, earlier in self.conversation.records.items()
+                   if turn < record.turn for n in earlier.diagnostics.nodes if n.summary is not None]
+        return max(covered, default=-1)
+
+    def prompt_html(self, diag: NodeDiagnostics, parts: list[PromptPart] | None) -> str:
+        if parts is None:
+            parts = [PromptPart("input", m.role, m.content, i) for i, m in enumerate(diag.input.prompt)]
+        blocks = []
+        for part in parts:
+            colour = PART_COLOURS.get(part.kind, "#cccccc")
+            label = PART_LABELS.get(part.kind, "Input")
+            if part.turn is not None:
+                label += f" \u00b7 turn {part.turn}"
+            tokens = f" \u00b7 {part.tokens} tokens" if part.tokens else ""
+            blocks.append(
+                f"<table width='100%' cellspacing='0' cellpadding='4' style='border-left: 4px solid {colour};"
+                f" margin-bottom: 6px;'><tr><td>"
+                f"<span class='head' style='color:{colour}'>{part.role.upper()} \u00b7 {label}{tokens}</span><br/>"
+                f"<span class='msg'>{_e(part.text)}</span></td></tr></table>")
+        blocks.append(
+            f"<table width='100%' cellspacing='0' cellpadding='4' style='background:#2b2b2e;'><tr><td>"
+            f"<span class='head'>OUTPUT \u00b7 {diag.tokens.generated} tokens</span><br/>"
+            f"<span class='msg'>{_e(diag.output) or '<i>(empty)</i>'}</span></td></tr></table>")
+        return "".join(blocks)
+
+    # --- comparing two turns ------------------------------------------------------------------
+
+    def _show_diff(self) -> None:
+        self.diff_view.setHtml(self.diff_html())
+
+    def diff_html(self) -> str:
+        other_turn = self.compare_picker.currentData()
+        node_id = self.current_node_id()
+        record = self.record
+        if other_turn is None or record is None:
+            return "<i>Pick a turn under \u201cCompare with\u201d to see what changed in this node's prompt.</i>"
+        other = self.conversation.record(other_turn)
+        a, b = self.node_diagnostics(other, node_id), self.node_diagnostics(record, node_id)
+        if a is None or b is None:
+            return f"<i>Node {html.escape(node_id)} did not run on both turns.</i>"
+
+        def lines(diag: NodeDiagnostics) -> list[str]:
+            out = []
+            for m in diag.input.prompt:
+                out.append(f"[{m.role}]")
+                out += m.content.splitlines() or [""]
+            return out
+
+        heading = (f"<p class='ctx'>Prompt of <b>{html.escape(node_id)}</b>: turn {other_turn} \u2192 turn "
+                   f"{record.turn}</p>")
+        rows = [heading]
+        for line in difflib.unified_diff(lines(a), lines(b), lineterm="", n=2):
+            if line.startswith(("---", "+++")):
+                continue
+            css = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+            rows.append(f"<div class='{css}'>{html.escape(line) or '&nbsp;'}</div>")
+        if len(rows) == 1:
+            rows.append("<p class='ctx'>The prompts are the same.</p>")
+        return "".join(rows)

@@ -1,0 +1,1 @@
+"""The VRAM Estimator dock: what the graph needs in RAM and VRAM."""

@@ -1,0 +1,276 @@
+"""The VRAM Estimator dock: the graph's RAM and VRAM needs from ``runtime.estimator``, on every edit."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSpinBox,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from runtime.estimator import (
+    GPU_PRESETS_GB,
+    KV_TYPES,
+    MIB,
+    Estimate,
+    EstimateError,
+    Settings,
+    estimate_asset,
+    gpu_memory_bytes,
+)
+from runtime.models import resolve_model
+
+VERDICT_COLOURS = {"fits": "#6fcf7f", "tight": "#e5c07b", "does not fit": "#ff7b7b", "no GPU": "#9a9a9a"}
+WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 220)]
+NODE_COLOURS = [QColor(200, 160, 80), QColor(90, 180, 110), QColor(170, 120, 210), QColor(79, 179, 179),
+                QColor(220, 120, 90), QColor(150, 190, 90)]
+CUSTOM = "Custom\u2026"
+NO_GPU = "No GPU (CPU only)"
+
+
+def mib(n: int) -> str:
+    return f"{n / MIB:,.1f} MiB" if n < 1024 * MIB else f"{n / (1024 * MIB):,.2f} GiB"
+
+
+class MemoryChart(QWidget):
+    """Two stacked bars, VRAM and RAM: each model's weights, then each node's KV cache and compute
+    buffer; a line marks the GPU's memory."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.estimate: Estimate | None = None
+        self.setMinimumHeight(116)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(400, 116)
+
+    def set_estimate(self, estimate: Estimate | None) -> None:
+        self.estimate = estimate
+        self.update()
+
+    def segments(self, device: str) -> list[tuple[str, int, QColor]]:
+        e = self.estimate
+        if e is None:
+            return []
+        out = []
+        for i, m in enumerate(e.models):
+            out.append((f"{m.path.name} weights", m.vram_bytes if device == "vram" else m.ram_bytes,
+                        WEIGHT_COLOURS[i % len(WEIGHT_COLOURS)]))
+        for i, n in enumerate(e.nodes):
+            colour = NODE_COLOURS[i % len(NODE_COLOURS)]
+            if n.context is None:
+                continue
+            c = n.context
+            kv = c.kv_vram + c.recurrent_vram if device == "vram" else c.kv_ram + c.recurrent_ram
+            compute = c.compute_vram if device == "vram" else c.compute_ram + c.output_ram
+            out.append((f"{n.node_id} KV", kv, colour))
+            out.append((f"{n.node_id} compute", compute, colour.darker(140)))
+        return out
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        e = self.estimate
+        label_w = 46
+        width = self.width() - label_w - 10
+        if e is None:
+            painter.setPen(QColor(150, 150, 150))
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no estimate")
+            return
+        gpu = e.settings.gpu_memory
+        used = max(e.vram_bytes, e.ram_bytes, 1)
+        # A small graph on a big GPU would be a sliver: then zoom in and point at the GPU's size instead.
+        zoomed = gpu > 4 * used
+        scale_max = used * 1.25 if zoomed else max(gpu, used)
+        for row, (device, total) in enumerate((("vram", e.vram_bytes), ("ram", e.ram_bytes))):
+            top = 8 + row * 40
+            painter.setPen(QColor(200, 200, 200))
+            painter.drawText(QRectF(2, top, label_w, 22), Qt.AlignmentFlag.AlignVCenter, device.upper())
+            bar = QRectF(label_w, top, width, 22)
+            painter.setPen(QPen(QColor(90, 90, 90)))
+            painter.setBrush(QColor(35, 35, 35))
+            painter.drawRect(bar)
+            x = bar.left()
+            painter.setPen(Qt.PenStyle.NoPen)
+            for _name, size, colour in self.segments(device):
+                w = size / scale_max * width
+                painter.setBrush(colour)
+                painter.drawRect(QRectF(x, bar.top() + 1, w, bar.height() - 2))
+                x += w
+            painter.setPen(QColor(220, 220, 220))
+            painter.drawText(QRectF(label_w, top + 22, width, 16), Qt.AlignmentFlag.AlignLeft, mib(total))
+            if device == "vram" and gpu > 0 and zoomed:
+                painter.setPen(QColor(240, 90, 90))
+                text = f"GPU {mib(gpu)} \u25b8 (zoomed in)"
+                tw = painter.fontMetrics().horizontalAdvance(text)
+                painter.drawText(QRectF(self.width() - tw - 8, top + 22, tw + 4, 16), Qt.AlignmentFlag.AlignRight, text)
+            elif device == "vram" and gpu > 0:
+                px = label_w + gpu / scale_max * width
+                painter.setPen(QPen(QColor(240, 90, 90), 2))
+                painter.drawLine(int(px) - 1, int(top) - 4, int(px) - 1, int(top) + 26)
+                text = f"GPU {mib(gpu)}"
+                tw = painter.fontMetrics().horizontalAdvance(text)
+                painter.drawText(QRectF(min(px - tw - 4, self.width() - tw - 4), top + 22, tw + 2, 16),
+                                 Qt.AlignmentFlag.AlignRight, text)
+        # Legend: one swatch per segment kind, in bar order.
+        x, y = float(label_w), 8 + 2 * 40 + 4
+        seen: set[str] = set()
+        for name, _size, colour in self.segments("vram") + self.segments("ram"):
+            if name in seen:
+                continue
+            seen.add(name)
+            tw = painter.fontMetrics().horizontalAdvance(name)
+            if x + tw + 16 > self.width():
+                break
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(colour)
+            painter.drawRect(QRectF(x, y + 4, 9, 9))
+            painter.setPen(QColor(200, 200, 200))
+            painter.drawText(QRectF(x + 12, y, tw + 4, 16), Qt.AlignmentFlag.AlignVCenter, name)
+            x += tw + 26
+
+
+class VramEstimatorDock(QDockWidget):
+    def __init__(self, document, parent: QWidget | None = None) -> None:
+        super().__init__("VRAM Estimator", parent)
+        self.document = document
+        self.estimate: Estimate | None = None
+        self.updates = 0
+        body = QWidget(self)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(4, 4, 4, 4)
+
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("GPU"))
+        self.gpu = QComboBox(self)
+        for gb in GPU_PRESETS_GB:
+            self.gpu.addItem(f"{gb} GB", float(gb))
+        self.gpu.addItem(CUSTOM, None)
+        self.gpu.addItem(NO_GPU, 0.0)
+        self.gpu.setCurrentIndex(list(GPU_PRESETS_GB).index(8))
+        controls.addWidget(self.gpu)
+        self.custom_gb = QDoubleSpinBox(self)
+        self.custom_gb.setRange(0.5, 512)
+        self.custom_gb.setSuffix(" GB")
+        self.custom_gb.setValue(10)
+        self.custom_gb.setEnabled(False)
+        controls.addWidget(self.custom_gb)
+        controls.addWidget(QLabel("GPU layers"))
+        self.gpu_layers = QSpinBox(self)
+        self.gpu_layers.setRange(-1, 999)
+        self.gpu_layers.setValue(-1)
+        self.gpu_layers.setSpecialValueText("all")
+        self.gpu_layers.setToolTip("Layers offloaded to the GPU (llama.cpp n_gpu_layers): all, 0 (none) or the last N")
+        controls.addWidget(self.gpu_layers)
+        controls.addWidget(QLabel("KV cache"))
+        self.kv_type = QComboBox(self)
+        self.kv_type.addItems(list(KV_TYPES))
+        self.kv_type.setToolTip("The KV cache's number type: q8_0 and q4_0 halve and quarter it")
+        controls.addWidget(self.kv_type)
+        controls.addStretch(1)
+        layout.addLayout(controls)
+
+        self.verdict = QLabel(self)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setWordWrap(True)
+        layout.addWidget(self.verdict)
+        self.chart = MemoryChart(self)
+        layout.addWidget(self.chart)
+        self.table = QTreeWidget(self)
+        self.table.setHeaderLabels(["", "RAM", "VRAM", "Details"])
+        self.table.setColumnWidth(0, 200)
+        self.table.setRootIsDecorated(True)
+        layout.addWidget(self.table, 1)
+        self.problems = QLabel(self)
+        self.problems.setWordWrap(True)
+        self.problems.setStyleSheet("color: #ff8080;")
+        layout.addWidget(self.problems)
+        self.setWidget(body)
+
+        self.gpu.currentIndexChanged.connect(self._gpu_picked)
+        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
+        for signal in (self.custom_gb.valueChanged, self.gpu_layers.valueChanged, self.kv_type.currentIndexChanged,
+                       document.undo_stack.indexChanged, document.reset, document.path_changed):
+            signal.connect(self.update_estimate)
+        self.update_estimate()
+
+    def _gpu_picked(self) -> None:
+        self.custom_gb.setEnabled(self.gpu.currentText() == CUSTOM)
+        self.update_estimate()
+
+    def settings(self) -> Settings:
+        chosen = self.gpu.currentData()
+        gb = self.custom_gb.value() if chosen is None else chosen
+        return Settings(gpu_memory=gpu_memory_bytes(gb), gpu_layers=self.gpu_layers.value(),
+                        kv_type=self.kv_type.currentText())
+
+    def update_estimate(self, *_changed: object) -> None:
+        """Estimate the document's asset now (GGUF headers are cached, so this is arithmetic)."""
+        doc = self.document
+        asset_dir = doc.asset_dir
+        try:
+            estimate = estimate_asset(doc.asset, lambda name: resolve_model(name, asset_dir), self.settings(),
+                                      asset_file=doc.path)
+        except EstimateError as exc:
+            self.estimate = None
+            self.chart.set_estimate(None)
+            self.table.clear()
+            self.verdict.setText("")
+            self.problems.setText("\n".join(str(p) for p in exc.problems))
+            return
+        self.updates += 1
+        if estimate == self.estimate:
+            return  # a move or a rename changes no number: keep the table as it is
+        self.estimate = estimate
+        self.chart.set_estimate(estimate)
+        self._fill_table(estimate)
+        self._show_verdict(estimate)
+        self.problems.setText("\n".join(f"{p.node_id or 'agent'}.{p.field}: {p.message}" if p.field else p.message
+                                        for p in estimate.problems))
+
+    def _show_verdict(self, e: Estimate) -> None:
+        colour = VERDICT_COLOURS[e.verdict]
+        gpu = e.settings.gpu_memory
+        line = (f"<span style='font-size: 15px; color:{colour}'><b>{e.verdict.upper()}</b></span> &nbsp; "
+                f"VRAM {mib(e.vram_bytes)}" + (f" of {mib(gpu)}" if gpu else "") + f" \u00b7 RAM {mib(e.ram_bytes)}")
+        if gpu > 0:
+            fit = e.agents_that_fit()
+            line += f" \u00b7 headroom {mib(e.headroom)}"
+            if fit is not None:
+                line += f" \u00b7 {fit} agent{'s' if fit != 1 else ''} of this graph fit (weights shared)"
+        self.verdict.setText(line)
+
+    def _fill_table(self, e: Estimate) -> None:
+        self.table.clear()
+        models = QTreeWidgetItem(self.table, ["Model weights", mib(sum(m.ram_bytes for m in e.models)),
+                                              mib(e.weights_vram), f"{len(e.models)} file(s), loaded once"])
+        for m in e.models:
+            QTreeWidgetItem(models, [m.path.name, mib(m.ram_bytes), mib(m.vram_bytes),
+                                     (f"{m.quantization}, {m.parameters / 1e6:,.0f} M parameters, {m.n_layer} layers;"
+                                      f" used by {', '.join(m.node_ids)}")])
+        nodes = QTreeWidgetItem(self.table, ["Node contexts", mib(e.agent_ram), mib(e.agent_vram),
+                                             f"{len(e.nodes)} model-backed node(s), one context each"])
+        for n in e.nodes:
+            if n.context is None:
+                QTreeWidgetItem(nodes, [n.node_id, "-", "-", f"{n.model}: could not be read"])
+                continue
+            c = n.context
+            node_item = QTreeWidgetItem(nodes, [n.node_id, mib(n.ram_bytes), mib(n.vram_bytes),
+                                                f"{c.n_ctx} tokens of context"])
+            QTreeWidgetItem(node_item, ["KV cache", mib(c.kv_ram + c.recurrent_ram), mib(c.kv_vram + c.recurrent_vram),
+                                        f"{c.cells} cells, {e.settings.kv_type}"])
+            QTreeWidgetItem(node_item, ["compute buffer", mib(c.compute_ram + c.output_ram), mib(c.compute_vram),
+                                        "graph scratch and output"])
+        QTreeWidgetItem(self.table, ["Total", mib(e.ram_bytes), mib(e.vram_bytes), e.verdict])
+        self.table.expandAll()

