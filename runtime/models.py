@@ -252,6 +252,16 @@ def ensure_sample_model(progress: Progress | None = None) -> Path:
     return fetch_sample_model(progress)
 
 
+SAMPLE_MODEL_ENV = "PARLEY_SAMPLE_MODEL"
+
+
+def sample_model_for_checks(progress: Progress | None = None) -> Path:
+    """The model the tests and benchmarks run on: the file ``PARLEY_SAMPLE_MODEL`` names, else the
+    sample model in the models folder (fetched if missing)."""
+    override = os.environ.get(SAMPLE_MODEL_ENV)
+    return Path(override).resolve() if override else ensure_sample_model(progress)
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """One model file as the model list shows it. ``problem`` is set when the file could not be read."""

