@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runtime.asset import ASSET_VERSION, Asset, FieldError
-from runtime.problems import AssetError, Problem
+from runtime.problems import AssetError, Problem, parse_input_json, read_input_text
 
 # Keys first in this order; any other key keeps the model's order after them.
 _NODE_KEY_ORDER = (
@@ -78,13 +78,7 @@ def migrate(raw: dict[str, Any], source: str = "<asset>") -> dict[str, Any]:
 
 def parse_asset(text: str, source: str = "<asset>") -> Asset:
     """Parse and check an asset's JSON text. Raises ``AssetError`` naming every problem."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AssetError([Problem("error", f"malformed JSON: {exc.msg}", source, line=exc.lineno, column=exc.colno)]) from None
-    except RecursionError:
-        raise AssetError([Problem("error", "malformed JSON: nested too deeply", source)]) from None
-    return asset_from_dict(raw, source)
+    return asset_from_dict(parse_input_json(text, source, AssetError), source)
 
 
 def asset_from_dict(raw: Any, source: str = "<asset>") -> Asset:
@@ -98,16 +92,7 @@ def asset_from_dict(raw: Any, source: str = "<asset>") -> Asset:
 
 
 def load_asset(path: str | os.PathLike[str]) -> Asset:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise AssetError([Problem("error", f"cannot read the file: {exc.strerror or exc}", str(path))]) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise AssetError([Problem("error", f"not UTF-8 text (byte {exc.start})", str(path))]) from None
-    return parse_asset(text, str(path))
+    return parse_asset(read_input_text(path, AssetError), str(path))
 
 
 def problems_from_validation(exc: ValidationError, raw: dict[str, Any], source: str) -> list[Problem]:

@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from runtime.asset import ID_PATTERN, SLOT_PATTERN, VariableValue
-from runtime.problems import InputError, Problem
+from runtime.problems import InputError, Problem, parse_input_json, read_input_text
 
 HISTORY_FORMAT = "parley-dialog"
 HISTORY_VERSION = 1
@@ -253,26 +252,11 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
 
 
 def parse_history(text: str, source: str = "<history>") -> SavedDialog:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HistoryError([Problem("error", f"malformed JSON: {exc.msg}", source, line=exc.lineno, column=exc.colno)]) from None
-    except RecursionError:
-        raise HistoryError([Problem("error", "malformed JSON: nested too deeply", source)]) from None
-    return history_from_dict(raw, source)
+    return history_from_dict(parse_input_json(text, source, HistoryError), source)
 
 
 def load_history(path: str | os.PathLike[str]) -> SavedDialog:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise HistoryError([Problem("error", f"cannot read the file: {exc.strerror or exc}", str(path))]) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise HistoryError([Problem("error", f"not UTF-8 text (byte {exc.start})", str(path))]) from None
-    return parse_history(text, str(path))
+    return parse_history(read_input_text(path, HistoryError), str(path))
 
 
 def save_history(saved: SavedDialog, path: str | os.PathLike[str]) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
 
@@ -45,3 +48,25 @@ class InputError(Exception):
 
 class AssetError(InputError):
     """The asset could not be loaded."""
+
+
+def read_input_text(path: str | os.PathLike[str], error: type[InputError]) -> str:
+    """A user's input file as text, or ``error`` naming the file and what is wrong with it."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise error([Problem("error", f"cannot read the file: {exc.strerror or exc}", str(path))]) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error([Problem("error", f"not UTF-8 text (byte {exc.start})", str(path))]) from None
+
+
+def parse_input_json(text: str, source: str, error: type[InputError]) -> Any:
+    """JSON text parsed, or ``error`` naming the line and column where it breaks."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error([Problem("error", f"malformed JSON: {exc.msg}", source, line=exc.lineno, column=exc.colno)]) from None
+    except RecursionError:
+        raise error([Problem("error", "malformed JSON: nested too deeply", source)]) from None
