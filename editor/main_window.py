@@ -116,8 +116,27 @@ class MainWindow(QMainWindow):
         self._after_edit()
         self._update_title()
 
+    def resize(self, *size) -> None:  # noqa: D102 - remembers the size asked for before the first show
+        super().resize(*size)
+        if not self.isVisible():
+            self._asked_size = self.size()
+
     def _tabify_docks(self) -> None:
-        """Stack the docks whose spec names ``tab_with`` behind that dock (each behind the previous one)."""
+        """Stack the docks whose spec names ``tab_with`` behind that dock (each behind the previous one).
+
+        Until then the docks stood side by side and may have widened the window past the size asked
+        for (or past a small screen); once they are tabbed it fits again, so give it that size back."""
+        self._stack_docks()
+        asked = getattr(self, "_asked_size", None)
+        screen = self.screen().availableGeometry().size() if self.screen() else None
+        target = asked if asked is not None else self.size()
+        if screen is not None and not screen.isEmpty() and asked is None:
+            target = target.boundedTo(screen)
+        if target != self.size():
+            # after the tabbed layout has settled, or the old minimum width still holds
+            QTimer.singleShot(0, self, lambda: QMainWindow.resize(self, target))
+
+    def _stack_docks(self) -> None:
         last: dict[str, str] = {}
         for spec in DOCKS:
             if spec.tab_with:
