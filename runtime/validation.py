@@ -95,6 +95,14 @@ def validate_asset(
     def context_of(node: NodeBase) -> int | None:
         return model_context(asset.model_for(node)) if model_context else None
 
+    has_summarizer = any(isinstance(n, Summarize) for n in asset.nodes)
+    for node in asset.nodes:
+        if isinstance(node, GeneratingNode) and node.history_mode == "summarized" and not has_summarizer:
+            warning(
+                "history_mode is 'summarized' but no Summarize node writes a summary: this node sees only "
+                "its last history_window entries. Add a Summarize node after the reply, or use 'last_n'.",
+                node.id, "history_mode",
+            )
     consumers = [n for n in asset.nodes if isinstance(n, GeneratingNode) and n.history_mode != "none"]
     for node in asset.nodes:
         if isinstance(node, GeneratingNode):

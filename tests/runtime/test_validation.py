@@ -151,3 +151,11 @@ def test_max_tokens_against_the_models_own_context():
     a = Asset(default_model="m", start_node="g", nodes=[Generate(id="g", max_tokens=1024)])
     assert ("error", "g", "max_tokens") in kinds(a, model_context=lambda m: 1024)
     assert ("error", "g", "max_tokens") not in kinds(a, model_context=lambda m: 2048)
+
+
+def test_summarized_mode_without_a_summarizer_warns():
+    a = Asset(default_model="m", start_node="g", nodes=[Generate(id="g", history_mode="summarized")])
+    assert ("warning", "g", "history_mode") in kinds(a)
+    a.nodes[0].default_exit = "s"
+    a.nodes.append(Summarize(id="s"))
+    assert ("warning", "g", "history_mode") not in kinds(a)
