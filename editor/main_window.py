@@ -43,7 +43,7 @@ from runtime.asset import Asset
 from runtime.asset_file import load_asset, save_asset
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
-from runtime.validation import validate_asset
+from runtime.validation import ModelFiles, validate_asset
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
 
@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
     def _after_edit(self, *_ignored: object) -> None:
         """Run after every edit, undo and redo: validate and show the results."""
         doc = self.document
-        self.problems = validate_asset(doc.asset, doc.path, asset_dir=doc.asset_dir)
+        self.problems = validate_asset(doc.asset, doc.path, asset_dir=doc.asset_dir, models=ModelFiles(doc.asset_dir))
         self._show_problems()
 
     def _show_problems(self, *_ignored: object) -> None:

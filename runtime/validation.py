@@ -28,10 +28,39 @@ from runtime.asset import (
 )
 from runtime.asset_file import load_asset
 from runtime.budget import PromptBudget
-from runtime.problems import AssetError, Problem
+from runtime.gguf_metadata import GGUFInfo, read_gguf
+from runtime.models import ModelFileError, resolve_model
+from runtime.problems import AssetError, InputError, Problem
 
 TokenCounter = Callable[[str], int]
 ModelContext = Callable[[str], int | None]
+
+
+_LOOKUP_ERRORS = (InputError, ModelFileError, OSError, ValueError)
+
+
+class ModelFiles:
+    """The model files an asset names, looked up on this machine: their trained context size (from the
+    GGUF header, cached) and why a file cannot be used. Lookups never raise."""
+
+    def __init__(self, asset_dir: str | os.PathLike[str] | None = None) -> None:
+        self.asset_dir = asset_dir
+
+    def _info(self, name: str) -> GGUFInfo:
+        return read_gguf(resolve_model(name, self.asset_dir))
+
+    def context(self, name: str) -> int | None:
+        try:
+            return self._info(name).context_length or None
+        except _LOOKUP_ERRORS:
+            return None
+
+    def problem(self, name: str) -> str | None:
+        try:
+            self._info(name)
+        except _LOOKUP_ERRORS as exc:
+            return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        return None
 
 
 def estimate_tokens(text: str) -> int:
@@ -56,9 +85,13 @@ def validate_asset(
     asset_dir: str | os.PathLike[str] | None = None,
     count_tokens: TokenCounter | None = None,
     model_context: ModelContext | None = None,
+    models: ModelFiles | None = None,
 ) -> list[Problem]:
-    """Every graph-level error and warning, in node order."""
+    """Every graph-level error and warning, in node order. With ``models``, model files are looked up
+    (a missing or unreadable one is a warning) and their context sizes feed the budget checks."""
     count = count_tokens or estimate_tokens
+    if model_context is None and models is not None:
+        model_context = models.context
     problems: list[Problem] = []
 
     def error(message: str, node_id: str = "", field: str = "") -> None:
@@ -95,6 +128,16 @@ def validate_asset(
     def context_of(node: NodeBase) -> int | None:
         return model_context(asset.model_for(node)) if model_context else None
 
+    if models is not None:
+        reported: set[str] = set()
+        for node in asset.nodes:
+            name = asset.model_for(node) if node.uses_model() else ""
+            if name and name not in reported:
+                reported.add(name)
+                trouble = models.problem(name)
+                if trouble:
+                    own = bool(getattr(node, "model_name", ""))
+                    warning(trouble, node.id if own else "", "model_name" if own else "default_model")
     has_summarizer = any(isinstance(n, Summarize) for n in asset.nodes)
     for node in asset.nodes:
         if isinstance(node, GeneratingNode) and node.history_mode == "summarized" and not has_summarizer:
@@ -221,4 +264,5 @@ def check_file(path: str | os.PathLike[str], **kwargs) -> list[Problem]:
         asset = load_asset(path)
     except AssetError as exc:
         return exc.problems
+    kwargs.setdefault("models", ModelFiles(Path(path).parent))
     return validate_asset(asset, str(path), asset_dir=Path(path).parent, **kwargs)

@@ -159,3 +159,18 @@ def test_summarized_mode_without_a_summarizer_warns():
     a.nodes[0].default_exit = "s"
     a.nodes.append(Summarize(id="s"))
     assert ("warning", "g", "history_mode") not in kinds(a)
+
+
+def test_model_files_are_looked_up(tmp_path, sample_model):
+    from runtime.validation import ModelFiles
+
+    a = Asset(default_model="nowhere.gguf", start_node="g", nodes=[
+        Generate(id="g", max_tokens=256), Generate(id="h", model_name=str(sample_model), max_tokens=9000)])
+    k = kinds(a, models=ModelFiles(tmp_path))
+    assert ("warning", "", "default_model") in k  # not found, said once for the agent's model
+    assert ("error", "h", "max_tokens") in k  # the sample model's own context is 8192
+    bad = tmp_path / "fake.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    a.default_model = "fake.gguf"
+    problems = validate_asset(a, "a.json", models=ModelFiles(tmp_path))
+    assert any(p.field == "default_model" and "fake.gguf" in p.message for p in problems)
