@@ -442,6 +442,8 @@ class Agent:
             diag.summary = SummaryRecord(
                 covered_through=summary.covered_through, folded_turns=summary.folded_turns,
                 summary_chars=summary.summary_chars, unsummarized_tokens=fold.unsummarized_tokens,
+                shortened_turn=fold.shortened_turn, omitted_words=fold.omitted_words,
+                summary_omitted_words=fold.summary_omitted_words,
             )
             if node.notify_client:
                 run.emit(Summarized(node.id, summary.covered_through, summary.folded_turns,

@@ -59,6 +59,15 @@ class SummaryRecord(_Model):
     folded_turns: int
     summary_chars: int
     unsummarized_tokens: int = Field(description="Tokens of the turns not yet summarized when the node ran.")
+    shortened_turn: int | None = Field(
+        None,
+        description="A turn too long for the summarizer's context, folded with the middle of its long messages "
+        "left out (marked '[... N words omitted ...]'); null when every turn was folded whole.",
+    )
+    omitted_words: int = Field(0, description="Words left out of the shortened turn.")
+    summary_omitted_words: int = Field(
+        0, description="Words left out of the middle of the previous summary to make room for the turn."
+    )
 
 
 class RetrievedEntry(_Model):
