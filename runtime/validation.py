@@ -33,6 +33,8 @@ from runtime.models import ModelFileError, resolve_model
 from runtime.problems import AssetError, InputError, Problem
 
 TokenCounter = Callable[[str], int]
+# Below this much room for the transcript a fold can hold little more than a shortened line.
+SUMMARY_MIN_TRANSCRIPT_TOKENS = 64
 ModelContext = Callable[[str], int | None]
 
 
@@ -164,6 +166,19 @@ def validate_asset(
                         f"the system prompt alone (about {fixed} tokens) fills the prompt budget of {budget} tokens; "
                         "the model will see no history. Shorten it, raise context_size or lower max_tokens.",
                         node.id, "system_prompt",
+                    )
+        if isinstance(node, Summarize):
+            context = node.context_size or context_of(node)
+            if context:
+                fixed = count(node.system_prompt) + count(node.template) + 2 * TOKENS_PER_MESSAGE
+                room = context - node.max_summary_tokens - fixed
+                if room < SUMMARY_MIN_TRANSCRIPT_TOKENS:
+                    warning(
+                        f"the summarizer's own system prompt and template (about {fixed} tokens) leave "
+                        f"{max(room, 0)} tokens for the transcript in context_size {context} minus "
+                        f"max_summary_tokens {node.max_summary_tokens}; it cannot fold. Raise context_size, "
+                        "lower max_summary_tokens or shorten the prompt.",
+                        node.id, "context_size",
                     )
         if isinstance(node, Summarize) and node.trigger_tokens:
             for consumer in consumers:

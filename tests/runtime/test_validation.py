@@ -174,3 +174,12 @@ def test_model_files_are_looked_up(tmp_path, sample_model):
     a.default_model = "fake.gguf"
     problems = validate_asset(a, "a.json", models=ModelFiles(tmp_path))
     assert any(p.field == "default_model" and "fake.gguf" in p.message for p in problems)
+
+
+def test_summarizer_whose_own_prompt_leaves_no_room_warns():
+    a = Asset(default_model="m", start_node="g", nodes=[
+        Generate(id="g", context_size=2048, default_exit="s"),
+        Summarize(id="s", context_size=256, max_summary_tokens=64, trigger_tokens=100)])
+    assert ("warning", "s", "context_size") in kinds(a)  # the built-in prompt alone is ~160 tokens
+    a.nodes[1].context_size = 1024
+    assert ("warning", "s", "context_size") not in kinds(a)
