@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ FIXED_AGENT_FIELDS = ("default_model",)
 
 HistoryOperation = Callable[[Agent], None]
 
+# The model-loading bar moves at most this often (seconds): smooth to the eye, and cheap
+LOADING_UPDATE_S = 0.02
+
 
 @dataclass
 class TurnRecord:
@@ -65,7 +69,7 @@ class TurnRecord:
 class RuntimeWorker(QObject):
     """Owns the agent and the backend; every method runs on the worker thread."""
 
-    progress = Signal(str, int, int)  # what is happening, done, total
+    loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # a runtime.events event, as it happens
     turn_finished = Signal(object)  # TurnRecord
     turn_failed = Signal(str, bool)  # message, cancelled
@@ -114,24 +118,46 @@ class RuntimeWorker(QObject):
         self.agent = agent
         self.history_changed.emit(agent.export_dialog())
 
-    def _load_models(self, asset: Asset) -> None:
-        """Load every model the asset uses, reporting progress (weights load once per file)."""
-        assert self.backend is not None
+    def _load_models(self, asset: Asset, cancel: threading.Event) -> None:
+        """Load every model the asset uses that is not loaded yet, reporting each one's progress
+        in whole percent (weights load once per file). A cancel stops the load."""
+        backend = self.backend
+        assert backend is not None
         names = list(dict.fromkeys(asset.model_for(n) for n in asset.nodes if n.uses_model() and asset.model_for(n)))
-        loaded = set(getattr(self.backend, "loaded_models", list)())
+        loaded = set(getattr(backend, "loaded_models", list)())
         wanted = []
         for name in names:
             try:
-                path = self.backend.model_path(name) if hasattr(self.backend, "model_path") else None
+                path = backend.model_path(name) if hasattr(backend, "model_path") else None
             except BackendError:
                 path = None  # the turn reports the missing file with where it looked
             if path is None or path not in loaded:
                 wanted.append(name)
-        for i, name in enumerate(wanted):
-            self.progress.emit(f"Loading {name}\u2026", i, len(wanted))
-            self.backend.model_context_size(name)  # loads the weights
-        if wanted:
-            self.progress.emit("Model loaded", len(wanted), len(wanted))
+        for number, name in enumerate(wanted, 1):
+            try:
+                backend.load_model(name, self._loading_report(Path(name).name, number, len(wanted)), cancel)
+            except BackendError:
+                if cancel.is_set():
+                    raise TurnCancelled("the turn was cancelled while its model loaded") from None
+                raise
+
+    def _loading_report(self, model: str, number: int, count: int) -> Callable[[float], None]:
+        """A progress callback that emits ``loading`` in whole percents, starting at 0 now (before
+        llama.cpp's first report it reads the file's metadata and vocabulary) and ending at 100.
+
+        llama.cpp reports once per tensor, often hundreds within a millisecond, and every bar
+        update repaints at once on the UI thread: so at most one update per LOADING_UPDATE_S."""
+        last = {"percent": 0, "at": float("-inf")}  # llama.cpp's first real step always shows
+        self.loading.emit(model, 0, number, count)
+
+        def report(fraction: float) -> None:
+            percent = int(fraction * 100)
+            now = time.monotonic()
+            if percent > last["percent"] and (percent == 100 or now - last["at"] >= LOADING_UPDATE_S):
+                last.update(percent=percent, at=now)
+                self.loading.emit(model, percent, number, count)
+
+        return report
 
     @Slot(str, str, object)
     def run_turn(self, line: str, instructions: str, cancel: threading.Event) -> None:
@@ -154,7 +180,7 @@ class RuntimeWorker(QObject):
                 return str(answer)
 
         try:
-            self._load_models(agent.asset)
+            self._load_models(agent.asset, cancel)
             if cancel.is_set():
                 raise TurnCancelled("the turn was cancelled")
             result = agent.run_turn(line, instructions, on_event=self.event.emit, cancel=cancel,
@@ -250,7 +276,7 @@ class LiveConversation(QObject):
     here is emitted on the UI thread."""
 
     busy_changed = Signal(bool)
-    loading = Signal(str, int, int)  # message, done, total
+    loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # runtime.events event
     turn_started = Signal(str)  # the player's line
     turn_finished = Signal(object)  # TurnRecord (None when the asset turns diagnostics off)
@@ -293,7 +319,7 @@ class LiveConversation(QObject):
         self._change_history.connect(self.worker.change_history)
         self._stop_worker.connect(self.worker.stop)
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
-        self.worker.progress.connect(self._on_progress)
+        self.worker.loading.connect(self._on_loading)
         self.worker.event.connect(self._on_event)
         self.worker.turn_finished.connect(self._on_finished)
         self.worker.turn_failed.connect(self._on_failed)
@@ -424,8 +450,8 @@ class LiveConversation(QObject):
             self.busy = busy
             self.busy_changed.emit(busy)
 
-    def _on_progress(self, message: str, done: int, total: int) -> None:
-        self.loading.emit(message, done, total)
+    def _on_loading(self, model: str, percent: int, number: int, count: int) -> None:
+        self.loading.emit(model, percent, number, count)
 
     def _on_event(self, event: object) -> None:
         self.event.emit(event)

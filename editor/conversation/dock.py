@@ -114,17 +114,18 @@ class ConversationDock(QDockWidget):
         self.tool_panel.hide()
         layout.addWidget(self.tool_panel)
 
-        status = QHBoxLayout()
-        self.progress = QProgressBar(self)
-        self.progress.setMaximumWidth(160)
-        self.progress.setTextVisible(False)
-        self.progress.hide()
+        # Shown only while a model's weights load, one model after the other
+        self.load_progress = QProgressBar(self)
+        self.load_progress.setRange(0, 100)
+        self.load_progress.setTextVisible(True)
+        self.load_progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.load_progress.hide()
+        layout.addWidget(self.load_progress)
+
         self.status = QLabel(self)
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        status.addWidget(self.progress)
-        status.addWidget(self.status, 1)
-        layout.addLayout(status)
+        layout.addWidget(self.status)
 
         talk = QHBoxLayout()
         self.line = QLineEdit(self)
@@ -198,19 +199,26 @@ class ConversationDock(QDockWidget):
         for button in (self.export_button, self.import_button, self.edit_button, self.variables_button):
             button.setEnabled(not busy)
         if not busy:
-            self.progress.hide()
+            self.load_progress.hide()
             self.tool_panel.hide()
             # The finished (or failed) turn is in the agent's history now: draw it from there.
             self.chat.show_history(self.conversation.saved, self.asset)
 
-    def _loading(self, message: str, done: int, total: int) -> None:
-        self.progress.show()
-        if done >= total:
-            self.progress.setRange(0, 1)
-            self.progress.setValue(1)
-        else:
-            self.progress.setRange(0, 0)  # busy: llama.cpp loads a file in one call
-        self.set_status(message)
+    def _loading(self, model: str, percent: int, number: int, count: int) -> None:
+        if percent >= 100 and number == count:
+            self.load_progress.hide()
+            self.set_status(f"Loaded {model}; thinking\u2026" if count == 1 else f"Loaded {count} models; thinking\u2026")
+            return
+        which = f" (model {number} of {count})" if count > 1 else ""
+        # %p is Qt's placeholder for the percentage; a word joiner keeps a "%" in a file name literal
+        literal = model.replace("%", "%\u2060")
+        label = f"Loading {literal}{which}  %p %"
+        # Dozens of these arrive at once when a load is quick: change only what changed
+        if self.load_progress.format() != label:
+            self.load_progress.setFormat(label)
+        self.load_progress.setValue(percent)
+        if self.load_progress.isHidden():
+            self.load_progress.show()
 
     def _turn_started(self, line: str) -> None:
         self.set_status("Thinking\u2026")

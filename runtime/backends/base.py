@@ -57,6 +57,8 @@ class GenerationResult:
 
 
 TokenCallback = Callable[[str], None]
+# Model loading: called with fractions from 0.0 to 1.0, in increasing order, the last one 1.0.
+LoadProgress = Callable[[float], None]
 
 
 class BackendError(Exception):
@@ -96,6 +98,16 @@ class Backend(ABC):
     @abstractmethod
     def session(self, key: str, model: str, context_size: int) -> NodeSession:
         """The session for ``key`` (a node id), created on first use. ``context_size`` 0 means the model's own."""
+
+    def load_model(
+        self, model: str, progress: LoadProgress | None = None, cancel: threading.Event | None = None
+    ) -> None:
+        """Load ``model``'s weights now, before the first turn needs them (once per model file).
+        ``progress`` hears how far the load is; setting ``cancel`` stops it with a BackendError.
+        Backends without weights to load only check the model and report 1.0."""
+        self.model_context_size(model)
+        if progress is not None:
+            progress(1.0)
 
     def release_all(self) -> None:
         """Free every node's KV cache (kept loaded weights)."""

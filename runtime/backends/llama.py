@@ -38,6 +38,7 @@ from runtime.backends.base import (
     ChatMessage,
     GenerationRequest,
     GenerationResult,
+    LoadProgress,
     NodeSession,
     TokenCallback,
 )
@@ -186,20 +187,67 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
 # --- loaded models --------------------------------------------------------------------------
 
 
+class _LoadReport:
+    """llama.cpp's model-loading progress callback, passed on to ``progress`` in increasing
+    order, and aborting the load once ``cancel`` is set."""
+
+    def __init__(self, progress: LoadProgress | None, cancel: threading.Event | None) -> None:
+        self.progress = progress
+        self.cancel = cancel
+        self.last = -1.0
+        # The C function pointer: llama.cpp calls it during llama_model_load_from_file, so it
+        # must stay alive for the whole load (this object holds it).
+        self.callback = llama_cpp.llama_progress_callback(self._called)
+
+    def _called(self, fraction: float, _user_data: ctypes.c_void_p) -> bool:
+        if self.cancel is not None and self.cancel.is_set():
+            return False  # llama.cpp stops loading and frees what it allocated
+        self.report(fraction)
+        return True
+
+    def report(self, fraction: float) -> None:
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        if fraction < self.last or self.progress is None:
+            return  # several buffers can restart llama.cpp's count; the designer sees it only grow
+        self.last = fraction
+        try:
+            self.progress(fraction)
+        except Exception:  # a callback from C must never raise (ctypes would abort the load)
+            log.exception("a model-loading progress callback failed")
+
+    def finish(self) -> None:
+        if self.last < 1.0:
+            self.report(1.0)
+
+
 class _LoadedModel:
     """One model file's weights, tokenizer and chat template, shared by every node that uses it."""
 
-    def __init__(self, path: Path, info: GGUFInfo) -> None:
+    def __init__(
+        self,
+        path: Path,
+        info: GGUFInfo,
+        progress: LoadProgress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
         self.path = path
         self.info = info
         self.lock = threading.RLock()
         params = internals.LlamaModel.default_params()
+        report = _LoadReport(progress, cancel)
+        params.progress_callback = report.callback
         try:
             # verbose=True only means "do not redirect stdout/stderr"; the log goes through our callback
             self.model = internals.LlamaModel(path_model=str(path), params=params, verbose=True)
         except (ValueError, OSError) as e:
+            if cancel is not None and cancel.is_set():
+                raise BackendError(f"{path}: loading this model was cancelled") from None
             detail = _last_llama_error() or str(e)
             raise BackendError(f"{path}: llama.cpp could not load this model ({detail})") from None
+        finally:
+            # llama.cpp calls it only during the load; LlamaModel keeps ``params``, so clear the pointer
+            params.progress_callback = llama_cpp.llama_progress_callback(0)
+        report.finish()
         self.n_ctx_train = self.model.n_ctx_train()
         self.n_vocab = self.model.n_vocab()
         self.metadata = self.model.metadata()
@@ -641,7 +689,9 @@ class LlamaBackend(Backend):
             raise BackendError(str(e)) from None
         self._models: dict[Path, _LoadedModel] = {}
         self._sessions: dict[str, LlamaNodeSession] = {}
-        self._lock = threading.Lock()  # guards the two dicts; model locks guard the contexts
+        self._lock = threading.Lock()  # guards the dicts; model locks guard the contexts
+        # One per model file, held while it loads: a file loads once, and other files meanwhile
+        self._load_locks: dict[Path, threading.Lock] = {}
         self._active = 0
         self._last_call = time.monotonic()
         self.model_loads = 0
@@ -661,21 +711,46 @@ class LlamaBackend(Backend):
     def model_path(self, model: str) -> Path:
         return resolve_model(model, self.asset_dir)
 
-    def _model(self, model: str) -> _LoadedModel:
+    def load_model(
+        self, model: str, progress: LoadProgress | None = None, cancel: threading.Event | None = None
+    ) -> None:
+        """Load ``model``'s weights now (the first turn then starts at once). ``progress`` hears
+        llama.cpp's progress, ending at 1.0 (at once when the file is already loaded). A set
+        ``cancel`` aborts the load with a BackendError and nothing stays loaded; calling
+        again loads afresh. A caller that waits for another thread's load of the same file
+        hears only the final 1.0."""
+        self._model(model, progress, cancel)
+
+    def _model(
+        self, model: str, progress: LoadProgress | None = None, cancel: threading.Event | None = None
+    ) -> _LoadedModel:
         path = self.model_path(model)
         with self._lock:
             loaded = self._models.get(path)
-            if loaded is not None:
-                return loaded
-            try:
-                info = read_gguf(path)  # missing, unreadable, not GGUF: checked before llama.cpp sees the file
-            except GGUFError as e:
-                raise BackendError(str(e)) from None
-            loaded = _LoadedModel(path, info)
+            load_lock = self._load_locks.setdefault(path, threading.Lock())
+        if loaded is None:
+            with load_lock:
+                with self._lock:
+                    loaded = self._models.get(path)  # another thread may have loaded it meanwhile
+                if loaded is None:
+                    return self._load(path, progress, cancel)
+        if progress is not None:
+            progress(1.0)
+        return loaded
+
+    def _load(self, path: Path, progress: LoadProgress | None, cancel: threading.Event | None) -> _LoadedModel:
+        try:
+            info = read_gguf(path)  # missing, unreadable, not GGUF: checked before llama.cpp sees the file
+        except GGUFError as e:
+            raise BackendError(str(e)) from None
+        started = time.perf_counter()
+        loaded = _LoadedModel(path, info, progress, cancel)
+        with self._lock:
             self._models[path] = loaded
             self.model_loads += 1
-            log.info("loaded %s (%d-token trained context)", path, loaded.n_ctx_train)
-            return loaded
+        log.info("loaded %s in %.2f s (%d-token trained context)", path, time.perf_counter() - started,
+                 loaded.n_ctx_train)
+        return loaded
 
     def loaded_models(self) -> list[Path]:
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QThread
@@ -28,7 +29,7 @@ def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
     assert window.findChild(LiveConversation) is conversation, "one conversation per window, shared by the docks"
     threads: set[int] = set()
     tokens: list[str] = []
-    loading: list[tuple[str, int, int]] = []
+    loading: list[tuple[str, int, int, int]] = []
 
     def on_event(event) -> None:
         threads.add(threading.get_ident())
@@ -36,15 +37,56 @@ def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
             tokens.append(event.text)
 
     conversation.event.connect(on_event)
-    conversation.loading.connect(lambda message, done, total: loading.append((message, done, total)))
+    conversation.loading.connect(lambda *args: loading.append(args))
     record = talk(qtbot, conversation, "Good evening! Is there a room free?")
 
     assert conversation.worker.thread() is conversation.thread
     assert conversation.thread is not QThread.currentThread()
     assert threads == {threading.get_ident()}, "events reach the UI through signals received on the UI thread"
-    assert loading[0][0].startswith("Loading ") and loading[-1][1:] == (1, 1), "model loading reports progress"
+    assert loading[0] == (Path(model).name, 0, 1, 1) and loading[-1][1] == 100, "model loading reports progress"
     assert "".join(tokens) == record.diagnostics.reply, "every token streamed, in order"
     assert record.diagnostics.nodes[0].tokens.generated > 0
+
+
+def test_model_loading_shows_a_percentage_bar_then_hides_it(window, qtbot, model, tmp_path):
+    window.set_asset(example("chat", model, reply={"max_tokens": 8}))
+    conversation = live_conversation(window)
+    dock = window.docks["ConversationDock"]
+    dock.raise_()
+    bar = dock.load_progress
+    seen: list[tuple[int, str, int, int, int, bool, str]] = []
+    shot = tmp_path / "loading.png"
+
+    # Connected after the dock, so each call sees the bar as the dock has just set it.
+    def on_loading(name: str, percent: int, number: int, count: int) -> None:
+        seen.append((threading.get_ident(), name, percent, number, count, bar.isHidden(), bar.text()))
+        if 0 < percent < 100 and not shot.exists():
+            assert dock.grab().save(str(shot))
+
+    conversation.loading.connect(on_loading)
+    with qtbot.waitSignal(conversation.loading, timeout=TURN_TIMEOUT_MS,
+                          check_params_cb=lambda _name, percent, _number, _count: percent == 100):
+        dock.line.setText("Hello!")
+        dock.send_button.click()
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=TURN_TIMEOUT_MS)
+
+    name = Path(model).name
+    assert {s[0] for s in seen} == {threading.get_ident()}, "progress reaches the dock on the UI thread"
+    assert {s[1:2] + s[3:5] for s in seen} == {(name, 1, 1)}
+    percents = [s[2] for s in seen]
+    assert percents[0] == 0 and percents[-1] == 100
+    assert percents == sorted(set(percents)), "each percent once, increasing"
+    assert any(0 < p < 100 for p in percents), f"llama.cpp's own progress, not only start and end: {percents}"
+    for _thread, _name, percent, _n, _c, hidden, text in seen[:-1]:
+        assert not hidden and text == f"Loading {name}  {percent} %"
+    assert seen[-1][5], "the bar hides once the model is loaded"
+    assert shot.exists(), "the dock was drawn mid-load"
+    assert bar.isHidden() and conversation.record(0) is not None
+
+    # The weights stay loaded: the next turn shows no loading at all.
+    count = len(seen)
+    talk(qtbot, conversation, "Thank you.")
+    assert len(seen) == count and bar.isHidden()
 
 
 def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):

@@ -100,6 +100,87 @@ def test_weights_loaded_once_for_several_nodes(model, monkeypatch):
         b.close()
 
 
+def count_weight_loads(monkeypatch) -> list[str]:
+    """The model files llama.cpp reads weights from, one entry per load."""
+    loads: list[str] = []
+    real_init = llama_cpp._internals.LlamaModel.__init__
+
+    def counting_init(self, *args, **kwargs):
+        loads.append(kwargs.get("path_model"))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp._internals.LlamaModel, "__init__", counting_init)
+    return loads
+
+
+def test_load_model_reports_progress_in_order_and_loads_once(model, monkeypatch):
+    loads = count_weight_loads(monkeypatch)
+    b = LlamaBackend()
+    try:
+        progress: list[float] = []
+        b.load_model(model, progress.append)
+        assert len(loads) == 1 and b.loaded_models() == [Path(model)]
+        assert len(progress) > 10, "llama.cpp reports once per tensor, not only at the end"
+        assert progress == sorted(progress) and progress[0] < 0.5
+        assert progress[-1] == 1.0 and progress.count(1.0) == 1
+
+        # Loaded: asked again it reports 1.0 at once, and the first turn reads no weights.
+        again: list[float] = []
+        b.load_model(model, again.append)
+        result = b.session("reply", model, 256).generate(GenerationRequest([user("Say hi.")], max_tokens=2))
+        assert again == [1.0] and result.generated > 0
+        assert len(loads) == 1 and b.model_loads == 1
+    finally:
+        b.close()
+
+
+def test_two_threads_loading_one_model_load_it_once(model, monkeypatch):
+    loads = count_weight_loads(monkeypatch)
+    b = LlamaBackend()
+    heard: dict[str, list[float]] = {"a": [], "b": []}
+    start = threading.Barrier(2)
+
+    def load(name: str) -> None:
+        start.wait()
+        b.load_model(model, heard[name].append)
+
+    threads = [threading.Thread(target=load, args=(name,)) for name in heard]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(loads) == 1 and b.model_loads == 1
+        assert all(values and values[-1] == 1.0 and values == sorted(values) for values in heard.values())
+        assert max(len(values) for values in heard.values()) > 10, "the thread that loads hears every step"
+    finally:
+        b.close()
+
+
+def test_cancelled_load_leaves_nothing_loaded(model, monkeypatch):
+    loads = count_weight_loads(monkeypatch)
+    b = LlamaBackend()
+    cancel = threading.Event()
+    heard: list[float] = []
+
+    def progress(fraction: float) -> None:
+        heard.append(fraction)
+        if fraction > 0.2:
+            cancel.set()
+
+    try:
+        with pytest.raises(BackendError, match="cancelled") as caught:
+            b.load_model(model, progress, cancel)
+        assert Path(model).name in str(caught.value)
+        assert 1.0 not in heard and heard[-1] > 0.2
+        assert b.loaded_models() == [] and b.model_loads == 0
+        # Loading again works, from scratch.
+        b.load_model(model)
+        assert len(loads) == 2 and b.model_loads == 1 and b.loaded_models() == [Path(model)]
+    finally:
+        b.close()
+
+
 def test_context_size_zero_is_the_models_own(backend, model):
     s = backend.session("n", model, 0)
     assert s.n_ctx == backend.model_context_size(model) == 8192
