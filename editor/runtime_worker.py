@@ -38,6 +38,14 @@ from runtime.problems import InputError
 
 log = logging.getLogger("parley.editor")
 
+# Import llama.cpp's bindings now, on the UI thread while the app starts: importing them (numpy,
+# ctypes, loading the shared libraries) holds the GIL for ~110 ms, which froze the UI when it
+# happened on the worker at the first turn. A broken install is reported when a conversation starts.
+try:
+    import runtime.backends.llama  # noqa: F401
+except (ImportError, OSError, RuntimeError) as exc:  # pragma: no cover - depends on the install
+    log.warning("llama.cpp bindings could not be loaded yet: %s", exc)
+
 # Settings an agent cannot change once created: a change needs a new agent.
 FIXED_NODE_FIELDS = ("model_name", "context_size")
 FIXED_AGENT_FIELDS = ("default_model",)

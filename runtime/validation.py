@@ -47,9 +47,19 @@ class ModelFiles:
 
     def __init__(self, asset_dir: str | os.PathLike[str] | None = None) -> None:
         self.asset_dir = asset_dir
+        # One lookup per model name for this object's life (one validation): nodes share models.
+        self._found: dict[str, GGUFInfo | Exception] = {}
 
     def _info(self, name: str) -> GGUFInfo:
-        return read_gguf(resolve_model(name, self.asset_dir))
+        if name not in self._found:
+            try:
+                self._found[name] = read_gguf(resolve_model(name, self.asset_dir))
+            except _LOOKUP_ERRORS as exc:
+                self._found[name] = exc
+        found = self._found[name]
+        if isinstance(found, Exception):
+            raise found
+        return found
 
     def context(self, name: str) -> int | None:
         try:
