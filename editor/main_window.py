@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QMessageBox,
+    QProgressBar,
     QWidget,
 )
 
@@ -37,6 +38,12 @@ from editor.properties.properties_dock import PropertiesDock
 from editor.raw_json.dock import RawJsonDock
 from editor.recovery import Autosave, left_behind
 from editor.runtime_worker import live_conversation
+from editor.sample_model_download import (
+    SAMPLE_MODEL_SIZE,
+    open_models_folder,
+    sample_model_download,
+    with_copy_hint,
+)
 from editor.turn_inspector.dock import TurnInspectorDock
 from editor.vram.dock import VramEstimatorDock
 from runtime.asset import Asset
@@ -67,7 +74,7 @@ DOCKS: list[DockSpec] = [
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: ConversationDock(live_conversation(w), w)),
+             lambda w: ConversationDock(live_conversation(w), w, sample_model_download(w))),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: TurnInspectorDock(live_conversation(w), w.canvas, w), tab_with="ProblemsDock"),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
@@ -110,6 +117,16 @@ class MainWindow(QMainWindow):
         self._wire()
         self.status = QLabel(self)
         self.statusBar().addPermanentWidget(self.status)
+        self.download = sample_model_download(self)
+        self.download_progress = QProgressBar(self)
+        self.download_progress.setRange(0, 0)  # pip reports nothing until it is done: a busy bar
+        self.download_progress.setMaximumWidth(120)
+        self.download_progress.setMaximumHeight(14)
+        self.download_progress.setToolTip("Downloading the sample model")
+        self.download_progress.hide()
+        self.statusBar().addPermanentWidget(self.download_progress)
+        self._download_from_menu = False
+        self._wire_download()
         self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
         self.canvas.rebuild()
         self._restore_layout()
@@ -205,6 +222,11 @@ class MainWindow(QMainWindow):
                                          tip="Zoom to the selected nodes, or to all nodes")
         self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
                                           tip="Arrange the graph in layers from the start node")
+        self.download_sample_action = self._action(
+            "&Download Sample Model\u2026", self.download_sample_model,
+            tip=f"Download the sample model ({SAMPLE_MODEL_SIZE}) into the models folder")
+        self.open_models_action = self._action("&Open Models Folder", open_models_folder,
+                                               tip="Show the folder the editor looks for model files in")
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -235,6 +257,9 @@ class MainWindow(QMainWindow):
         self._fill_add_menu(self.add_menu, at_cursor=False)
         self.add_menu.addSeparator()
         self.add_menu.addAction(self.search_action)
+
+        self.models_menu = bar.addMenu("&Models")
+        self.models_menu.addActions([self.download_sample_action, self.open_models_action])
 
         view = bar.addMenu("&View")
         view.addActions([self.frame_action, self.layout_action])
@@ -289,6 +314,58 @@ class MainWindow(QMainWindow):
         self.palette.add_requested.connect(self.canvas.add_node)
         self.problems_dock.problem_activated.connect(self.show_problem)
         self.properties.input_problems_changed.connect(self._show_problems)
+
+    # --- the sample model -----------------------------------------------------------------------
+
+    def _wire_download(self) -> None:
+        d = self.download
+        d.started.connect(self._download_started)
+        d.progress.connect(self._download_progress)
+        d.finished.connect(self._download_finished)
+        d.failed.connect(self._download_failed)
+        d.busy_changed.connect(self._download_busy)
+
+    def download_sample_model(self) -> bool:
+        """Models > Download Sample Model: fetch it on a background thread; the status bar shows how it goes."""
+        if not self.download.start():
+            self.statusBar().showMessage("The sample model is already being downloaded.", 5000)
+            return False
+        self._download_from_menu = True
+        return True
+
+    def _download_busy(self, busy: bool) -> None:
+        self.download_progress.setVisible(busy)
+        self.download_sample_action.setEnabled(not busy)
+
+    def _download_started(self) -> None:
+        self.statusBar().showMessage(f"Downloading the sample model ({SAMPLE_MODEL_SIZE})\u2026")
+
+    def _download_progress(self, message: str) -> None:
+        self.statusBar().showMessage(f"Sample model: {message}")
+
+    def _download_finished(self, path: str) -> None:
+        self._download_from_menu = False
+        self.statusBar().showMessage(f"The sample model is ready: {path}", 10_000)
+        # The model names that were missing resolve now: check the graph and estimate again.
+        self._after_edit()
+        vram = self.docks.get("VramEstimatorDock")
+        if vram is not None:
+            vram.update_estimate()  # type: ignore[attr-defined]
+
+    def _download_failed(self, message: str, cancelled: bool) -> None:
+        from_menu, self._download_from_menu = self._download_from_menu, False
+        self.statusBar().showMessage("The sample model download stopped." if cancelled
+                                     else "The sample model could not be downloaded.", 10_000)
+        if cancelled or not from_menu:
+            return  # the Conversation dock shows its own offer's errors
+        box = QMessageBox(QMessageBox.Icon.Warning, "Sample model not downloaded",
+                          "The sample model could not be downloaded.", QMessageBox.StandardButton.Ok, self)
+        box.setInformativeText(with_copy_hint(message))
+        box.setObjectName("download_failed")
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        open_button = box.addButton("Open Models Folder", QMessageBox.ButtonRole.ActionRole)
+        open_button.clicked.connect(lambda _c=False: open_models_folder())
+        box.open()  # not exec(): the window stays live behind it
 
     # --- title and problems ---------------------------------------------------------------------
 
@@ -536,6 +613,7 @@ class MainWindow(QMainWindow):
             shutdown = getattr(dock, "shutdown", None)
             if shutdown is not None:
                 shutdown()
+        self.download.shutdown()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()
 

