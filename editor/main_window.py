@@ -386,8 +386,8 @@ class MainWindow(QMainWindow):
         self.problems_dock.set_problems(everything)
         self.canvas.mark_problems(everything)
         errors = sum(p.severity == "error" for p in everything)
-        self.status.setText(f"{len(self.document.asset.nodes)} nodes \u00b7 {errors} errors \u00b7 "
-                            f"{len(everything) - errors} warnings")
+        counts = (len(self.document.asset.nodes), "node"), (errors, "error"), (len(everything) - errors, "warning")
+        self.status.setText(" \u00b7 ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts))
 
     def show_problem(self, node_id: str, field: str) -> None:
         """Select the node a problem names and focus the field in the Properties dock."""
