@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
         self._after_edit()
         self._update_title()
 
-    def resize(self, *size) -> None:  # noqa: D102 - remembers the size asked for before the first show
+    def resize(self, *size) -> None:
         super().resize(*size)
         if not self.isVisible():
             self._asked_size = self.size()
@@ -603,7 +603,7 @@ class MainWindow(QMainWindow):
         store.setValue("window/state", self.saveState())
         store.sync()
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+    def closeEvent(self, event: QCloseEvent) -> None:
         if not self.maybe_save():
             event.ignore()
             return

@@ -295,7 +295,7 @@ class Retrieve(NodeBase):
 
 
 Node = Annotated[
-    Union[Generate, GenerateAndSpeak, ToolCall, Summarize, ClassifyIntent, ClassifyAttributes, Retrieve],
+    Generate | GenerateAndSpeak | ToolCall | Summarize | ClassifyIntent | ClassifyAttributes | Retrieve,
     Field(discriminator="type"),
 ]
 NODE_TYPES: dict[str, type[NodeBase]] = {
@@ -305,7 +305,7 @@ NODE_TYPES: dict[str, type[NodeBase]] = {
 GENERATING_TYPES = ("Generate", "GenerateAndSpeak", "ToolCall")
 PLAYER_FACING_TYPES = ("Generate", "GenerateAndSpeak")
 
-VariableValue = Union[bool, int, float, str]
+VariableValue = bool | int | float | str
 
 
 class Asset(Strict):

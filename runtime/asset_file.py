@@ -131,8 +131,7 @@ def _friendly(err: dict[str, Any]) -> str:
         return "a node needs a 'type'"
     if kind == "missing":
         return "required field is missing"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+    msg = msg.removeprefix("Value error, ")
     return f"{msg} (got {_short(err.get('input'))})" if kind not in ("value_error",) and "input" in err else msg
 
 

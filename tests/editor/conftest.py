@@ -9,8 +9,8 @@ import weakref
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QThread, QTimer  # noqa: E402
+import pytest
+from PySide6.QtCore import QThread, QTimer
 
 
 @pytest.fixture(autouse=True)
