@@ -1,0 +1,92 @@
+"""The same conversation on the test backend gives the same diagnostics, whatever the runtime's
+internals: a golden file recorded before the node types moved into one registry (issue 11).
+
+Every node type runs here, with budgets small enough that nodes trim and the summarizer folds.
+Only timings are left out of the comparison. To record the golden file again after a deliberate
+change in behaviour: ``python -m tests.runtime.test_behaviour_unchanged``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runtime.agent import Agent
+from tests.runtime.conversations import asset, backend, player_lines
+
+GOLDEN = Path(__file__).parent / "data" / "golden_diagnostics.jsonl"
+
+
+def every_node_type_asset():
+    return asset(
+        ("Retrieve", "lore", {"entries": [{"id": "inn", "text": "The inn is called the Green Lamp."},
+                                          {"id": "road", "text": "The north road is closed by snow."}],
+                              "top_k": 1, "default_exit": "mood"}),
+        ("ClassifyAttributes", "mood", {"attributes": [{"name": "tone", "values": ["calm", "angry"]}],
+                                        "default_exit": "route"}),
+        ("ClassifyIntent", "route", {"intents": [{"name": "ask_tool", "exit": "tools"},
+                                                 {"name": "chat", "exit": "think"}],
+                                     "fallback_exit": "think"}),
+        ("ToolCall", "tools", {"context_size": 600, "max_tokens": 40, "default_exit": "reply",
+                               "history_mode": "last_n", "history_window": 3,
+                               "tools": [{"name": "weather", "description": "Today's weather",
+                                          "parameters": {"type": "object", "properties": {}},
+                                          "mock_result": "snow all day"}]}),
+        ("Generate", "think", {"context_size": 300, "max_tokens": 40, "history_role": "none",
+                               "default_exit": "reply"}),
+        ("GenerateAndSpeak", "reply", {"context_size": 700, "max_tokens": 60, "seed": 3,
+                                       "template": "{{#knowledge}}Fact: {{text}}\n{{/knowledge}}Mood: {{slots.tone}}",
+                                       "history_mode": "summarized", "history_window": 6,
+                                       "default_exit": "fold"}),
+        ("Summarize", "fold", {"trigger_turns": 3, "trigger_tokens": 0, "keep_recent_turns": 2,
+                               "max_summary_tokens": 60, "context_size": 900}),
+        start="lore",
+    )
+
+
+def lines() -> list[str]:
+    said = player_lines(9, seed=7, low=8, high=40)
+    said[2] += " ask_tool please"
+    said[6] += " ask_tool again"
+    return said
+
+
+def conversation() -> list[dict[str, Any]]:
+    agent = Agent(every_node_type_asset(), backend({"think": 25, "reply": 45, "fold": 30}))
+    out = []
+    for line in lines():
+        result = agent.run_turn(line)
+        assert result.diagnostics is not None
+        out.append(_without_timings(result.diagnostics.model_dump(mode="json")))
+    return out
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if not k.endswith("_ms")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_diagnostics_equal_the_golden_file() -> None:
+    golden = [json.loads(line) for line in GOLDEN.read_text(encoding="utf-8").splitlines()]
+    got = conversation()
+    assert len(got) == len(golden)
+    for turn, (expected, actual) in enumerate(zip(golden, got)):
+        assert actual == expected, f"turn {turn} differs from the golden diagnostics"
+
+
+def test_the_golden_conversation_runs_every_node_type_trims_and_folds() -> None:
+    golden = [json.loads(line) for line in GOLDEN.read_text(encoding="utf-8").splitlines()]
+    types = {n["type"] for turn in golden for n in turn["nodes"]}
+    assert types == {"Retrieve", "ClassifyAttributes", "ClassifyIntent", "ToolCall", "Generate",
+                     "GenerateAndSpeak", "Summarize"}
+    assert any(n["trim"] and n["trim"]["triggered"] for turn in golden for n in turn["nodes"])
+    assert any(n["summary"] for turn in golden for n in turn["nodes"])
+
+
+if __name__ == "__main__":
+    GOLDEN.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in conversation()), encoding="utf-8")
+    print(f"wrote {GOLDEN}")
