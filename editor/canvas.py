@@ -18,7 +18,7 @@ from PySide6.QtCore import QMimeData, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
 
-from editor import auto_layout
+from runtime import auto_layout
 from editor.commands import (
     AddNodeCommand,
     MacroCommand,

@@ -26,16 +26,16 @@ from PySide6.QtWidgets import (
 
 from editor import settings as app_settings
 from editor.canvas import Canvas, add_action, context_menu
-from editor.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from editor.commands import MacroCommand, SetAgentFieldCommand, add_nodes, remove_nodes
-from editor.conversation.dock import ConversationDock
+from editor.docks.conversation.dock import ConversationDock
 from editor.document import Document
-from editor.history_dock import HistoryDock
+from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.node_appearance import CATEGORIES, TYPE_LABELS
-from editor.palette_dock import PaletteDock
-from editor.problems_dock import ProblemsDock
-from editor.properties.properties_dock import PropertiesDock
-from editor.raw_json.dock import RawJsonDock
+from editor.docks.palette.dock import PaletteDock
+from editor.docks.problems.dock import ProblemsDock
+from editor.docks.properties.dock import PropertiesDock
+from editor.docks.raw_json.dock import RawJsonDock
 from editor.recovery import Autosave, left_behind
 from editor.runtime_worker import live_conversation
 from editor.sample_model_download import (
@@ -44,8 +44,8 @@ from editor.sample_model_download import (
     sample_model_download,
     with_copy_hint,
 )
-from editor.turn_inspector.dock import TurnInspectorDock
-from editor.vram.dock import VramEstimatorDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from runtime.asset import Asset
 from runtime.asset_file import load_asset, save_asset
 from runtime.problems import AssetError, Problem
@@ -70,7 +70,7 @@ class DockSpec:
 # (Conversation, Turn Inspector, Raw JSON, VRAM Estimator) are added here.
 DOCKS: list[DockSpec] = [
     DockSpec("PaletteDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: PaletteDock(w)),
-    DockSpec("HistoryDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: HistoryDock(w.document.undo_stack, w)),
+    DockSpec("UndoHistoryDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: UndoHistoryDock(w.document.undo_stack, w)),
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
@@ -104,7 +104,7 @@ class MainWindow(QMainWindow):
             dock.setObjectName(spec.name)
             self.addDockWidget(spec.area, dock)
             self.docks[spec.name] = dock
-        self.tabifyDockWidget(self.docks["PaletteDock"], self.docks["HistoryDock"])
+        self.tabifyDockWidget(self.docks["PaletteDock"], self.docks["UndoHistoryDock"])
         self.docks["PaletteDock"].raise_()
         if not isinstance(app_settings.app_settings().value("window/state"), QByteArray):
             # After the first show: Qt 6.11 leaves stale tab bars painted when docks are tabified before it.

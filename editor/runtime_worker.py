@@ -27,7 +27,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import QWidget
 
-from editor.turn_inspector.prompt_parts import PromptPart, split_prompt
+from editor.docks.turn_inspector.prompt_parts import PromptPart, split_prompt
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult
 from runtime.asset import Asset, GeneratingNode, VariableValue
 from runtime.backends.base import Backend, BackendError

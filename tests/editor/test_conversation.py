@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from editor.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
+from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
 from editor.runtime_worker import live_conversation
 from runtime.history import load_history
 from tests.editor.live import example, sample_model, talk

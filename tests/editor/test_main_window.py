@@ -246,7 +246,7 @@ def test_examples_menu_recent_files_and_layout_are_remembered(make_window, tmp_p
     path = tmp_path / "mine.json"
     window.save_to(str(path))
     assert next(a.text() for a in window.recent_menu.actions()) == str(path.resolve())
-    window.docks["HistoryDock"].hide()
+    window.docks["UndoHistoryDock"].hide()
     window.resize(1211, 977)
     window.close()
     from editor.settings import app_settings
@@ -254,7 +254,7 @@ def test_examples_menu_recent_files_and_layout_are_remembered(make_window, tmp_p
     saved = app_settings().value("window/geometry")
     assert saved == window.saveGeometry(), "geometry is stored on close"
     again = make_window()
-    assert again.docks["HistoryDock"].isHidden()
+    assert again.docks["UndoHistoryDock"].isHidden()
     assert again.docks["PaletteDock"].isVisible()
     assert Path(os.environ["PARLEY_STUDIO_SETTINGS"]).exists()
 
@@ -300,7 +300,7 @@ def test_saving_clears_the_recovery_file(window, tmp_path):
 
 def test_docks_come_from_one_list(window):
     assert [d.name for d in DOCKS] == list(window.docks)
-    assert {"PaletteDock", "PropertiesDock", "ProblemsDock", "HistoryDock"} <= set(window.docks)
+    assert {"PaletteDock", "PropertiesDock", "ProblemsDock", "UndoHistoryDock"} <= set(window.docks)
 
 
 @pytest.mark.parametrize("example", ["chat.json", "intent_router.json"])

@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from editor.document import Document
-from editor.properties.field_editors import (
+from editor.docks.properties.field_editors import (
     BoolEditor,
     ChoiceEditor,
     FloatEditor,
@@ -16,9 +16,9 @@ from editor.properties.field_editors import (
     LineEditor,
     TextEditor,
 )
-from editor.properties.list_editor import ModelListEditor
-from editor.properties.mustache import MustacheHighlighter, mustache_tags
-from editor.properties.properties_dock import PropertiesDock
+from editor.docks.properties.list_editor import ModelListEditor
+from editor.docks.properties.mustache import MustacheHighlighter, mustache_tags
+from editor.docks.properties.dock import PropertiesDock
 from runtime.asset import NODE_TYPES, Asset, new_node
 
 

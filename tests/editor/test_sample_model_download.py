@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QMessageBox
 
-from editor.conversation.history_dialogs import REPLY, HistoryEditor
+from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor
 from editor.runtime_worker import live_conversation
 from editor.sample_model_download import sample_model_download
 from runtime import models

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from editor.runtime_worker import live_conversation
-from editor.turn_inspector.prompt_parts import budget_segments, split_prompt
+from editor.docks.turn_inspector.prompt_parts import budget_segments, split_prompt
 from runtime.prompt import SUMMARY_HEADING
 from tests.editor.live import example, sample_model, talk
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWi
 from editor.commands import RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.document import Document, FieldRejected
 from editor.node_appearance import TYPE_HELP, TYPE_LABELS, colour_of
-from editor.properties.field_editors import FieldEditor, IntEditor, ModelForm
+from editor.docks.properties.field_editors import FieldEditor, IntEditor, ModelForm
 from runtime.asset import END, NODE_TYPES, Asset, GeneratingNode, Summarize
 from runtime.problems import Problem
 

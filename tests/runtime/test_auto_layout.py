@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from editor.auto_layout import layered_positions
+from runtime.auto_layout import layered_positions
 
 
 def overlaps(positions, sizes) -> bool:

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.conversation.chat_view import ChatView, node_label, tool_text
-from editor.conversation.history_dialogs import HistoryEditor, VariablesDialog
+from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
+from editor.docks.conversation.history_dialogs import HistoryEditor, VariablesDialog
 from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.properties.mustache import MustacheHighlighter
+from editor.docks.properties.mustache import MustacheHighlighter
 
 GROUP_ORDER = ["General", "Prompt", "Model", "Sampling", "History", "Tools", "Intents", "Attributes",
                "Knowledge", "Folding", "Exits", "Layout"]
@@ -469,7 +469,7 @@ def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = N
         return PositionEditor()
     item_model = _list_item_model(annotation)
     if item_model is not None:
-        from editor.properties.list_editor import ModelListEditor
+        from editor.docks.properties.list_editor import ModelListEditor
 
         return ModelListEditor(item_model, exit_choices)
     if origin is list:

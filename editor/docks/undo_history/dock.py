@@ -1,4 +1,4 @@
-"""The History dock: the undo stack, where clicking an entry goes back to it."""
+"""The Undo History dock: the undo stack, where clicking an entry goes back to it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QDockWidget, QUndoView, QWidget
 
 
-class HistoryDock(QDockWidget):
+class UndoHistoryDock(QDockWidget):
     def __init__(self, stack: QUndoStack, parent: QWidget | None = None) -> None:
-        super().__init__("History", parent)
-        self.setObjectName("HistoryDock")
+        super().__init__("Undo History", parent)
+        self.setObjectName("UndoHistoryDock")
         self.view = QUndoView(stack, self)
         self.view.setEmptyLabel("Opened")
         self.setWidget(self.view)

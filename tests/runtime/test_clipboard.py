@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from editor.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset import new_node
 from runtime.asset_file import asset_to_dict, load_asset
 from runtime.problems import AssetError

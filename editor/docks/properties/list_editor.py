@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from PySide6.QtCore import QSignalBlocker
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget
 
-from editor.properties.field_editors import ExitChoices, FieldEditor, ModelForm
+from editor.docks.properties.field_editors import ExitChoices, FieldEditor, ModelForm
 
 # What a new record starts as (its required fields need a value the model accepts).
 _NEW_RECORD = {

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from editor.runtime_worker import LiveConversation, TurnRecord
-from editor.turn_inspector.budget_bar import BudgetBar, BudgetShares
-from editor.turn_inspector.prompt_parts import PART_LABELS, PromptPart, budget_segments
+from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
+from editor.docks.turn_inspector.prompt_parts import PART_LABELS, PromptPart, budget_segments
 from runtime.budget import TRIM_TARGET_PERCENT
 from runtime.diagnostics import NodeDiagnostics
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 # Modules that define a subcommand (each has register(subparsers)).
 COMMANDS = [
-    "runtime.validate_cli",
-    "runtime.estimate_cli",
-    "runtime.models_cli",
-    "runtime.chat_cli",
+    "runtime.cli.validate",
+    "runtime.cli.estimate",
+    "runtime.cli.models",
+    "runtime.cli.chat",
 ]
 
 

@@ -1,0 +1,1 @@
+"""The Palette dock: node types by category, to drag onto the canvas."""

@@ -1,0 +1,1 @@
+"""The Undo History dock: every edit of the graph, to step back to."""
