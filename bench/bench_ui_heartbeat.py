@@ -87,7 +87,6 @@ def main() -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from editor.main_window import MainWindow
-    from editor.runtime_worker import live_conversation
     from editor.theme import apply_theme
     from runtime.asset_file import load_asset
     from runtime.events import NodeStarted, Token
@@ -101,7 +100,7 @@ def main() -> int:
     window.set_asset(asset)
     for _ in range(5):
         app.processEvents()
-    conversation = live_conversation(window)
+    conversation = window.conversation
     beat = Heartbeat()
     tokens = 0
     load_ms = 0.0
@@ -115,7 +114,7 @@ def main() -> int:
 
     conversation.event.connect(on_event)
     failures: list[str] = []
-    conversation.turn_failed.connect(lambda message, _c: failures.append(message))
+    conversation.turn_failed.connect(lambda failure: failures.append(failure.message))
     beat.start()
     started = time.perf_counter()
     for i in range(args.turns):

@@ -77,11 +77,10 @@ def _talk(app, window, lines: list[str]) -> int:
     """Say each line in the window's test conversation and wait for the reply; 1 on a failed turn."""
     import time
 
-    from editor.runtime_worker import live_conversation
 
-    conversation = live_conversation(window)
+    conversation = window.conversation
     failures: list[str] = []
-    conversation.turn_failed.connect(lambda message, _cancelled: failures.append(message))
+    conversation.turn_failed.connect(lambda failure: failures.append(failure.message))
     for line in lines:
         conversation.say(line)
         while conversation.busy:

@@ -18,7 +18,6 @@ from PySide6.QtCore import QMimeData, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
 
-from runtime import auto_layout
 from editor.commands import (
     AddNodeCommand,
     MacroCommand,
@@ -32,15 +31,14 @@ from editor.node_appearance import (
     INPUT_PORT,
     START_PORT,
     TERMINAL_COLOURS,
-    TYPE_LABELS,
     AssetNodeItem,
     TerminalItem,
     apply_appearance,
-    colour_of,
-    port_label,
     summary_lines,
 )
-from runtime.asset import END, NODE_TYPES, new_node
+from editor.node_types import view_of
+from runtime import auto_layout
+from runtime.asset import END, NODE_TYPES, NodeBase, new_node
 from runtime.problems import Problem
 
 IDENTIFIER = "parley"
@@ -88,7 +86,7 @@ class EndTerminal(BaseNode):
 
 def _canvas_class(type_name: str) -> type[AssetCanvasNode]:
     return type(f"{type_name}CanvasNode", (AssetCanvasNode,), {
-        "__identifier__": IDENTIFIER, "NODE_NAME": TYPE_LABELS[type_name], "ASSET_TYPE": type_name,
+        "__identifier__": IDENTIFIER, "NODE_NAME": view_of(type_name).label, "ASSET_TYPE": type_name,
     })
 
 
@@ -224,25 +222,26 @@ class Canvas(QObject):
 
     def _create(self, node_id: str) -> AssetCanvasNode:
         node = self.document.node(node_id)
-        canvas_node: AssetCanvasNode = CANVAS_CLASSES[node.type]()
+        canvas_node: AssetCanvasNode = CANVAS_CLASSES[node.type_name]()
         canvas_node.asset_id = node_id
         canvas_node.view.asset_id = node_id
         # Ports, title, colour and summary are set before the node enters the scene,
         # so NodeGraphQt lays it out once instead of once per port.
         for port in node.exits():
-            self._add_exit_port(canvas_node, port)
+            self._add_exit_port(canvas_node, node, port)
         canvas_node.NODE_NAME = node.display_title
-        canvas_node.model.color = (*colour_of(node.type), 255)
-        canvas_node.model.border_color = (*[min(255, c + 40) for c in colour_of(node.type)], 255)
+        fill = view_of(node.type_name).fill
+        canvas_node.model.color = (*fill, 255)
+        canvas_node.model.border_color = (*[min(255, c + 40) for c in fill], 255)
         canvas_node.view.summary = summary_lines(node, self.document.asset)
         canvas_node.view.is_start = self.document.asset.start_node == node_id
         self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)
         self._nodes[node_id] = canvas_node
         return canvas_node
 
-    def _add_exit_port(self, canvas_node: AssetCanvasNode, port: str) -> None:
+    def _add_exit_port(self, canvas_node: AssetCanvasNode, node: NodeBase, port: str) -> None:
         out = canvas_node.add_output(port, multi_output=False, display_name=True)
-        canvas_node.view.get_output_text_item(out.view).setPlainText(port_label(port))
+        canvas_node.view.get_output_text_item(out.view).setPlainText(node.exit_label(port))
 
     def _place_terminals(self) -> None:
         assert self._start is not None and self._end is not None
@@ -360,7 +359,7 @@ class Canvas(QObject):
                         pipe.delete()
                     canvas_node.delete_output(port)
                 for port in wanted:
-                    self._add_exit_port(canvas_node, port)
+                    self._add_exit_port(canvas_node, node, port)
             finally:
                 self._syncing = False
         apply_appearance(canvas_node.view, node, self.document.asset)
@@ -534,11 +533,11 @@ class Canvas(QObject):
     def add_node(self, type_name: str, pos: tuple[float, float] | None = None) -> str:
         """Add a node of ``type_name`` at ``pos`` (the view's centre by default); returns its id."""
         doc = self.document
-        base = type_name.lower() if type_name != "GenerateAndSpeak" else "reply"
-        node_id = doc.unique_id(base)
+        view = view_of(type_name)
+        node_id = doc.unique_id(view.new_id)
         x, y = pos if pos is not None else self.view_center()
         node = new_node(type_name, node_id, position=(float(x), float(y)))
-        parent = MacroCommand(f"Add {TYPE_LABELS[type_name]}")
+        parent = MacroCommand(f"Add {view.label}")
         AddNodeCommand(doc, node, None, parent)
         if not doc.asset.start_node:
             SetAgentFieldCommand(doc, "start_node", "", node_id, parent)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
-from runtime.asset import END, Asset, ClassifyIntent, NodeBase
+from runtime.asset import END, Asset, NodeBase
 from runtime.asset_file import problems_from_validation
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
@@ -35,19 +35,6 @@ class FieldRejected(ValueError):
         self.message = message
         self.node_id = node_id
         self.field = field
-
-
-def exit_field(node: NodeBase, port: str) -> tuple[str, int | None]:
-    """The field an exit port is stored in: ('default_exit', None) or ('intents', index)."""
-    if port.startswith("intent:") and isinstance(node, ClassifyIntent):
-        name = port.split(":", 1)[1]
-        for index, intent in enumerate(node.intents):
-            if intent.name == name:
-                return "intents", index
-        raise KeyError(port)
-    if port not in node.exits():
-        raise KeyError(port)
-    return port, None
 
 
 class Document(QObject):
@@ -165,14 +152,11 @@ class Document(QObject):
     def set_exit(self, node_id: str, port: str, target: str) -> bool:
         """Point exit ``port`` of a node at ``target`` ('' is END)."""
         node = self.node(node_id)
-        field, index = exit_field(node, port)
-        if index is None:
-            return self.set_node_field(node_id, field, target)
-        intents = [i.model_dump() for i in node.intents]
-        if intents[index]["exit"] == target:
+        if node.exits()[port] == target:
             return False
-        intents[index]["exit"] = target
-        return self.set_node_field(node_id, "intents", intents)
+        field = node.exit_field(port).split(".", 1)[0]  # 'intents.2.exit' is stored in 'intents'
+        changed = self._validated_exits(node, {port: target})
+        return self.set_node_field(node_id, field, changed.model_dump()[field])
 
     def exit_target(self, node_id: str, port: str) -> str:
         return self.node(node_id).exits().get(port, END)
@@ -216,13 +200,14 @@ class Document(QObject):
 
     def _set_exit_quietly(self, node_id: str, port: str, target: str) -> None:
         node = self.node(node_id)
-        field, index = exit_field(node, port)
-        raw = node.model_dump()
-        if index is None:
-            raw[field] = target
-        else:
-            raw["intents"][index]["exit"] = target
-        self._replace(node_id, self._validated(type(node), raw, node_id))
+        self._replace(node_id, self._validated_exits(node, {port: target}))
+
+    @staticmethod
+    def _validated_exits(node: NodeBase, targets: dict[str, str]) -> NodeBase:
+        try:
+            return node.with_exits(targets)
+        except ValidationError as exc:
+            raise FieldRejected(str(exc), node.id, "exits") from None
 
     def _replace(self, node_id: str, node: NodeBase) -> None:
         self._asset.nodes[self.index_of(node_id)] = node

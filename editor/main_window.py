@@ -26,28 +26,28 @@ from PySide6.QtWidgets import (
 
 from editor import settings as app_settings
 from editor.canvas import Canvas, add_action, context_menu
-from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from editor.commands import MacroCommand, SetAgentFieldCommand, add_nodes, remove_nodes
 from editor.docks.conversation.dock import ConversationDock
-from editor.document import Document
-from editor.docks.undo_history.dock import UndoHistoryDock
-from editor.node_appearance import CATEGORIES, TYPE_LABELS
 from editor.docks.palette.dock import PaletteDock
 from editor.docks.problems.dock import ProblemsDock
 from editor.docks.properties.dock import PropertiesDock
 from editor.docks.raw_json.dock import RawJsonDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.docks.undo_history.dock import UndoHistoryDock
+from editor.docks.vram_estimator.dock import VramEstimatorDock
+from editor.document import Document
+from editor.node_types import categories
 from editor.recovery import Autosave, left_behind
-from editor.runtime_worker import live_conversation
+from editor.runtime_worker import LiveConversation
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
+    SampleModelDownload,
     open_models_folder,
-    sample_model_download,
     with_copy_hint,
 )
-from editor.docks.turn_inspector.dock import TurnInspectorDock
-from editor.docks.vram_estimator.dock import VramEstimatorDock
 from runtime.asset import Asset
 from runtime.asset_file import load_asset, save_asset
+from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
 from runtime.validation import ModelFiles, validate_asset
@@ -66,19 +66,19 @@ class DockSpec:
     tab_with: str = ""  # start as a tab behind this dock
 
 
-# The window's docks, in the order they are built. The next issue's panels
-# (Conversation, Turn Inspector, Raw JSON, VRAM Estimator) are added here.
+# The window's docks, in the order they are built. Each gets the services it needs from the window
+# (the document, the test conversation, the download, the canvas's path marking); none looks for another.
 DOCKS: list[DockSpec] = [
     DockSpec("PaletteDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: PaletteDock(w)),
     DockSpec("UndoHistoryDock", Qt.DockWidgetArea.LeftDockWidgetArea, lambda w: UndoHistoryDock(w.document.undo_stack, w)),
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: ConversationDock(live_conversation(w), w, sample_model_download(w))),
+             lambda w: ConversationDock(w.conversation, w, w.download)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(live_conversation(w), w.canvas, w), tab_with="ProblemsDock"),
+             lambda w: TurnInspectorDock(w.conversation, w.canvas.highlight_path, w), tab_with="ProblemsDock"),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: RawJsonDock(live_conversation(w), w), tab_with="ProblemsDock"),
+             lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
              lambda w: VramEstimatorDock(w.document, w), tab_with="PropertiesDock"),
 ]
@@ -94,6 +94,9 @@ class MainWindow(QMainWindow):
         self.document = Document(parent=self)
         self.canvas = Canvas(self.document, self)
         self.setCentralWidget(self.canvas.widget)
+        # The window's shared services, passed to the docks that use them.
+        self.conversation = LiveConversation(self.document, self)
+        self.download = SampleModelDownload(self)
         self.load_problems: list[Problem] = []
         self.problems: list[Problem] = []
         self.docks: dict[str, QDockWidget] = {}
@@ -117,7 +120,6 @@ class MainWindow(QMainWindow):
         self._wire()
         self.status = QLabel(self)
         self.statusBar().addPermanentWidget(self.status)
-        self.download = sample_model_download(self)
         self.download_progress = QProgressBar(self)
         self.download_progress.setRange(0, 0)  # pip reports nothing until it is done: a busy bar
         self.download_progress.setMaximumWidth(120)
@@ -173,6 +175,10 @@ class MainWindow(QMainWindow):
     @property
     def problems_dock(self) -> ProblemsDock:
         return self.docks["ProblemsDock"]  # type: ignore[return-value]
+
+    @property
+    def conversation_dock(self) -> ConversationDock:
+        return self.docks["ConversationDock"]  # type: ignore[return-value]
 
     @property
     def palette(self) -> PaletteDock:
@@ -280,11 +286,11 @@ class MainWindow(QMainWindow):
         menu.addActions([self.select_all_action, self.start_action, self.frame_action, self.layout_action])
 
     def _fill_add_menu(self, menu: QMenu, at_cursor: bool) -> None:
-        for types, _colour in CATEGORIES.values():
-            for type_name in types:
-                action = menu.addAction(TYPE_LABELS[type_name])
+        for views in categories().values():
+            for view in views:
+                action = menu.addAction(view.label)
                 action.triggered.connect(
-                    lambda _c=False, t=type_name: self.canvas.add_node(
+                    lambda _c=False, t=view.type: self.canvas.add_node(
                         t, self.canvas.scene_cursor_pos() if at_cursor else None))
             menu.addSeparator()
 
@@ -609,11 +615,9 @@ class MainWindow(QMainWindow):
             return
         self.save_layout()
         self.autosave.stop()
-        for dock in self.docks.values():  # docks that run work (the test conversation) stop it now
-            shutdown = getattr(dock, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+        self.conversation.shutdown()  # stops any turn and the runtime thread
         self.download.shutdown()
+        self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()
 

@@ -1,124 +1,30 @@
-"""How an asset node looks on the canvas: the one place for colours, port labels and summaries.
+"""How an asset node is drawn on the canvas: summary, start mark and problem marks.
 
-The palette, the canvas and the tests read categories and colours from here. Nodes
-show a compact summary of their key settings painted by ``AssetNodeItem`` itself
-(no embedded widgets: NodeGraphQt's node widgets cost ~25 ms a node).
+What each type looks like (label, colour, summary lines) is its ``editor.node_types.NodeView``;
+this module paints it. Nodes show a compact summary of their key settings painted by
+``AssetNodeItem`` itself (no embedded widgets: NodeGraphQt's node widgets cost ~25 ms a node).
 """
 
 from __future__ import annotations
-
-import os
 
 from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
 from NodeGraphQt.qgraphics.node_base import NodeItem
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 
-from runtime.asset import (
-    Asset,
-    ClassifyAttributes,
-    ClassifyIntent,
-    GeneratingNode,
-    NodeBase,
-    Retrieve,
-    Summarize,
-    ToolCall,
-)
+from editor.node_types import view_of
+from runtime.asset import Asset, NodeBase
 
-# Category -> (node types, colour). The palette lists categories in this order.
-CATEGORIES: dict[str, tuple[tuple[str, ...], tuple[int, int, int]]] = {
-    "Reply": (("GenerateAndSpeak", "Generate"), (38, 98, 140)),
-    "Tools": (("ToolCall",), (150, 95, 30)),
-    "Classify": (("ClassifyIntent", "ClassifyAttributes"), (104, 66, 140)),
-    "Memory": (("Retrieve", "Summarize"), (34, 118, 100)),
-}
 TERMINAL_COLOURS = {"start": (46, 125, 60), "end": (120, 48, 48)}
 START_BORDER = (90, 220, 110, 255)
 SEVERITY_COLOURS = {"error": (230, 70, 60), "warning": (235, 170, 40)}
-
-# Human names for node types (palette, Tab search, properties header).
-TYPE_LABELS = {
-    "Generate": "Generate",
-    "GenerateAndSpeak": "Generate and Speak",
-    "ToolCall": "Tool Call",
-    "Summarize": "Summarize",
-    "ClassifyIntent": "Classify Intent (LLM)",
-    "ClassifyAttributes": "Classify Attributes (LLM)",
-    "Retrieve": "Retrieve",
-}
-TYPE_HELP = {
-    "Generate": "Generates text with a model; the output goes to a slot or the next node, not to the player.",
-    "GenerateAndSpeak": "Generates the character's reply to the player.",
-    "ToolCall": "Lets the model call one of the declared tools, constrained to its JSON schema.",
-    "Summarize": "Folds older turns into a rolling summary so long conversations keep their thread.",
-    "ClassifyIntent": "Picks one of the listed intents for the player's line and branches on it.",
-    "ClassifyAttributes": "Fills attribute slots, each with one of its allowed values.",
-    "Retrieve": "Finds the knowledge entries that best match the line and puts them in a slot.",
-}
 INPUT_PORT = "in"
 START_PORT = "start"
 
 
-def category_of(type_name: str) -> str:
-    for name, (types, _colour) in CATEGORIES.items():
-        if type_name in types:
-            return name
-    raise KeyError(type_name)
-
-
-def colour_of(type_name: str) -> tuple[int, int, int]:
-    return CATEGORIES[category_of(type_name)][1]
-
-
-def port_label(port: str) -> str:
-    """The text shown beside an exit port."""
-    if port == "default_exit":
-        return "next"
-    if port == "fallback_exit":
-        return "fallback"
-    if port.startswith("intent:"):
-        return port.split(":", 1)[1]
-    return port
-
-
-def _model_label(node: NodeBase, asset: Asset) -> str:
-    own = getattr(node, "model_name", "")
-    if own:
-        return _short(os.path.basename(own))
-    if asset.default_model:
-        return f"{_short(os.path.basename(asset.default_model), 22)} (agent)"
-    return "no model"
-
-
-def _short(text: str, limit: int = 30) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _ctx(node: NodeBase) -> str:
-    size = getattr(node, "context_size", 0)
-    return f"ctx {size}" if size else "ctx model"
-
-
 def summary_lines(node: NodeBase, asset: Asset) -> list[str]:
-    """The key settings painted on the node, a few short lines."""
-    if isinstance(node, GeneratingNode):
-        lines = [_model_label(node, asset), f"{_ctx(node)} \u00b7 max {node.max_tokens} tok",
-                 f"history {node.history_role} \u00b7 {node.history_mode}"]
-        if isinstance(node, ToolCall):
-            lines.append(f"{len(node.tools)} tool{'s' if len(node.tools) != 1 else ''} \u00b7 {node.disposition}")
-        return lines
-    if isinstance(node, Summarize):
-        trigger = f"fold at {node.trigger_tokens} tok" if node.trigger_tokens else f"fold every {node.trigger_turns} turns"
-        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 summary \u2264{node.max_summary_tokens}", trigger]
-    if isinstance(node, ClassifyIntent):
-        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 slot {node.slot}"]
-    if isinstance(node, ClassifyAttributes):
-        count = len(node.attributes)
-        return [_model_label(node, asset), f"{_ctx(node)} \u00b7 {count} attribute{'s' if count != 1 else ''}"]
-    if isinstance(node, Retrieve):
-        source = _short(node.source_file, 24) if node.source_file else f"{len(node.entries)} entries"
-        return [f"top {node.top_k} \u00b7 {source}", "embeddings" if node.embedding_model else "BM25"]
-    return []
+    """The key settings painted on the node, as its type's view describes them."""
+    return view_of(node.type_name).summary(node, asset)
 
 
 _SUMMARY_FONT = QFont()
@@ -230,7 +136,7 @@ def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
     if item.name != title:
         item.name = title
         changed = True
-    colour = (*colour_of(node.type), 255)
+    colour = (*view_of(node.type_name).fill, 255)
     if tuple(item.color) != colour:
         item.color = colour
         item.border_color = tuple(min(255, c + 40) for c in colour[:3]) + (255,)

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from editor.docks.turn_inspector.prompt_parts import PromptPart, split_prompt
+from editor.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult
-from runtime.asset import Asset, GeneratingNode, VariableValue
+from runtime.asset import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend, BackendError
-from runtime.budget import message_tokens
 from runtime.diagnostics import TurnDiagnostics
 from runtime.history import SavedDialog, save_history
+from runtime.models import ModelNotFound
 from runtime.problems import InputError
+from runtime.prompt import PromptPart
 
 log = logging.getLogger("parley.editor")
 
@@ -46,8 +46,8 @@ try:
 except (ImportError, OSError, RuntimeError) as exc:  # pragma: no cover - depends on the install
     log.warning("llama.cpp bindings could not be loaded yet: %s", exc)
 
-# Settings an agent cannot change once created: a change needs a new agent.
-FIXED_NODE_FIELDS = ("model_name", "context_size")
+# Settings an agent cannot change once created (every ModelParams node has them): a change needs a new agent.
+FIXED_NODE_FIELDS = tuple(ModelParams.model_fields)
 FIXED_AGENT_FIELDS = ("default_model",)
 
 HistoryOperation = Callable[[Agent], None]
@@ -56,10 +56,21 @@ HistoryOperation = Callable[[Agent], None]
 LOADING_UPDATE_S = 0.02
 
 
+@dataclass(frozen=True)
+class TurnFailure:
+    """Why a turn did not finish, as the docks act on it (the conversation is as it was before it)."""
+
+    message: str
+    cancelled: bool = False
+    missing_model: str | None = None  # the model name that resolved to no file, when that was the cause
+    node_id: str = ""
+    field: str = ""
+
+
 @dataclass
 class TurnRecord:
     """A finished turn as the docks show it: the runtime's diagnostics, the asset the turn ran on,
-    and each generating node's prompt split into parts with their token costs."""
+    and each prompt-building node's prompt in parts with their token costs (recorded by the runtime)."""
 
     diagnostics: TurnDiagnostics
     asset: Asset
@@ -80,7 +91,7 @@ class RuntimeWorker(QObject):
     loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # a runtime.events event, as it happens
     turn_finished = Signal(object)  # TurnRecord
-    turn_failed = Signal(str, bool)  # message, cancelled
+    turn_failed = Signal(object)  # TurnFailure
     history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
     history_rejected = Signal(str)  # why a history operation changed nothing
     tool_needed = Signal(str, str, object)  # node id, tool name, arguments
@@ -100,8 +111,7 @@ class RuntimeWorker(QObject):
                 from runtime.backends.llama import LlamaBackend
 
                 self.backend = LlamaBackend(asset_dir or None)
-        if hasattr(self.backend, "asset_dir"):  # model names resolve next to the asset
-            self.backend.asset_dir = Path(asset_dir) if asset_dir else None  # type: ignore[attr-defined]
+        self.backend.set_asset_dir(asset_dir or None)  # model names resolve next to the asset
         return self.backend
 
     @Slot(object, str, bool)
@@ -110,7 +120,7 @@ class RuntimeWorker(QObject):
         try:
             backend = self._backend(asset_dir)
         except BackendError as exc:
-            self.turn_failed.emit(str(exc), False)
+            self.turn_failed.emit(failure(exc))
             return
         old = self.agent
         agent = Agent(asset, backend, asset_dir or None)
@@ -132,11 +142,11 @@ class RuntimeWorker(QObject):
         backend = self.backend
         assert backend is not None
         names = list(dict.fromkeys(asset.model_for(n) for n in asset.nodes if n.uses_model() and asset.model_for(n)))
-        loaded = set(getattr(backend, "loaded_models", list)())
+        loaded = set(backend.loaded_models())
         wanted = []
         for name in names:
             try:
-                path = backend.model_path(name) if hasattr(backend, "model_path") else None
+                path = backend.model_path(name)
             except BackendError:
                 path = None  # the turn reports the missing file with where it looked
             if path is None or path not in loaded:
@@ -171,7 +181,7 @@ class RuntimeWorker(QObject):
     def run_turn(self, line: str, instructions: str, cancel: threading.Event) -> None:
         agent = self.agent
         if agent is None:
-            self.turn_failed.emit("no agent: open or build a graph first", False)
+            self.turn_failed.emit(TurnFailure("no agent: open or build a graph first"))
             return
 
         def ask_designer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
@@ -193,39 +203,25 @@ class RuntimeWorker(QObject):
                 raise TurnCancelled("the turn was cancelled")
             result = agent.run_turn(line, instructions, on_event=self.event.emit, cancel=cancel,
                                     tool_result=ask_designer)
-        except TurnCancelled:
-            self.turn_failed.emit("Stopped: the turn was cancelled and the conversation is as it was before it.", True)
-            return
         except (TurnError, BackendError, InputError) as exc:
-            self.turn_failed.emit(str(exc), False)
+            self.turn_failed.emit(failure(exc))
             return
         except Exception as exc:
             log.exception("turn failed")
-            self.turn_failed.emit(f"{type(exc).__name__}: {exc}", False)
+            self.turn_failed.emit(TurnFailure(f"{type(exc).__name__}: {exc}"))
             return
         # The history first, so the chat view has the turn when the turn's record arrives.
         self.history_changed.emit(agent.export_dialog())
         self.turn_finished.emit(self._record(agent, result) if result.diagnostics is not None else None)
 
-    def _record(self, agent: Agent, result: TurnResult) -> TurnRecord:
-        assert result.diagnostics is not None and self.backend is not None
-        record = TurnRecord(result.diagnostics, agent.asset)
-        for diag in result.diagnostics.nodes:
-            try:
-                node = agent.asset.node(diag.node)
-            except KeyError:
-                continue
-            if not isinstance(node, GeneratingNode) or diag.tokens.budget is None:
-                continue
-            model = agent.asset.model_for(node)
-            record.context_sizes[node.id] = diag.tokens.budget + node.max_tokens
-
-            def cost(text: str, whole_message: bool, model: str = model) -> int:
-                content = self.backend.count_tokens(model, text) if text else 0  # type: ignore[union-attr]
-                return message_tokens(content) if whole_message else content
-
-            record.parts[node.id] = split_prompt(diag, node, result.diagnostics, cost)
-        return record
+    @staticmethod
+    def _record(agent: Agent, result: TurnResult) -> TurnRecord:
+        assert result.diagnostics is not None
+        return TurnRecord(
+            result.diagnostics, agent.asset,
+            parts={node: prompt.parts for node, prompt in result.prompts.items()},
+            context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
+        )
 
     @Slot(object)
     def change_history(self, operation: HistoryOperation) -> None:
@@ -250,6 +246,18 @@ class RuntimeWorker(QObject):
         thread.quit()
 
 
+def failure(exc: Exception) -> TurnFailure:
+    """The typed failure the docks act on, from what the runtime raised."""
+    if isinstance(exc, TurnCancelled):
+        return TurnFailure("Stopped: the turn was cancelled and the conversation is as it was before it.",
+                           cancelled=True, node_id=exc.node_id)
+    if isinstance(exc, ModelNotFound):
+        return TurnFailure(str(exc), missing_model=exc.model)
+    if isinstance(exc, TurnError):
+        return TurnFailure(str(exc), node_id=exc.node_id, field=exc.field)
+    return TurnFailure(str(exc))
+
+
 # --- the UI side ---------------------------------------------------------------------------
 
 
@@ -268,9 +276,9 @@ def held_edits(document_asset: Asset, running: Asset) -> tuple[Asset, list[str]]
     for node in document_asset.nodes:
         old_node = before.get(node.id)
         changes = {}
-        if old_node is not None and old_node.type == node.type:
+        if isinstance(node, ModelParams) and isinstance(old_node, ModelParams) and old_node.type_name == node.type_name:
             for name in FIXED_NODE_FIELDS:
-                if hasattr(node, name) and getattr(node, name) != getattr(old_node, name):
+                if getattr(node, name) != getattr(old_node, name):
                     changes[name] = getattr(old_node, name)
                     label = name.replace("_", " ")
                     reasons.append(f"{label} of node {node.id!r} changed "
@@ -279,16 +287,16 @@ def held_edits(document_asset: Asset, running: Asset) -> tuple[Asset, list[str]]
     return document_asset.model_copy(update={**agent_changes, "nodes": nodes}), reasons
 
 
-class LiveConversation(QObject):
-    """The test conversation with the document's graph. Lives on the UI thread; every signal
-    here is emitted on the UI thread."""
+class LiveConversation(ThreadService):
+    """The window's test conversation with the document's graph (one per window, shared by its
+    docks). Lives on the UI thread; every signal here is emitted on the UI thread."""
 
     busy_changed = Signal(bool)
     loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # runtime.events event
     turn_started = Signal(str)  # the player's line
     turn_finished = Signal(object)  # TurnRecord (None when the asset turns diagnostics off)
-    turn_failed = Signal(str, bool)  # message, cancelled
+    turn_failed = Signal(object)  # TurnFailure
     history_changed = Signal(object)  # SavedDialog
     history_rejected = Signal(str)
     tool_needed = Signal(str, str, object)  # node id, tool, arguments
@@ -304,7 +312,7 @@ class LiveConversation(QObject):
 
     def __init__(self, document, parent: QObject | None = None,
                  make_backend: Callable[[], Backend] | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("parley-runtime", parent)
         self.document = document
         self.records: dict[int, TurnRecord] = {}
         self.saved = SavedDialog()
@@ -315,13 +323,10 @@ class LiveConversation(QObject):
         self._synced_asset: Asset | None = None
         self._cancel = threading.Event()
         self._answers: queue.Queue = queue.Queue()
-        self._closed = False
 
         # The thread starts on first use, so a window nobody talks in costs nothing.
-        self.thread = QThread(self)
-        self.thread.setObjectName("parley-runtime")
         self.worker = RuntimeWorker(self._answers, make_backend)
-        self.worker.moveToThread(self.thread)
+        self.thread: QThread = self._new_thread(self.worker)
         self._use_asset.connect(self.worker.use_asset)
         self._run_turn.connect(self.worker.run_turn)
         self._change_history.connect(self.worker.change_history)
@@ -334,12 +339,8 @@ class LiveConversation(QObject):
         self.worker.history_changed.connect(self._on_history)
         self.worker.history_rejected.connect(self._on_rejected)
         self.worker.tool_needed.connect(self._on_tool_needed)
-        self.thread.finished.connect(self.worker.deleteLater)
 
         document.reset.connect(self.restart)
-        app = QCoreApplication.instance()
-        if app is not None:  # never leave the thread running into interpreter exit
-            app.aboutToQuit.connect(self.shutdown)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
         document.undo_stack.indexChanged.connect(self._document_edited)
 
@@ -347,7 +348,7 @@ class LiveConversation(QObject):
 
     def say(self, line: str, instructions: str = "") -> bool:
         """Run a turn for ``line``; False when a turn is already running or the window closed."""
-        if self.busy or self._closed:
+        if self.busy or self.closed:
             return False
         self._start()
         self._sync_asset()
@@ -368,7 +369,7 @@ class LiveConversation(QObject):
 
     def restart(self) -> None:
         """A new conversation on the document's graph as it is now (held edits applied)."""
-        if self._closed:
+        if self.closed:
             return
         if self.busy:
             self.stop()
@@ -384,7 +385,7 @@ class LiveConversation(QObject):
         self.restarted.emit()
 
     def _document_edited(self, *_index: int) -> None:
-        if self._closed or self.running_asset is None:
+        if self.closed or self.running_asset is None:
             return
         _asset, reasons = held_edits(self.document.asset, self.running_asset)
         if reasons != self.held:
@@ -419,7 +420,7 @@ class LiveConversation(QObject):
     def change_history(self, operation: HistoryOperation) -> bool:
         """Run ``operation`` on the agent (between turns). The result arrives as
         ``history_changed``, or ``history_rejected`` with the reason."""
-        if self.busy or self._closed:
+        if self.busy or self.closed:
             return False
         self._start()
         self._sync_asset()
@@ -472,9 +473,9 @@ class LiveConversation(QObject):
         if record is not None:
             self.select_turn(record.turn)
 
-    def _on_failed(self, message: str, cancelled: bool) -> None:
+    def _on_failed(self, failure: TurnFailure) -> None:
         self._set_busy(False)
-        self.turn_failed.emit(message, cancelled)
+        self.turn_failed.emit(failure)
 
     def _on_history(self, saved: SavedDialog) -> None:
         self.saved = saved
@@ -491,24 +492,12 @@ class LiveConversation(QObject):
 
     # --- shutting down ----------------------------------------------------------------------
 
-    def shutdown(self, timeout_ms: int = 30_000) -> None:
-        """Cancel any turn, free the model and stop the thread; returns once it has stopped."""
-        if self._closed:
-            return
-        self._closed = True
+    def _cancel_work(self) -> None:
         self._cancel.set()
         self._answers.put(None)
-        if self.thread.isRunning():
-            self._stop_worker.emit()  # queued after any running turn, which the cancel ends quickly
-            if not self.thread.wait(timeout_ms):
-                log.error("the runtime thread did not stop within %d ms", timeout_ms)
+
+    def _end_thread(self) -> None:
+        self._stop_worker.emit()  # queued after any running turn, which the cancel ends quickly
+
+    def _after_shutdown(self) -> None:
         self._set_busy(False)
-
-
-def live_conversation(window: QWidget) -> LiveConversation:
-    """The window's test conversation, made on first use (one per window, shared by its docks)."""
-    found = window.findChild(LiveConversation)
-    if found is None:
-        found = LiveConversation(window.document, window)  # type: ignore[attr-defined]
-    return found
-

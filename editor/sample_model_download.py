@@ -19,8 +19,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QWidget
 
+from editor.thread_service import ThreadService
 from runtime import models
 from runtime.asset import Asset
 from runtime.models import SAMPLE_MODEL, FetchCancelled, ModelFileError
@@ -101,8 +101,9 @@ class _DownloadWorker(QObject):
 _running: set[int] = set()
 
 
-class SampleModelDownload(QObject):
-    """The window's sample model download. Lives on the UI thread; all its signals are emitted there."""
+class SampleModelDownload(ThreadService):
+    """The window's sample model download (one per window, shared by the Models menu and the
+    Conversation dock). Lives on the UI thread; all its signals are emitted there."""
 
     started = Signal()
     progress = Signal(str)  # a line of progress from the runtime ("  40 of 95 MB")
@@ -111,33 +112,28 @@ class SampleModelDownload(QObject):
     busy_changed = Signal(bool)
 
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("parley-sample-model-download", parent)
         self.busy = False
         self.last_message = ""
         self._cancel = threading.Event()
-        self._closed = False
-        self.thread: QThread | None = None
         self.worker: _DownloadWorker | None = None
 
     def start(self) -> bool:
         """Start downloading the sample model; False when a download is running (here or in another
         window: two would write the same file) or the window closed."""
-        if self.busy or self._closed or _running:
+        if self.busy or self.closed or _running:
             return False
         self._cancel = threading.Event()
         # A fresh thread per download: it ends when the download does, so nothing idles in the background.
-        thread = QThread(self)
-        thread.setObjectName("parley-sample-model-download")
         worker = _DownloadWorker(self._cancel)
-        worker.moveToThread(thread)
+        thread = self._new_thread(worker)
         thread.started.connect(worker.run)  # runs on the new thread, where the worker lives
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
         worker.progress.connect(self._on_progress)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
-        thread.finished.connect(worker.deleteLater)
         thread.finished.connect(thread.deleteLater)
-        self.thread, self.worker = thread, worker
+        self.worker = worker
         self._set_busy(True)
         self.last_message = "Starting the download\u2026"
         self.started.emit()
@@ -156,19 +152,19 @@ class SampleModelDownload(QObject):
     # After shutdown the window is gone: what the ending thread still reports goes nowhere.
 
     def _on_progress(self, message: str) -> None:
-        if self._closed:
+        if self.closed:
             return
         self.last_message = message.strip()
         self.progress.emit(self.last_message)
 
     def _on_finished(self, path: str) -> None:
-        if self._closed:
+        if self.closed:
             return
         self._end()
         self.finished.emit(path)
 
     def _on_failed(self, message: str, cancelled: bool) -> None:
-        if self._closed:
+        if self.closed:
             return
         self._end()
         self.failed.emit(message, cancelled)
@@ -179,23 +175,9 @@ class SampleModelDownload(QObject):
             self.thread = self.worker = None
         self._set_busy(False)
 
-    def shutdown(self, timeout_ms: int = 30_000) -> None:
-        """Stop a running download and wait for its thread (the window is closing)."""
-        if self._closed:
-            return
-        self._closed = True
+    def _cancel_work(self) -> None:
         self._cancel.set()
-        thread = self.thread
-        if thread is not None and thread.isRunning() and not thread.wait(timeout_ms):
-            log.error("the sample model download did not stop within %d ms", timeout_ms)
+
+    def _after_shutdown(self) -> None:
         self.thread = self.worker = None
         self._set_busy(False)
-
-
-def sample_model_download(window: QWidget) -> SampleModelDownload:
-    """The window's sample model download, made on first use (one per window, shared by the
-    Models menu and the Conversation dock)."""
-    found = window.findChild(SampleModelDownload)
-    if found is None:
-        found = SampleModelDownload(window)
-    return found

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from runtime.asset import TOKENS_PER_MESSAGE, GeneratingNode
+from runtime.nodes.base import TOKENS_PER_MESSAGE
 
 TRIM_TARGET_PERCENT = 75
 
@@ -40,7 +41,7 @@ class PromptBudget:
             )
 
     @classmethod
-    def for_node(cls, node: GeneratingNode, model_context: int) -> PromptBudget:
+    def for_node(cls, node: Any, model_context: int) -> PromptBudget:
         """A generating node's budget: its Context Size (0: the model's ``model_context``) and Max Tokens."""
         return cls(node.context_size or model_context, node.max_tokens)
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from pydantic import ValidationError
 
-from runtime.asset import END, NODE_TYPES, ClassifyIntent, NodeBase, is_valid_id
+from runtime.asset import END, NODE_TYPES, NodeBase, is_valid_id
 from runtime.asset_file import node_to_dict, problems_from_validation
 from runtime.problems import AssetError, Problem
 
@@ -85,17 +84,9 @@ def prepare_paste(
 
     out: list[NodeBase] = []
     for node in nodes:
-        raw: dict[str, Any] = node.model_dump()
-        raw["id"] = renames[node.id]
-        for field in ("default_exit", "fallback_exit"):
-            if field in raw:
-                raw[field] = target(raw[field])
-        if isinstance(node, ClassifyIntent):
-            for intent in raw["intents"]:
-                intent["exit"] = target(intent["exit"])
+        repointed = node.with_exits({port: target(old) for port, old in node.exits().items()})
         x, y = node.position
-        raw["position"] = (x + offset[0], y + offset[1])
-        out.append(type(node).model_validate(raw))
+        out.append(repointed.model_copy(update={"id": renames[node.id], "position": (x + offset[0], y + offset[1])}))
     return out
 
 

@@ -574,25 +574,25 @@ def estimate_asset(
     nodes: list[NodeEstimate] = []
     by_model: dict[Path, list[str]] = {}
     for node in asset.nodes:
-        if not node.uses_model():
-            continue
-        name = _model_name(asset, node, model_overrides)
-        if name not in resolved:
-            resolved[name] = _load(name, resolve_model, asset_file, node, problems)
-        hit = resolved[name]
-        if hit is None:
-            nodes.append(NodeEstimate(node.id, name, None, None))
-            continue
-        path, shape = hit
-        n_ctx = context_overrides.get(node.id, getattr(node, "context_size", 0) or 0)
-        try:
-            cost = context_cost(shape, n_ctx, settings)
-        except EstimateError as e:
-            problems.extend(replace(p, file=p.file or asset_file, node_id=node.id) for p in e.problems)
-            nodes.append(NodeEstimate(node.id, name, path, None))
-            continue
-        nodes.append(NodeEstimate(node.id, name, path, cost))
-        by_model.setdefault(path, []).append(node.id)
+        for use in node.model_uses():  # each node type says which contexts it keeps
+            name = _model_name(asset, node, use.model_name, model_overrides)
+            field_name = use.field if use.model_name else "default_model"
+            if name not in resolved:
+                resolved[name] = _load(name, resolve_model, asset_file, node.id, field_name, problems)
+            hit = resolved[name]
+            if hit is None:
+                nodes.append(NodeEstimate(node.id, name, None, None))
+                continue
+            path, shape = hit
+            n_ctx = context_overrides.get(node.id, use.context_size)
+            try:
+                cost = context_cost(shape, n_ctx, settings)
+            except EstimateError as e:
+                problems.extend(replace(p, file=p.file or asset_file, node_id=node.id) for p in e.problems)
+                nodes.append(NodeEstimate(node.id, name, path, None))
+                continue
+            nodes.append(NodeEstimate(node.id, name, path, cost))
+            by_model.setdefault(path, []).append(node.id)
     models = []
     for path, ids in by_model.items():
         info = read_gguf(path)
@@ -604,27 +604,27 @@ def estimate_asset(
     return Estimate(settings=settings, nodes=tuple(nodes), models=tuple(models), problems=tuple(problems))
 
 
-def _model_name(asset: Asset, node: NodeBase, overrides: Mapping[str, str]) -> str:
+def _model_name(asset: Asset, node: NodeBase, own: str, overrides: Mapping[str, str]) -> str:
     if node.id in overrides:
         return overrides[node.id] or asset.default_model
-    return asset.model_for(node)
+    return own or asset.default_model
 
 
-def _load(name: str, resolve_model: ModelResolver, asset_file: str, node: NodeBase, problems: list[Problem]) -> tuple[Path, ModelShape] | None:
-    field_name = "model_name" if getattr(node, "model_name", "") else "default_model"
+def _load(name: str, resolve_model: ModelResolver, asset_file: str, node_id: str, field_name: str,
+          problems: list[Problem]) -> tuple[Path, ModelShape] | None:
     if not name:
-        problems.append(Problem("error", "no model is set: give the agent a Default Model or the node a Model Name", file=asset_file, node_id=node.id, field=field_name))
+        problems.append(Problem("error", "no model is set: give the agent a Default Model or the node a Model Name", file=asset_file, node_id=node_id, field=field_name))
         return None
     try:
         path = Path(resolve_model(name))
         info = read_gguf(path)
         return path, model_shape(info)
     except GGUFError as e:
-        problems.extend(replace(p, node_id=node.id, field=field_name) for p in e.problems)
+        problems.extend(replace(p, node_id=node_id, field=field_name) for p in e.problems)
     except InputError as e:
-        problems.extend(replace(p, file=p.file or asset_file, node_id=node.id, field=field_name) for p in e.problems)
+        problems.extend(replace(p, file=p.file or asset_file, node_id=node_id, field=field_name) for p in e.problems)
     except (OSError, ValueError, BackendError) as e:  # the resolver's errors (ModelFileError is a BackendError)
-        problems.append(Problem("error", str(e), file=asset_file, node_id=node.id, field=field_name))
+        problems.append(Problem("error", str(e), file=asset_file, node_id=node_id, field=field_name))
     return None
 
 

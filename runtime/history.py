@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from runtime.asset import ID_PATTERN, SLOT_PATTERN, VariableValue
+from runtime.nodes.base import ID_PATTERN, SLOT_PATTERN, VariableValue
 from runtime.problems import InputError, Problem, parse_input_json, read_input_text
 
 HISTORY_FORMAT = "parley-dialog"
@@ -116,14 +116,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class ReplyRecord(_Strict):
+class ReplyInFile(_Strict):
     kind: Literal["reply"] = "reply"
     node: str = Field(pattern=ID_PATTERN, description="Id of the node that wrote the reply.")
     text: str
     replay: bool = Field(True, description="False when the node's history_role was none: never replayed.")
 
 
-class ToolRecord(_Strict):
+class ToolExchangeInFile(_Strict):
     kind: Literal["tool"]
     node: str = Field(pattern=ID_PATTERN, description="Id of the ToolCall node.")
     tool: str = Field(pattern=SLOT_PATTERN)
@@ -140,19 +140,19 @@ def _entry_kind(value: Any) -> str | None:
     return getattr(value, "kind", None)
 
 
-EntryRecord = Annotated[
-    Annotated[ReplyRecord, Tag("reply")] | Annotated[ToolRecord, Tag("tool")],
+EntryInFile = Annotated[
+    Annotated[ReplyInFile, Tag("reply")] | Annotated[ToolExchangeInFile, Tag("tool")],
     Discriminator(_entry_kind, custom_error_type="entry_kind",
                   custom_error_message="an entry's kind is 'reply' or 'tool'"),
 ]
 
 
-class TurnRecord(_Strict):
+class TurnInFile(_Strict):
     player: str = Field(description="The player's line, exactly as said.")
-    entries: list[EntryRecord] = Field(default_factory=list)
+    entries: list[EntryInFile] = Field(default_factory=list)
 
 
-class SummaryRecord(_Strict):
+class SummaryInFile(_Strict):
     text: str
     covered_through: int = Field(ge=0, description="Index of the last turn covered (turns count from 0).")
     folded_turns: int = Field(ge=1)
@@ -163,8 +163,8 @@ class SummaryRecord(_Strict):
 class DialogFile(_Strict):
     format: Literal["parley-dialog"] = HISTORY_FORMAT
     version: int = HISTORY_VERSION
-    turns: list[TurnRecord] = Field(default_factory=list)
-    summaries: list[SummaryRecord] = Field(default_factory=list)
+    turns: list[TurnInFile] = Field(default_factory=list)
+    summaries: list[SummaryInFile] = Field(default_factory=list)
     windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     variables: dict[str, VariableValue] = Field(default_factory=dict)
     system_prompts: dict[str, str] = Field(default_factory=dict)
@@ -239,7 +239,7 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
         raise HistoryError([Problem("error", "nested too deeply", source)]) from None
     turns = [
         Turn(t.player, [
-            Reply(e.node, e.text, e.replay) if isinstance(e, ReplyRecord)
+            Reply(e.node, e.text, e.replay) if isinstance(e, ReplyInFile)
             else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)
             for e in t.entries
         ])

@@ -56,6 +56,14 @@ class ModelFileError(BackendError):
     """A model that cannot be found, fetched or read; the message says where we looked and what to do."""
 
 
+class ModelNotFound(ModelFileError):
+    """No file for a model name (or no model named at all); ``model`` is the name asked for."""
+
+    def __init__(self, message: str, model: str) -> None:
+        super().__init__(message)
+        self.model = model
+
+
 class FetchCancelled(ModelFileError):
     """The caller stopped a download (the app is closing); nothing half-written is left behind."""
 
@@ -77,9 +85,9 @@ def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None) ->
     """
     name = name.strip()
     if not name:
-        raise ModelFileError(
+        raise ModelNotFound(
             "no model is set: give the agent a Default Model (or the node a Model Name), "
-            "or run `parley models fetch-sample` and use the sample model"
+            "or run `parley models fetch-sample` and use the sample model", ""
         )
     path = Path(name).expanduser()
     candidates: list[Path] = []
@@ -100,7 +108,7 @@ def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None) ->
         if path.name == SAMPLE_MODEL.file_name
         else f" Put the file in the models folder ({models_dir()}) or give its full path."
     )
-    raise ModelFileError(f"model file {name!r} not found. Looked in:\n{looked}\n{hint.strip()}")
+    raise ModelNotFound(f"model file {name!r} not found. Looked in:\n{looked}\n{hint.strip()}", name)
 
 
 def file_sha256(path: Path) -> str:

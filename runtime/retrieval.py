@@ -19,12 +19,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rank_bm25 import BM25Okapi
 
-from runtime.asset import Retrieve
 from runtime.problems import InputError, Problem
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.nodes.retrieve import Retrieve
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Words too common to say what an entry is about; without this, "the" matches every entry.

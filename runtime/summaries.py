@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from runtime.asset import Summarize
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
 from runtime.budget import TokenCounter, message_tokens
 from runtime.history import Entry, Reply, Summary, Turn
 from runtime.prompt import replayed_groups
 from runtime.templates import render_template
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.nodes.summarize import Summarize
 
 WORDS_PER_TOKEN = 0.75  # English averages about three words to four tokens
 # A shortened message keeps at least this many of its words (its start and end). Fewer would

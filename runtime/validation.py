@@ -10,32 +10,17 @@ loaded, an estimate otherwise).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
-from runtime.asset import (
-    END,
-    PLAYER_FACING_TYPES,
-    TOKENS_PER_MESSAGE,
-    Asset,
-    ClassifyAttributes,
-    ClassifyIntent,
-    GeneratingNode,
-    NodeBase,
-    Retrieve,
-    Summarize,
-    ToolCall,
-)
+from runtime.asset import END, Asset, ModelParams
 from runtime.asset_file import load_asset
-from runtime.budget import PromptBudget
 from runtime.gguf_metadata import GGUFInfo, read_gguf
 from runtime.models import ModelFileError, resolve_model
+from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks
+from runtime.nodes.checks import ModelContext, TokenCounter, estimate_tokens
 from runtime.problems import AssetError, InputError, Problem
 
-TokenCounter = Callable[[str], int]
-# Below this much room for the transcript a fold can hold little more than a shortened line.
-SUMMARY_MIN_TRANSCRIPT_TOKENS = 64
-ModelContext = Callable[[str], int | None]
+__all__ = ["ModelContext", "ModelFiles", "TokenCounter", "check_file", "estimate_tokens", "validate_asset"]
 
 
 _LOOKUP_ERRORS = (InputError, ModelFileError, OSError, ValueError)
@@ -75,22 +60,6 @@ class ModelFiles:
         return None
 
 
-def estimate_tokens(text: str) -> int:
-    """A tokenizer-free estimate (about four characters a token for English)."""
-    return (len(text) + 3) // 4
-
-
-def node_budget(node: GeneratingNode, model_context: int | None) -> int | None:
-    """The node's prompt budget (``PromptBudget.limit``); None while the context size is unknown
-    or leaves no room for the prompt (reported separately)."""
-    if not (node.context_size or model_context):
-        return None
-    try:
-        return PromptBudget.for_node(node, model_context or 0).limit
-    except ValueError:
-        return None
-
-
 def validate_asset(
     asset: Asset,
     source: str = "",
@@ -101,10 +70,10 @@ def validate_asset(
 ) -> list[Problem]:
     """Every graph-level error and warning, in node order. With ``models``, model files are looked up
     (a missing or unreadable one is a warning) and their context sizes feed the budget checks."""
-    count = count_tokens or estimate_tokens
     if model_context is None and models is not None:
         model_context = models.context
-    problems: list[Problem] = []
+    problems: list[Problem] = [Problem("warning", p, source) for p in PLUGIN_PROBLEMS]
+    checks = NodeChecks(asset, problems, source, asset_dir, count_tokens, model_context)
 
     def error(message: str, node_id: str = "", field: str = "") -> None:
         problems.append(Problem("error", message, source, node_id, field))
@@ -112,13 +81,12 @@ def validate_asset(
     def warning(message: str, node_id: str = "", field: str = "") -> None:
         problems.append(Problem("warning", message, source, node_id, field))
 
-    ids = asset.node_ids()
     seen: set[str] = set()
-    for node_id in ids:
+    for node_id in asset.node_ids():
         if node_id in seen:
             error("two nodes share this id; ids must be unique", node_id, "id")
         seen.add(node_id)
-    by_id = {n.id: n for n in asset.nodes}
+    by_id = checks.by_id
 
     if not asset.nodes:
         error("the asset has no nodes; add one and make it the start node", field="nodes")
@@ -131,14 +99,13 @@ def validate_asset(
     for node in asset.nodes:
         for port, target in node.exits().items():
             if target != END and target not in by_id:
-                error(f"exit names no node: {target!r}", node.id, _exit_field(node, port))
-        _check_node(node, asset, asset_dir, error, warning)
+                error(f"exit names no node: {target!r}", node.id, node.exit_field(port))
+        if node.uses_model() and not asset.model_for(node):
+            warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
+        node.check(checks.about(node))
 
     if asset.start_node in by_id:
-        _check_reachability(asset, by_id, error, warning)
-
-    def context_of(node: NodeBase) -> int | None:
-        return model_context(asset.model_for(node)) if model_context else None
+        checks.reachable = _check_reachability(asset, checks, error, warning)
 
     if models is not None:
         reported: set[str] = set()
@@ -148,100 +115,20 @@ def validate_asset(
                 reported.add(name)
                 trouble = models.problem(name)
                 if trouble:
-                    own = bool(getattr(node, "model_name", ""))
+                    own = isinstance(node, ModelParams) and bool(node.model_name)
                     warning(trouble, node.id if own else "", "model_name" if own else "default_model")
-    has_summarizer = any(isinstance(n, Summarize) for n in asset.nodes)
     for node in asset.nodes:
-        if isinstance(node, GeneratingNode) and node.history_mode == "summarized" and not has_summarizer:
-            warning(
-                "history_mode is 'summarized' but no Summarize node writes a summary: this node sees only "
-                "its last history_window entries. Add a Summarize node after the reply, or use 'last_n'.",
-                node.id, "history_mode",
-            )
-    consumers = [n for n in asset.nodes if isinstance(n, GeneratingNode) and n.history_mode != "none"]
-    for node in asset.nodes:
-        if isinstance(node, GeneratingNode):
-            model_size = context_of(node)
-            if not node.context_size and model_size and node.max_tokens >= model_size:
-                error(
-                    f"max_tokens ({node.max_tokens}) must be less than the model's context size ({model_size}); "
-                    "lower it or set context_size",
-                    node.id, "max_tokens",
-                )
-            budget = node_budget(node, model_size)
-            if budget is not None and node.system_prompt:
-                fixed = count(node.system_prompt) + TOKENS_PER_MESSAGE
-                if fixed >= budget:
-                    warning(
-                        f"the system prompt alone (about {fixed} tokens) fills the prompt budget of {budget} tokens; "
-                        "the model will see no history. Shorten it, raise context_size or lower max_tokens.",
-                        node.id, "system_prompt",
-                    )
-        if isinstance(node, Summarize):
-            context = node.context_size or context_of(node)
-            if context:
-                fixed = count(node.system_prompt) + count(node.template) + 2 * TOKENS_PER_MESSAGE
-                room = context - node.max_summary_tokens - fixed
-                if room < SUMMARY_MIN_TRANSCRIPT_TOKENS:
-                    warning(
-                        f"the summarizer's own system prompt and template (about {fixed} tokens) leave "
-                        f"{max(room, 0)} tokens for the transcript in context_size {context} minus "
-                        f"max_summary_tokens {node.max_summary_tokens}; it cannot fold. Raise context_size, "
-                        "lower max_summary_tokens or shorten the prompt.",
-                        node.id, "context_size",
-                    )
-        if isinstance(node, Summarize) and node.trigger_tokens:
-            for consumer in consumers:
-                budget = node_budget(consumer, context_of(consumer))
-                if budget is not None and node.trigger_tokens >= budget:
-                    warning(
-                        f"trigger_tokens ({node.trigger_tokens}) is at or above the prompt budget of "
-                        f"{consumer.id!r} ({budget}); turns will be trimmed before they are summarized. "
-                        "Set it to 60-70 % of that node's room for history.",
-                        node.id, "trigger_tokens",
-                    )
+        node.check_in_graph(checks.about(node))
     return problems
 
 
-def _exit_field(node: NodeBase, port: str) -> str:
-    if port.startswith("intent:") and isinstance(node, ClassifyIntent):
-        name = port.split(":", 1)[1]
-        index = next(i for i, intent in enumerate(node.intents) if intent.name == name)
-        return f"intents.{index}.exit"
-    return port
-
-
-def _check_node(node: NodeBase, asset: Asset, asset_dir, error, warning) -> None:
-    if node.uses_model() and not asset.model_for(node):
-        warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
-    if isinstance(node, ToolCall) and not node.tools:
-        error("a Tool Call node needs at least one tool", node.id, "tools")
-    if isinstance(node, ClassifyIntent) and not node.intents:
-        warning("no intents: every line takes the fallback exit", node.id, "intents")
-    if isinstance(node, ClassifyAttributes) and not node.attributes:
-        warning("no attributes to classify", node.id, "attributes")
-    if isinstance(node, Retrieve):
-        if not node.entries and not node.source_file:
-            warning("no knowledge: add entries or a source file", node.id, "entries")
-        if node.source_file and asset_dir is not None:
-            path = Path(asset_dir) / node.source_file
-            if not path.is_file():
-                error(f"knowledge file not found: {path}", node.id, "source_file")
-            elif path.suffix not in (".jsonl", ".txt"):
-                error("knowledge files are .jsonl or .txt", node.id, "source_file")
-
-
-def _check_reachability(asset: Asset, by_id: dict[str, NodeBase], error, warning) -> None:
-    def successors(node_id: str) -> list[str]:
-        return [t for t in by_id[node_id].exits().values() if t in by_id]
-
-    reachable: list[str] = []
+def _check_reachability(asset: Asset, checks: NodeChecks, error, warning) -> set[str]:
+    """Warn about nodes no turn reaches and fail loops no turn leaves; returns the reachable ids."""
+    by_id = checks.by_id
     stack = [asset.start_node]
     seen = {asset.start_node}
     while stack:
-        current = stack.pop()
-        reachable.append(current)
-        for nxt in successors(current):
+        for nxt in checks.successors(stack.pop()):
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
@@ -262,25 +149,7 @@ def _check_reachability(asset: Asset, by_id: dict[str, NodeBase], error, warning
                 changed = True
     for node_id in sorted(n for n in seen if n not in can_end):
         error("every path from this node loops back without reaching END: the turn can never finish", node_id)
-
-    # A Summarize node that runs before a player-facing reply delays that reply.
-    for node in asset.nodes:
-        if isinstance(node, Summarize) and node.id in seen:
-            after = set()
-            stack = successors(node.id)
-            while stack:
-                current = stack.pop()
-                if current in after:
-                    continue
-                after.add(current)
-                stack.extend(successors(current))
-            facing = sorted(n for n in after if by_id[n].type in PLAYER_FACING_TYPES and n != node.id)
-            if facing:
-                warning(
-                    f"Summarize runs before the reply of {', '.join(facing)}: the player waits for the summary. "
-                    "Place Summarize last, after the reply.",
-                    node.id, "default_exit",
-                )
+    return seen
 
 
 def check_file(path: str | os.PathLike[str], **kwargs) -> list[Problem]:

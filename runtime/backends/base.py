@@ -12,10 +12,12 @@ exact prompt and trimming arithmetic in tests) and ``runtime.backends.llama``
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -108,6 +110,19 @@ class Backend(ABC):
         self.model_context_size(model)
         if progress is not None:
             progress(1.0)
+
+    def set_asset_dir(self, asset_dir: str | os.PathLike[str] | None) -> None:
+        """Resolve relative model names next to this folder (the open asset's) from now on.
+        Backends that take model names as they are ignore it."""
+
+    def model_path(self, model: str) -> Path | None:
+        """The file ``model`` resolves to, or None for backends without model files. Raises
+        ``BackendError`` (a ``ModelNotFound`` for a missing file)."""
+        return None
+
+    def loaded_models(self) -> list[Path]:
+        """The model files whose weights are loaded now (loading them again costs nothing)."""
+        return []
 
     def release_all(self) -> None:
         """Free every node's KV cache (kept loaded weights)."""

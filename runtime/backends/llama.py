@@ -708,6 +708,9 @@ class LlamaBackend(Backend):
 
     # models
 
+    def set_asset_dir(self, asset_dir: str | os.PathLike[str] | None) -> None:
+        self.asset_dir = Path(asset_dir) if asset_dir else None
+
     def model_path(self, model: str) -> Path:
         return resolve_model(model, self.asset_dir)
 

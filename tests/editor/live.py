@@ -33,8 +33,8 @@ def talk(qtbot, conversation, line: str, timeout: int = TURN_TIMEOUT_MS):
     Fails the test with the runtime's message if the turn failed."""
     failures: list[str] = []
 
-    def failed(message: str, _cancelled: bool) -> None:
-        failures.append(message)
+    def failed(failure) -> None:
+        failures.append(failure.message)
 
     conversation.turn_failed.connect(failed)
     try:

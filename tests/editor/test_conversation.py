@@ -7,7 +7,6 @@ import json
 import pytest
 
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
-from editor.runtime_worker import live_conversation
 from runtime.history import load_history
 from tests.editor.live import example, sample_model, talk
 
@@ -32,7 +31,7 @@ def chat(window, model):
 
 
 def test_three_turns_in_the_chat_view(chat, qtbot):
-    conversation = live_conversation(chat)
+    conversation = chat.conversation
     dock = chat.docks["ConversationDock"]
     records = []
     for line in LINES:
@@ -55,7 +54,7 @@ def test_three_turns_in_the_chat_view(chat, qtbot):
 
 
 def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
-    conversation = live_conversation(chat)
+    conversation = chat.conversation
     dock = chat.docks["ConversationDock"]
     talk(qtbot, conversation, LINES[0])
     talk(qtbot, conversation, LINES[1])
@@ -84,7 +83,7 @@ def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
 
 
 def test_seed_and_edit_history(chat, qtbot):
-    conversation = live_conversation(chat)
+    conversation = chat.conversation
     dock = chat.docks["ConversationDock"]
     talk(qtbot, conversation, LINES[0])
 
@@ -111,7 +110,7 @@ def test_seed_and_edit_history(chat, qtbot):
 
 
 def test_changed_variables_reach_the_next_prompt(chat, qtbot):
-    conversation = live_conversation(chat)
+    conversation = chat.conversation
     dialog = VariablesDialog({"player_name": "Traveller", "time_of_day": "evening"})
     dialog.editors["time_of_day"].setText("early morning")
     dialog.editors["player_name"].setText("Aldric")

@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from editor.document import Document
+from editor.docks.properties.dock import PropertiesDock
 from editor.docks.properties.field_editors import (
     BoolEditor,
     ChoiceEditor,
@@ -18,7 +18,7 @@ from editor.docks.properties.field_editors import (
 )
 from editor.docks.properties.list_editor import ModelListEditor
 from editor.docks.properties.mustache import MustacheHighlighter, mustache_tags
-from editor.docks.properties.dock import PropertiesDock
+from editor.document import Document
 from runtime.asset import NODE_TYPES, Asset, new_node
 
 

@@ -8,7 +8,6 @@ import jsonschema
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from editor.runtime_worker import live_conversation
 from runtime.resources import schemas_dir
 from tests.editor.live import example, sample_model, talk
 
@@ -22,7 +21,7 @@ def model() -> str:
 
 def test_raw_json_is_the_runtimes_diagnostics(window, qtbot, model, tmp_path):
     window.set_asset(example("chat", model, reply={"max_tokens": 16}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     raw = window.docks["RawJsonDock"]
     first = talk(qtbot, conversation, "Good evening!")
     second = talk(qtbot, conversation, "Is the stew good tonight?")

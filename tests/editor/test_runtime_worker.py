@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QThread
 
 from editor.commands import set_node_field
-from editor.runtime_worker import LiveConversation, held_edits, live_conversation
+from editor.runtime_worker import LiveConversation, held_edits
 from runtime.events import Token
 from runtime.history import ToolExchange
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
@@ -25,7 +25,7 @@ def model() -> str:
 
 def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 24}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     assert window.findChild(LiveConversation) is conversation, "one conversation per window, shared by the docks"
     threads: set[int] = set()
     tokens: list[str] = []
@@ -50,7 +50,7 @@ def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
 
 def test_model_loading_shows_a_percentage_bar_then_hides_it(window, qtbot, model, tmp_path):
     window.set_asset(example("chat", model, reply={"max_tokens": 8}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     dock = window.docks["ConversationDock"]
     dock.raise_()
     bar = dock.load_progress
@@ -91,14 +91,14 @@ def test_model_loading_shows_a_percentage_bar_then_hides_it(window, qtbot, model
 
 def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 400, "temperature": 1.2, "seed": 3}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     dock = window.docks["ConversationDock"]
     talk(qtbot, conversation, "Hello!")  # warm: the model is loaded and turn 0 is in the history
     # Stop a long answer once it is streaming.
     streamed: list[str] = []
     cancelled: list[bool] = []
     conversation.event.connect(lambda e: streamed.append(e.text) if isinstance(e, Token) else None)
-    conversation.turn_failed.connect(lambda _m, was_cancelled: cancelled.append(was_cancelled))
+    conversation.turn_failed.connect(lambda failure: cancelled.append(failure.cancelled))
     dock.line.setText("Tell me the whole history of the village, every detail, from the very beginning.")
     dock.send_button.click()
     qtbot.waitUntil(lambda: len(streamed) >= 3, timeout=TURN_TIMEOUT_MS)
@@ -120,7 +120,7 @@ def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):
 
 def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 12}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     dock = window.docks["ConversationDock"]
     talk(qtbot, conversation, "Hello there.")
     with qtbot.waitSignal(conversation.restart_offered, timeout=5_000) as offered:
@@ -158,7 +158,7 @@ def test_a_tool_without_mock_result_asks_the_designer(window, qtbot, model):
     price_of = next(t for t in lookup.tools if t.name == "price_of")
     asset = example("tool_calling", model, lookup={"tools": [price_of]}, reply={"max_tokens": 16})
     window.set_asset(asset)
-    conversation = live_conversation(window)
+    conversation = window.conversation
     dock = window.docks["ConversationDock"]
     asked: list[tuple] = []
     conversation.tool_needed.connect(lambda node, tool, args: asked.append((node, tool, args)))
@@ -179,7 +179,7 @@ def test_a_tool_without_mock_result_asks_the_designer(window, qtbot, model):
 def test_closing_the_window_during_generation_stops_the_worker(make_window, qtbot, model):
     window = make_window()
     window.set_asset(example("chat", model, reply={"max_tokens": 400}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     streamed: list[str] = []
     conversation.event.connect(lambda e: streamed.append(e.text) if isinstance(e, Token) else None)
     assert conversation.say("Tell me a very long story about the inn.")

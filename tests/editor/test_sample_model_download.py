@@ -18,8 +18,6 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QMessageBox
 
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor
-from editor.runtime_worker import live_conversation
-from editor.sample_model_download import sample_model_download
 from runtime import models
 from runtime.models import SAMPLE_MODEL, ModelFileError, file_sha256
 from tests.editor.live import TURN_TIMEOUT_MS, example
@@ -125,7 +123,7 @@ def test_missing_sample_model_offer_download_and_send_again(chat_window, empty_m
     dock = chat_window.docks["ConversationDock"]
     dock.show()
     dock.raise_()
-    download = sample_model_download(chat_window)
+    download = chat_window.download
 
     send_line(qtbot, dock, LINE)
     assert dock.model_offer.isVisible(), dock.status.text()
@@ -156,7 +154,7 @@ def test_missing_sample_model_offer_download_and_send_again(chat_window, empty_m
     assert not any("not found" in p.message for p in chat_window.problems), "the graph is checked again"
 
     send_line(qtbot, dock)  # the same line, still in the box
-    conversation = live_conversation(chat_window)
+    conversation = chat_window.conversation
     record = conversation.record(0)
     assert record is not None, dock.status.text()
     assert conversation.saved.history.turns[0].player == LINE
@@ -183,7 +181,7 @@ def test_a_failed_download_says_what_to_do_and_loses_nothing(chat_window, empty_
     before = dock.chat.toPlainText()
     assert "Welcome to the Stag and Lantern." in before
 
-    download = sample_model_download(chat_window)
+    download = chat_window.download
     with qtbot.waitSignal(download.failed, timeout=30_000):
         qtbot.mouseClick(dock.download_button, Qt.MouseButton.LeftButton)
     text = dock.model_offer_label.text()
@@ -211,7 +209,7 @@ def test_no_network_from_the_models_menu(make_window, empty_models, qtbot, monke
     window = make_window()
     assert [a.text() for a in window.models_menu.actions()] == ["&Download Sample Model\u2026",
                                                                 "&Open Models Folder"]
-    download = sample_model_download(window)
+    download = window.download
     with qtbot.waitSignal(download.failed, timeout=30_000):
         window.download_sample_action.trigger()
     qtbot.waitUntil(lambda: bool(window.findChildren(QMessageBox)), timeout=5_000)
@@ -236,7 +234,7 @@ def test_the_models_menu_downloads_and_opens_the_folder(make_window, tmp_path, m
     assert folder.is_dir(), "the folder is made so there is something to open"
     assert [Path(u.toLocalFile()) for u in opened_urls] == [folder]
 
-    download = sample_model_download(window)
+    download = window.download
     with qtbot.waitSignal(download.finished, timeout=60_000) as done:
         window.download_sample_action.trigger()
     assert Path(done.args[0]) == folder / SAMPLE_MODEL.file_name
@@ -264,7 +262,7 @@ def test_first_start_downloads_nothing(make_window, empty_models, monkeypatch, q
     assert not (private_settings / "settings").exists(), "no settings yet: a first start"
     window = make_window()
     qtbot.wait(200)
-    assert fake.calls == 0 and not sample_model_download(window).busy
+    assert fake.calls == 0 and not window.download.busy
     assert list(empty_models.iterdir()) == []
     assert not window.docks["ConversationDock"].model_offer.isVisible()
 
@@ -272,7 +270,7 @@ def test_first_start_downloads_nothing(make_window, empty_models, monkeypatch, q
 def test_closing_the_window_stops_the_download(make_window, empty_models, monkeypatch, qtbot, sample_model):
     fake = fake_pypi(monkeypatch, sample_model, hold=True)  # never released: only a cancel ends it
     window = make_window()
-    download = sample_model_download(window)
+    download = window.download
     assert window.download_sample_model()
     assert fake.holding.wait(10), "the download started"
     thread = download.thread

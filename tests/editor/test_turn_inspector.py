@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from editor.runtime_worker import live_conversation
-from editor.docks.turn_inspector.prompt_parts import budget_segments, split_prompt
 from runtime.prompt import SUMMARY_HEADING
 from tests.editor.live import example, sample_model, talk
 
@@ -27,7 +25,7 @@ def model() -> str:
 
 def test_each_turns_prompt_path_and_budget(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 20}))
-    conversation = live_conversation(window)
+    conversation = window.conversation
     inspector = window.docks["TurnInspectorDock"]
     records = [talk(qtbot, conversation, line) for line in LINES]
     assert inspector.turn_picker.count() == 3
@@ -72,7 +70,7 @@ def test_a_trim_in_a_long_conversation(window, qtbot, model):
                     reply={"context_size": 256, "max_tokens": 24},
                     summarize={"max_summary_tokens": 32, "trigger_tokens": 150})
     window.set_asset(asset)
-    conversation = live_conversation(window)
+    conversation = window.conversation
     inspector = window.docks["TurnInspectorDock"]
     lines = [
         "Tell me about the old mill by the river, please.",
@@ -121,39 +119,3 @@ def test_a_trim_in_a_long_conversation(window, qtbot, model):
         parts = last.parts["reply"]
         if any(p.kind == "summary" for p in parts):
             assert next(p for p in parts if p.kind == "summary").text.startswith(SUMMARY_HEADING)
-
-
-def test_prompt_parts_tell_history_from_the_current_turn():
-    """The split itself, on diagnostics built by hand (a tool pair is one history entry)."""
-    from runtime.asset import new_node
-    from runtime.diagnostics import (
-        NodeDiagnostics,
-        NodeInput,
-        NodeTokens,
-        NodeTrim,
-        PromptMessage,
-        TurnDiagnostics,
-    )
-
-    node = new_node("Generate", "reply", template="Knowledge: none", placement="before")
-    prompt = [
-        PromptMessage(role="system", content=f"Be brief.\n\n{SUMMARY_HEADING}\nThey met."),
-        PromptMessage(role="user", content="hi"),
-        PromptMessage(role="assistant", content='{"name": "look", "arguments": {}}', name="look"),
-        PromptMessage(role="tool", content="nothing", name="look"),
-        PromptMessage(role="assistant", content="Hello."),
-        PromptMessage(role="user", content="Knowledge: none\n\nhow are you"),
-    ]
-    diag = NodeDiagnostics(node="reply", type="Generate", input=NodeInput(prompt=prompt),
-                           tokens=NodeTokens(budget=100),
-                           trim=NodeTrim(window_start_before=0, window_start_after=0, dropped_turns=0,
-                                         triggered=False, history_entries=3))
-    turn = TurnDiagnostics(turn=4, player="how are you", nodes=[diag])
-    parts = split_prompt(diag, node, turn, lambda text, whole: len(text.split()) + (8 if whole else 0))
-    assert [(p.kind, p.role, p.turn) for p in parts] == [
-        ("system", "system", None), ("summary", "system", None),
-        ("history", "user", 3), ("history", "assistant", 3), ("history", "tool", 3), ("history", "assistant", 3),
-        ("template", "user", None), ("current", "user", None),
-    ]
-    assert parts[-2].text == "Knowledge: none" and parts[-1].text == "how are you"
-    assert budget_segments(parts)["history"] == sum(p.tokens for p in parts if p.kind == "history")

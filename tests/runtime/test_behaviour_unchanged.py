@@ -9,13 +9,17 @@ change in behaviour: ``python -m tests.runtime.test_behaviour_unchanged``.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from runtime.agent import Agent
+from runtime.agent import Agent, TurnResult
 from tests.runtime.conversations import asset, backend, player_lines
 
 GOLDEN = Path(__file__).parent / "data" / "golden_diagnostics.jsonl"
+# The Turn Inspector's prompt parts, as the editor used to read them back out of the flattened
+# prompt (before the runtime recorded them while building the prompt).
+GOLDEN_PARTS = Path(__file__).parent / "data" / "golden_prompt_parts.json"
 
 
 def every_node_type_asset():
@@ -52,11 +56,14 @@ def lines() -> list[str]:
     return said
 
 
-def conversation() -> list[dict[str, Any]]:
+def run_conversation() -> list[TurnResult]:
     agent = Agent(every_node_type_asset(), backend({"think": 25, "reply": 45, "fold": 30}))
+    return [agent.run_turn(line) for line in lines()]
+
+
+def conversation() -> list[dict[str, Any]]:
     out = []
-    for line in lines():
-        result = agent.run_turn(line)
+    for result in run_conversation():
         assert result.diagnostics is not None
         out.append(_without_timings(result.diagnostics.model_dump(mode="json")))
     return out
@@ -76,6 +83,18 @@ def test_diagnostics_equal_the_golden_file() -> None:
     assert len(got) == len(golden)
     for turn, (expected, actual) in enumerate(zip(golden, got)):
         assert actual == expected, f"turn {turn} differs from the golden diagnostics"
+
+
+def test_recorded_prompt_parts_equal_what_the_inspector_read_back_before() -> None:
+    golden = json.loads(GOLDEN_PARTS.read_text(encoding="utf-8"))
+    results = run_conversation()
+    for turn, (expected, result) in enumerate(zip(golden, results, strict=True)):
+        got = {node: [asdict(p) for p in prompt.parts] for node, prompt in result.prompts.items()}
+        assert got == expected, f"turn {turn}: prompt parts differ"
+        for node, prompt in result.prompts.items():  # the parts make up the prompt, message by message
+            diag = next(n for n in result.diagnostics.nodes if n.node == node)
+            assert max(p.message for p in prompt.parts) == len(diag.input.prompt) - 1
+            assert sum(p.tokens for p in prompt.parts) == diag.tokens.counted
 
 
 def test_the_golden_conversation_runs_every_node_type_trims_and_folds() -> None:

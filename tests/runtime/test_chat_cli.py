@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from runtime.cli import chat as chat_cli
 from runtime.cli import build_parser, main
+from runtime.cli import chat as chat_cli
 from runtime.history import load_history
 from runtime.resources import examples_dir
 

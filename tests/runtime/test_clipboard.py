@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset import new_node
 from runtime.asset_file import asset_to_dict, load_asset
+from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.problems import AssetError
 from runtime.resources import examples_dir
 

@@ -19,7 +19,6 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from runtime.agent import _tool_schema
 from runtime.asset import new_node
 from runtime.backends.base import BackendError, ChatMessage, GenerationRequest
 from runtime.backends.llama import LlamaBackend, choices_grammar
@@ -320,7 +319,7 @@ TOOLS = [
 def test_tool_calls_are_always_valid_for_their_schema(backend, model):
     # the schema the runtime sends for a ToolCall node: one alternative per tool
     node = new_node("ToolCall", "shop", tools=[{"name": n, "parameters": p, "mock_result": "ok"} for n, p in TOOLS])
-    schema = _tool_schema(node)
+    schema = node.output_schema()
     assert len(schema["oneOf"]) == len(TOOLS)
     by_name = {name: params for name, params in TOOLS}
     s = backend.session("tools", model, 2048)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
 from editor.docks.conversation.history_dialogs import HistoryEditor, VariablesDialog
-from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     SampleModelDownload,
@@ -31,10 +31,10 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
-from runtime.asset import PLAYER_FACING_TYPES
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.history import HistoryError, SavedDialog, load_history
 from runtime.models import SAMPLE_MODEL, models_dir
+from runtime.nodes import NODE_TYPES
 
 HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
 
@@ -52,6 +52,12 @@ def text_to_speech():
         return QTextToSpeech()
     except Exception:  # noqa: BLE001 - a broken speech backend must not stop the editor
         return None
+
+
+def _shows_output(type_name: str) -> bool:
+    """Whether the chat streams a node's output (replies, tool calls)."""
+    entry = NODE_TYPES.get(type_name)
+    return entry is not None and entry.model.STREAMS_TO_CHAT
 
 
 class ConversationDock(QDockWidget):
@@ -276,7 +282,7 @@ class ConversationDock(QDockWidget):
 
     def _on_event(self, event: object) -> None:
         if isinstance(event, NodeStarted):
-            if event.type in PLAYER_FACING_TYPES or event.type == "ToolCall":
+            if _shows_output(event.type):
                 self.chat.begin_node(node_label(self.asset, event.node))
             self.set_status(f"Running {event.node}\u2026")
         elif isinstance(event, Token):
@@ -306,17 +312,19 @@ class ConversationDock(QDockWidget):
         self.set_status(f"Turn {d.turn}: {path} in {d.total_ms / 1000:.1f} s"
                         + (f" \u00b7 {len(d.warnings)} warning(s)" if d.warnings else ""))
 
-    def _turn_failed(self, message: str, cancelled: bool) -> None:
+    def _turn_failed(self, failure: TurnFailure) -> None:
         if not self.line.text() and self.turn_line:
             self.line.setText(self.turn_line)  # the player's line is not lost: fix the cause, press Enter
-        if cancelled:
-            self.set_status(message)
+        if failure.cancelled:
+            self.set_status(failure.message)
             return
-        missing = missing_models(self.asset, self.conversation.document.asset_dir) if "not found" in message else []
+        missing = []
+        if failure.missing_model is not None:
+            missing = missing_models(self.asset, self.conversation.document.asset_dir) or [failure.missing_model]
         if missing:
-            self.offer_models(missing, message)
+            self.offer_models(missing, failure.message)
         else:
-            self.show_error(message)
+            self.show_error(failure.message)
 
     # --- missing models -----------------------------------------------------------------------
 
@@ -430,7 +438,7 @@ class ConversationDock(QDockWidget):
     def default_node(self) -> str:
         asset = self.asset
         for node in asset.nodes:
-            if node.type in PLAYER_FACING_TYPES:
+            if node.PLAYER_FACING:
                 return node.id
         return asset.start_node
 
@@ -447,8 +455,7 @@ class ConversationDock(QDockWidget):
             self.conversation.set_variables(dialog.values())
             self.set_status("Variables changed: " + json.dumps(dialog.values(), ensure_ascii=False))
 
-    def shutdown(self) -> None:
-        """Called by the window as it closes: stop any turn and the runtime thread."""
-        self.conversation.shutdown()
+    def stop_voice(self) -> None:
+        """Called by the window as it closes (after the conversation has stopped)."""
         if self.voice is not None:
             self.voice.stop()

@@ -7,7 +7,7 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from editor.canvas import NODE_MIME, node_type_mime
-from editor.node_appearance import CATEGORIES, TYPE_HELP, TYPE_LABELS
+from editor.node_types import categories, category_colour
 
 
 class PaletteTree(QTreeWidget):
@@ -29,17 +29,17 @@ class PaletteDock(QDockWidget):
         self.tree.setHeaderHidden(True)
         self.tree.setDragEnabled(True)
         self.tree.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
-        for category, (types, colour) in CATEGORIES.items():
+        for category, views in categories().items():
             top = QTreeWidgetItem([category])
             top.setFlags(Qt.ItemFlag.ItemIsEnabled)
-            top.setForeground(0, QBrush(QColor(*[min(255, c + 80) for c in colour])))
+            top.setForeground(0, QBrush(QColor(*[min(255, c + 80) for c in category_colour(category)])))
             self.tree.addTopLevelItem(top)
-            for type_name in types:
-                item = QTreeWidgetItem([TYPE_LABELS[type_name]])
-                item.setData(0, Qt.ItemDataRole.UserRole, type_name)
-                item.setToolTip(0, f"{TYPE_HELP[type_name]}\nDrag onto the canvas, or double-click to add.")
+            for view in views:
+                item = QTreeWidgetItem([view.label])
+                item.setData(0, Qt.ItemDataRole.UserRole, view.type)
+                item.setToolTip(0, f"{view.help}\nDrag onto the canvas, or double-click to add.")
                 item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsDragEnabled)
-                item.setBackground(0, QBrush(QColor(*colour, 90)))
+                item.setBackground(0, QBrush(QColor(*view.fill, 90)))
                 top.addChild(item)
         self.tree.expandAll()
         self.tree.itemDoubleClicked.connect(self._double_clicked)

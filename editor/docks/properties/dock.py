@@ -12,10 +12,11 @@ from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from editor.commands import RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.docks.properties.field_editors import FieldEditor, IntEditor
+from editor.docks.properties.form import ModelForm
 from editor.document import Document, FieldRejected
-from editor.node_appearance import TYPE_HELP, TYPE_LABELS, colour_of
-from editor.docks.properties.field_editors import FieldEditor, IntEditor, ModelForm
-from runtime.asset import END, NODE_TYPES, Asset, GeneratingNode, Summarize
+from editor.node_types import view_of
+from runtime.asset import END, NODE_TYPES, Asset, NodeBase
 from runtime.problems import Problem
 
 AGENT_EXCLUDE = ("version", "nodes")
@@ -80,7 +81,9 @@ class PropertiesDock(QDockWidget):
                 form = ModelForm(Asset, self._start_choices, exclude=AGENT_EXCLUDE)
                 form.field_edited.connect(self._agent_edited)
             else:
-                form = ModelForm(NODE_TYPES[key], self._exit_choices)
+                view = view_of(key)
+                form = ModelForm(NODE_TYPES[key], self._exit_choices, exclude=view.hidden_fields,
+                                 group_order=view.groups)
                 form.field_edited.connect(self._node_edited)
             self._forms[key] = form
         return form
@@ -101,13 +104,14 @@ class PropertiesDock(QDockWidget):
     def _show_node(self, node_id: str) -> None:
         node = self.document.node(node_id)
         self.node_id = node_id
-        r, g, b = colour_of(node.type)
+        view = view_of(node.type_name)
+        r, g, b = view.fill
         self.header.setText(
             f"<span style='color: rgb({min(255, r + 90)},{min(255, g + 90)},{min(255, b + 90)})'>\u25a0</span> "
-            f"<b>{TYPE_LABELS[node.type]}</b> &nbsp;<span style='color:gray'>{node_id}</span><br/>"
-            f"<span style='color:gray'>{TYPE_HELP[node.type]}</span>"
+            f"<b>{view.label}</b> &nbsp;<span style='color:gray'>{node_id}</span><br/>"
+            f"<span style='color:gray'>{view.help}</span>"
         )
-        form = self._form_for(node.type)
+        form = self._form_for(node.type_name)
         self._fill_node_form(form, node_id)
         self._set_form(form)
 
@@ -130,16 +134,12 @@ class PropertiesDock(QDockWidget):
         self._apply_limits(form, node)
         self._show_errors(form, node_id)
 
-    def _apply_limits(self, form: ModelForm, node: Any) -> None:
-        """Constraints between fields, as narrowed spin box ranges."""
-        if isinstance(node, GeneratingNode):
-            editor = form.editors["max_tokens"]
-            assert isinstance(editor, IntEditor)
-            editor.set_maximum(node.context_size - 1 if node.context_size else None)
-        if isinstance(node, Summarize):
-            editor = form.editors["max_summary_tokens"]
-            assert isinstance(editor, IntEditor)
-            editor.set_maximum(node.context_size - 64 if node.context_size else None)
+    def _apply_limits(self, form: ModelForm, node: NodeBase) -> None:
+        """Constraints between fields (the node type's ``field_limits``), as narrowed spin box ranges."""
+        for name, maximum in node.field_limits().items():
+            editor = form.editors.get(name)
+            if isinstance(editor, IntEditor):
+                editor.set_maximum(maximum)
 
     def _show_errors(self, form: ModelForm, node_id: str) -> None:
         for name, editor in form.editors.items():

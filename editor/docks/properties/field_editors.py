@@ -11,12 +11,9 @@ dock turns their edits into commands.
 from __future__ import annotations
 
 import json
-import types
-import typing
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtGui import QFontDatabase
@@ -25,8 +22,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -39,8 +34,6 @@ from PySide6.QtWidgets import (
 
 from editor.docks.properties.mustache import MustacheHighlighter
 
-GROUP_ORDER = ["General", "Prompt", "Model", "Sampling", "History", "Tools", "Intents", "Attributes",
-               "Knowledge", "Folding", "Exits", "Layout"]
 EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")
 FILE_FIELDS = {"model_name": "Models (*.gguf)", "default_model": "Models (*.gguf)",
                "embedding_model": "Models (*.gguf)", "source_file": "Knowledge (*.jsonl *.txt)"}
@@ -103,6 +96,9 @@ class FieldEditor(QWidget):
     """Base of every field editor."""
 
     edited = Signal(object, bool)  # value, merge with the previous edit
+
+    def refresh_choices(self) -> None:
+        """Read choices that depend on the document again (exit targets); most editors have none."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -437,109 +433,3 @@ class PositionEditor(FieldEditor):
         with QSignalBlocker(self.x), QSignalBlocker(self.y):
             self.x.setValue(float(value[0]))
             self.y.setValue(float(value[1]))
-
-
-def _list_item_model(annotation: Any) -> type[BaseModel] | None:
-    if typing.get_origin(annotation) is list:
-        (arg,) = typing.get_args(annotation) or (None,)
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
-
-
-def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None) -> FieldEditor:
-    """The editor for one field, chosen from its name, type, constraints and flags."""
-    annotation = info.annotation
-    origin = typing.get_origin(annotation)
-    if name in EXIT_FIELDS and exit_choices is not None:
-        return ChoiceEditor(exit_choices)
-    if annotation is bool:
-        return BoolEditor(field_label(name))
-    if annotation is int:
-        return IntEditor(info)
-    if annotation is float:
-        return FloatEditor(info)
-    if origin is Literal:
-        return ChoiceEditor([(str(v), v) for v in typing.get_args(annotation)])
-    if annotation is str:
-        if field_flag(info, "multiline"):
-            return TextEditor(field_flag(info, "mustache"))
-        return LineEditor(FILE_FIELDS.get(name, ""))
-    if origin is tuple:
-        return PositionEditor()
-    item_model = _list_item_model(annotation)
-    if item_model is not None:
-        from editor.docks.properties.list_editor import ModelListEditor
-
-        return ModelListEditor(item_model, exit_choices)
-    if origin is list:
-        return LinesEditor()
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if args == [str]:
-            return OptionalTextEditor("Ask the designer when a test conversation calls it")
-    return JsonEditor()
-
-
-class ModelForm(QWidget):
-    """Editors for the fields of a pydantic model, grouped into sections."""
-
-    field_edited = Signal(str, object, bool)  # field, value, merge
-
-    def __init__(self, model: type[BaseModel], exit_choices: ExitChoices | None = None,
-                 exclude: tuple[str, ...] = (), grouped: bool = True, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.model = model
-        self.editors: dict[str, FieldEditor] = {}
-        self.sections: dict[str, QGroupBox] = {}
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        fields = [(n, f) for n, f in model.model_fields.items() if n not in exclude and n != "type"]
-        groups: dict[str, list[tuple[str, FieldInfo]]] = {}
-        for name, info in fields:
-            groups.setdefault(field_group(info) if grouped else "", []).append((name, info))
-        order = sorted(groups, key=lambda g: GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER))
-        for group in order:
-            if grouped:
-                box = QGroupBox(group, self)
-                self.sections[group] = box
-                form = QFormLayout(box)
-                layout.addWidget(box)
-            else:
-                holder = QWidget(self)
-                form = QFormLayout(holder)
-                form.setContentsMargins(0, 0, 0, 0)
-                layout.addWidget(holder)
-            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-            for name, info in groups[group]:
-                editor = make_editor(name, info, exit_choices)
-                editor.setObjectName(f"field:{name}")
-                editor.setToolTip(tooltip(name, info))
-                editor.edited.connect(lambda value, merge, n=name: self.field_edited.emit(n, value, merge))
-                self.editors[name] = editor
-                if isinstance(editor, BoolEditor):
-                    form.addRow("", editor)
-                else:
-                    label = QLabel(field_label(name), self)
-                    label.setToolTip(editor.toolTip())
-                    if isinstance(editor, (TextEditor, JsonEditor)) or _list_item_model(info.annotation):
-                        form.addRow(label)
-                        form.addRow(editor)
-                    else:
-                        form.addRow(label, editor)
-        layout.addStretch(1)
-
-    def set_values(self, values: dict[str, Any] | BaseModel) -> None:
-        for name, editor in self.editors.items():
-            value = getattr(values, name) if isinstance(values, BaseModel) else values.get(name)
-            editor.set_value(value)
-
-    def refresh_choices(self) -> None:
-        for editor in self.editors.values():
-            if isinstance(editor, ChoiceEditor) and callable(editor._choices):
-                editor.refresh_choices()
-            refresh = getattr(editor, "refresh_choices", None)
-            if refresh is not None and not isinstance(editor, ChoiceEditor):
-                refresh()
-

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from PySide6.QtCore import QSignalBlocker
 from PySide6.QtWidgets import QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget
 
-from editor.docks.properties.field_editors import ExitChoices, FieldEditor, ModelForm
+from editor.docks.properties.field_editors import FieldEditor
+from runtime.nodes import Strict
 
-# What a new record starts as (its required fields need a value the model accepts).
-_NEW_RECORD = {
-    "Tool": lambda n: {"name": f"tool_{n}", "description": "",
-                       "parameters": {"type": "object", "properties": {}}, "mock_result": None},
-    "Intent": lambda n: {"name": f"intent_{n}", "description": "", "exit": ""},
-    "Attribute": lambda n: {"name": f"attribute_{n}", "description": "", "values": ["yes", "no"], "slot": ""},
-    "KnowledgeEntry": lambda n: {"id": f"fact_{n}", "text": "A new fact."},
-}
+if TYPE_CHECKING:  # pragma: no cover
+    from editor.docks.properties.form import ModelForm
 
 
 def _label(record: dict[str, Any]) -> str:
@@ -32,8 +27,7 @@ def _label(record: dict[str, Any]) -> str:
 class ModelListEditor(FieldEditor):
     """A list of records on the left, the selected record's form below it."""
 
-    def __init__(self, item_model: type[BaseModel], exit_choices: ExitChoices | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, item_model: type[Strict], form: ModelForm, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.item_model = item_model
         self._records: list[dict[str, Any]] = []
@@ -52,7 +46,8 @@ class ModelListEditor(FieldEditor):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout.addLayout(buttons)
-        self.form = ModelForm(item_model, exit_choices, grouped=False, parent=box)
+        self.form = form  # the selected record's fields (made by the caller: forms hold list editors too)
+        form.setParent(box)
         layout.addWidget(self.form)
         self._finish(box)
         self.add_button.clicked.connect(self.add_record)
@@ -108,13 +103,12 @@ class ModelListEditor(FieldEditor):
             self.list.item(row).setText(_label(self._records[row]))
 
     def add_record(self) -> None:
-        make = _NEW_RECORD.get(self.item_model.__name__)
         taken = {r.get("name") or r.get("id") for r in self._records}
         n = len(self._records) + 1
-        record = make(n) if make else self.item_model().model_dump()
-        while make and (record.get("name") or record.get("id")) in taken:
+        record = self.item_model.new_record(n)
+        while (record.get("name") or record.get("id")) and (record.get("name") or record.get("id")) in taken:
             n += 1
-            record = make(n)
+            record = self.item_model.new_record(n)
         self._records.append(record)
         with QSignalBlocker(self.list):
             self.list.addItem(_label(record))

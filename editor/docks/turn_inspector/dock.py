@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import html
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -20,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
-from editor.docks.turn_inspector.prompt_parts import PART_LABELS, PromptPart, budget_segments
+from editor.runtime_worker import LiveConversation, TurnRecord
 from runtime.budget import TRIM_TARGET_PERCENT
 from runtime.diagnostics import NodeDiagnostics
+from runtime.prompt import PART_LABELS, PromptPart, budget_segments
 
 PART_COLOURS = {
     "system": "#568cc8",
@@ -80,11 +81,15 @@ def trim_text(diag: NodeDiagnostics, summary_through: int = -1) -> str:
     return " ".join(lines)
 
 
+# The canvas's path marking (``Canvas.highlight_path``), passed in so the dock never imports the canvas.
+PathHighlighter = Callable[[list[str]], None]
+
 class TurnInspectorDock(QDockWidget):
-    def __init__(self, conversation: LiveConversation, canvas=None, parent: QWidget | None = None) -> None:
+    def __init__(self, conversation: LiveConversation, highlight_path: PathHighlighter | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__("Turn Inspector", parent)
         self.conversation = conversation
-        self.canvas = canvas
+        self.highlight_path = highlight_path  # marks a turn's path on the canvas
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -202,8 +207,8 @@ class TurnInspectorDock(QDockWidget):
         self._highlight(d.path)
 
     def _highlight(self, path: list[str]) -> None:
-        if self.canvas is not None and hasattr(self.canvas, "highlight_path"):
-            self.canvas.highlight_path(path)
+        if self.highlight_path is not None:
+            self.highlight_path(path)
 
     # --- one node ---------------------------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""A form of typed editors for a pydantic model's fields, grouped into sections.
+
+``make_editor`` picks each field's editor from its name, type, constraints and flags; a list of
+records (tools, intents, attributes, knowledge) gets a ``ModelListEditor`` holding a form of its
+own for the selected record.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from editor.docks.properties.field_editors import (
+    EXIT_FIELDS,
+    FILE_FIELDS,
+    BoolEditor,
+    ChoiceEditor,
+    ExitChoices,
+    FieldEditor,
+    FloatEditor,
+    IntEditor,
+    JsonEditor,
+    LineEditor,
+    LinesEditor,
+    OptionalTextEditor,
+    PositionEditor,
+    TextEditor,
+    field_flag,
+    field_group,
+    field_label,
+    tooltip,
+)
+from editor.docks.properties.list_editor import ModelListEditor
+from editor.node_types import GROUP_ORDER
+
+
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    if typing.get_origin(annotation) is list:
+        (arg,) = typing.get_args(annotation) or (None,)
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None) -> FieldEditor:
+    """The editor for one field, chosen from its name, type, constraints and flags."""
+    annotation = info.annotation
+    origin = typing.get_origin(annotation)
+    if name in EXIT_FIELDS and exit_choices is not None:
+        return ChoiceEditor(exit_choices)
+    if annotation is bool:
+        return BoolEditor(field_label(name))
+    if annotation is int:
+        return IntEditor(info)
+    if annotation is float:
+        return FloatEditor(info)
+    if origin is Literal:
+        return ChoiceEditor([(str(v), v) for v in typing.get_args(annotation)])
+    if annotation is str:
+        if field_flag(info, "multiline"):
+            return TextEditor(field_flag(info, "mustache"))
+        return LineEditor(FILE_FIELDS.get(name, ""))
+    if origin is tuple:
+        return PositionEditor()
+    item_model = _list_item_model(annotation)
+    if item_model is not None:
+        record_form = ModelForm(item_model, exit_choices, grouped=False)
+        return ModelListEditor(item_model, record_form)
+    if origin is list:
+        return LinesEditor()
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if args == [str]:
+            return OptionalTextEditor("Ask the designer when a test conversation calls it")
+    return JsonEditor()
+
+
+class ModelForm(QWidget):
+    """Editors for the fields of a pydantic model, grouped into sections."""
+
+    field_edited = Signal(str, object, bool)  # field, value, merge
+
+    def __init__(self, model: type[BaseModel], exit_choices: ExitChoices | None = None,
+                 exclude: tuple[str, ...] = (), grouped: bool = True, group_order: tuple[str, ...] = GROUP_ORDER,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.editors: dict[str, FieldEditor] = {}
+        self.sections: dict[str, QGroupBox] = {}
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        fields = [(n, f) for n, f in model.model_fields.items() if n not in exclude and n != "type"]
+        groups: dict[str, list[tuple[str, FieldInfo]]] = {}
+        for name, info in fields:
+            groups.setdefault(field_group(info) if grouped else "", []).append((name, info))
+        order = sorted(groups, key=lambda g: group_order.index(g) if g in group_order else len(group_order))
+        for group in order:
+            if grouped:
+                box = QGroupBox(group, self)
+                self.sections[group] = box
+                form = QFormLayout(box)
+                layout.addWidget(box)
+            else:
+                holder = QWidget(self)
+                form = QFormLayout(holder)
+                form.setContentsMargins(0, 0, 0, 0)
+                layout.addWidget(holder)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+            for name, info in groups[group]:
+                editor = make_editor(name, info, exit_choices)
+                editor.setObjectName(f"field:{name}")
+                editor.setToolTip(tooltip(name, info))
+                editor.edited.connect(lambda value, merge, n=name: self.field_edited.emit(n, value, merge))
+                self.editors[name] = editor
+                if isinstance(editor, BoolEditor):
+                    form.addRow("", editor)
+                else:
+                    label = QLabel(field_label(name), self)
+                    label.setToolTip(editor.toolTip())
+                    if isinstance(editor, (TextEditor, JsonEditor)) or _list_item_model(info.annotation):
+                        form.addRow(label)
+                        form.addRow(editor)
+                    else:
+                        form.addRow(label, editor)
+        layout.addStretch(1)
+
+    def set_values(self, values: dict[str, Any] | BaseModel) -> None:
+        for name, editor in self.editors.items():
+            value = getattr(values, name) if isinstance(values, BaseModel) else values.get(name)
+            editor.set_value(value)
+
+    def refresh_choices(self) -> None:
+        for editor in self.editors.values():
+            editor.refresh_choices()
+

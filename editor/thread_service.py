@@ -1,0 +1,64 @@
+"""The base of the editor's background services: work on a ``QThread``, signals on the UI thread.
+
+A ``ThreadService`` lives on the UI thread and owns one worker ``QObject`` at a time, moved to a
+thread of its own. The worker's signals reach the service through queued connections, and the
+service re-emits them from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever
+see signals from the UI thread. ``shutdown`` cancels the work and waits for the thread, and runs
+by itself when the application quits, so no thread outlives its window.
+
+Subclasses: ``LiveConversation`` (the runtime, one long-lived thread) and
+``SampleModelDownload`` (one short thread per download).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QCoreApplication, QObject, QThread
+
+log = logging.getLogger("parley.editor")
+
+
+class ThreadService(QObject):
+    """A UI-thread service whose work runs on its own thread."""
+
+    def __init__(self, thread_name: str, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.thread_name = thread_name
+        self.thread: QThread | None = None
+        self.closed = False
+        app = QCoreApplication.instance()
+        if app is not None:  # never leave a thread running into interpreter exit
+            app.aboutToQuit.connect(self.shutdown)
+
+    def _new_thread(self, worker: QObject) -> QThread:
+        """A thread (not started yet) for ``worker``, which moves to it and is deleted when it ends."""
+        thread = QThread(self)
+        thread.setObjectName(self.thread_name)
+        worker.moveToThread(thread)
+        thread.finished.connect(worker.deleteLater)
+        self.thread = thread
+        return thread
+
+    def _cancel_work(self) -> None:
+        """Ask the running work to stop soon (shutdown calls it first)."""
+
+    def _end_thread(self) -> None:
+        """Make the running thread's event loop end once its work has stopped. By default the
+        worker quits its own thread when its work is done."""
+
+    def _after_shutdown(self) -> None:
+        """Tidy up once the thread has stopped."""
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        """Cancel the work, end the thread and wait for it; the service takes no more work."""
+        if self.closed:
+            return
+        self.closed = True
+        self._cancel_work()
+        thread = self.thread
+        if thread is not None and thread.isRunning():
+            self._end_thread()
+            if not thread.wait(timeout_ms):
+                log.error("the %s thread did not stop within %d ms", self.thread_name, timeout_ms)
+        self._after_shutdown()

@@ -1,0 +1,174 @@
+"""What every node type is built on: the node model's base, the shared parameter blocks, and
+the names exits and ids follow.
+
+A node type is a pydantic model deriving from ``NodeBase``. The model says what the node
+stores (its fields, with their help text and properties-dock group), which exits it has
+(``exits``, ``exit_field``, ``exit_label``), how it runs (``run``), what validation checks
+it adds (``check``, ``check_in_graph``) and what it costs in memory (``model_uses``). The
+agent, the validator, the estimator and the editor call these and never test for a type.
+
+Capabilities other nodes ask about are class attributes (``PLAYER_FACING``,
+``WRITES_SUMMARY``, ``RUNTIME_SYSTEM_PROMPT``) or mixins (``ModelParams``), not type names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.nodes.checks import NodeChecks
+    from runtime.nodes.running import NodeRun
+
+END = ""  # an exit that names no node ends the turn
+ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+SLOT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+OPTIONAL_SLOT_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*)?$"
+TOKENS_PER_MESSAGE = 8  # role headers and end-of-turn markers, as the spec counts them
+
+VariableValue = bool | int | float | str
+
+
+class FieldError(ValueError):
+    """A cross-field constraint broken; ``field`` names the field the error belongs to."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        """What the ``number``-th new record of this model starts as in a list editor (a value the
+        model accepts; records with required fields override this)."""
+        return cls().model_dump()
+
+
+def field_help(text: str, group: str = "General", **extra: Any) -> dict[str, Any]:
+    """A field's help text (the editor's tooltip) and its group in the properties dock."""
+    return {"description": text, "json_schema_extra": {"group": group, **extra}}
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    """One context a node keeps on a model: what the estimator sizes and the editor holds fixed."""
+
+    model_name: str  # as the node names it; '' uses the agent's default model
+    context_size: int  # 0 uses the model's own size
+    field: str = "model_name"  # the node field the model is set in
+
+
+class ModelParams(Strict):
+    """Parameters every node that calls a language model has."""
+
+    model_name: str = Field(
+        "", **field_help("Model file for this node. Empty uses the agent's default model.", "Model")
+    )
+    context_size: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        **field_help("This node's context window in tokens. 0 uses the model's own size. Fixed for the agent's lifetime.", "Model"),
+    )
+
+
+class SamplingParams(Strict):
+    temperature: float = Field(0.7, ge=0.0, le=2.0, **field_help("Sampling temperature; 0 always picks the likeliest token.", "Sampling"))
+    top_p: float = Field(0.95, gt=0.0, le=1.0, **field_help("Nucleus sampling: keep the smallest set of tokens whose probability reaches this.", "Sampling"))
+    seed: int = Field(-1, ge=-1, **field_help("Random seed; -1 picks a new one every call, 0 or more repeats replies.", "Sampling"))
+
+
+class NodeBase(Strict):
+    id: str = Field(pattern=ID_PATTERN, **field_help("Stable id; exits and diagnostics refer to the node by it."))
+    title: str = Field("", **field_help("Name shown on the canvas. Empty shows the id."))
+    position: tuple[float, float] = Field((0.0, 0.0), **field_help("Position on the editor canvas.", "Layout"))
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, **field_help("Free-form data kept as it is (tools may store notes here).", "Layout")
+    )
+
+    # Its replies are what the player hears (the turn's reply; a Summarize node before it delays it).
+    PLAYER_FACING: ClassVar[bool] = False
+    # It writes the rolling summary that nodes with history_mode 'summarized' read.
+    WRITES_SUMMARY: ClassVar[bool] = False
+    # The test conversation streams its output as it is generated (replies, tool calls).
+    STREAMS_TO_CHAT: ClassVar[bool] = False
+    # Its system prompt can be changed between turns (Agent.set_system_prompt).
+    RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = False
+
+    @property
+    def type_name(self) -> str:
+        return type(self).model_fields["type"].default
+
+    @property
+    def display_title(self) -> str:
+        return self.title or self.id
+
+    # --- exits ------------------------------------------------------------------------------
+
+    def exits(self) -> dict[str, str]:
+        """Port name -> target node id ('' is END), in display order."""
+        return {}
+
+    def exit_field(self, port: str) -> str:
+        """Where exit ``port`` is stored, as a dotted field path ('default_exit', 'intents.2.exit').
+        Raises KeyError for a port the node does not have."""
+        if port not in self.exits():
+            raise KeyError(port)
+        return port
+
+    def exit_label(self, port: str) -> str:
+        """The text the canvas shows beside exit ``port``."""
+        return {"default_exit": "next", "fallback_exit": "fallback"}.get(port, port)
+
+    def with_exits(self, targets: dict[str, str]) -> NodeBase:
+        """A copy of this node with the exits in ``targets`` (port -> node id) pointed anew."""
+        raw = self.model_dump()
+        for port, target in targets.items():
+            *path, last = self.exit_field(port).split(".")
+            holder: Any = raw
+            for key in path:
+                holder = holder[int(key)] if isinstance(holder, list) else holder[key]
+            holder[last] = target
+        return type(self).model_validate(raw)
+
+    # --- models -----------------------------------------------------------------------------
+
+    def uses_model(self) -> bool:
+        return isinstance(self, ModelParams)
+
+    def model_uses(self) -> list[ModelUse]:
+        """The contexts this node keeps on models (the estimator sizes one per entry)."""
+        if isinstance(self, ModelParams):
+            return [ModelUse(self.model_name, self.context_size)]
+        return []
+
+    def history_budget(self, model_context: int | None) -> int | None:
+        """The prompt budget this node fits replayed history into, or None if it replays none (a
+        Summarize node warns when it would fold only after such a node has trimmed)."""
+        return None
+
+    def field_limits(self) -> dict[str, int | None]:
+        """Upper bounds one field puts on another (the editor narrows its spin boxes to them)."""
+        return {}
+
+    # --- behaviour --------------------------------------------------------------------------
+
+    def run(self, run: NodeRun) -> str:
+        """Run the node for this turn; return the port taken. Raise ``TurnError`` to fail the turn."""
+        raise NotImplementedError(f"node type {self.type_name} does not say how it runs")
+
+    def check(self, checks: NodeChecks) -> None:
+        """Report this node's own problems (``checks.error`` / ``checks.warning``)."""
+
+    def check_in_graph(self, checks: NodeChecks) -> None:
+        """Report problems that depend on the rest of the graph (after reachability is known)."""
+
+
+def is_valid_id(text: str) -> bool:
+    return bool(re.match(ID_PATTERN, text))

@@ -1,0 +1,111 @@
+"""Classify Intent (LLM): picks one of the listed intents for a line and branches on it.
+
+Each intent is an exit (port ``intent:NAME``, stored in ``intents.N.exit``); the model's answer is
+constrained to the intent names plus a "none of these" label, which takes ``fallback_exit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from runtime.backends.base import ChatMessage, GenerationRequest
+from runtime.budget import message_tokens
+from runtime.nodes.base import (
+    END,
+    OPTIONAL_SLOT_PATTERN,
+    SLOT_PATTERN,
+    ModelParams,
+    NodeBase,
+    Strict,
+    field_help,
+)
+from runtime.nodes.checks import NodeChecks
+from runtime.nodes.running import NodeRun
+from runtime.resources import default_prompt
+
+CLASSIFY_INTENT_MAX_TOKENS = 32
+INTENT_PORT_PREFIX = "intent:"
+NONE_LABELS = ("none", "none_of_these", "no_intent_matches")
+
+
+class Intent(Strict):
+    name: str = Field(pattern=SLOT_PATTERN, description="Label the classifier answers with.")
+    description: str = Field("", description="What lines with this intent look like; shown to the model.")
+    exit: str = Field(END, description="Node that runs when this intent is chosen. Empty ends the turn.")
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        return {"name": f"intent_{number}", "description": "", "exit": ""}
+
+
+class ClassifyIntent(NodeBase, ModelParams):
+    type: Literal["ClassifyIntent"] = "ClassifyIntent"
+    context_size: int = Field(2048, ge=0, le=1_048_576, **field_help("The classifier's own context window. 0 uses the model's size.", "Model"))
+    system_prompt: str = Field(default_factory=lambda: default_prompt("classify_intent_system"), **field_help("Instructions for the classifier.", "Prompt", multiline=True))
+    input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help("Slot to classify. Empty classifies the player's line.", "Prompt"))
+    intents: list[Intent] = Field(default_factory=list, **field_help("The labels the classifier may choose, each with its exit.", "Intents"))
+    slot: str = Field("intent", pattern=SLOT_PATTERN, **field_help("Slot the chosen intent's name is written to.", "Intents"))
+    fallback_exit: str = Field(END, **field_help("Node that runs when classification fails. Empty ends the turn.", "Exits"))
+
+    def exits(self) -> dict[str, str]:
+        out = {f"{INTENT_PORT_PREFIX}{i.name}": i.exit for i in self.intents}
+        out["fallback_exit"] = self.fallback_exit
+        return out
+
+    def exit_field(self, port: str) -> str:
+        if port.startswith(INTENT_PORT_PREFIX):
+            name = port[len(INTENT_PORT_PREFIX):]
+            for index, intent in enumerate(self.intents):
+                if intent.name == name:
+                    return f"intents.{index}.exit"
+            raise KeyError(port)
+        return super().exit_field(port)
+
+    def exit_label(self, port: str) -> str:
+        if port.startswith(INTENT_PORT_PREFIX):
+            return port[len(INTENT_PORT_PREFIX):]
+        return super().exit_label(port)
+
+    @field_validator("intents")
+    @classmethod
+    def _unique_intents(cls, v: list[Intent]) -> list[Intent]:
+        names = [i.name for i in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"intent names must be unique; repeated: {', '.join(dupes)}")
+        return v
+
+    def run(self, run: NodeRun) -> str:
+        model = run.model()
+        budget = run.budget(run.context_size(model), CLASSIFY_INTENT_MAX_TOKENS, "context_size")
+        count = run.counter(model)
+        names = [i.name for i in self.intents]
+        none = next(n for n in NONE_LABELS if n not in names)
+        lines = [f"- {i.name}: {i.description}" if i.description else f"- {i.name}" for i in self.intents]
+        lines.append(f"- {none}: none of the above fits")
+        system = f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
+        messages = [ChatMessage("system", system), ChatMessage("user", run.line(self.input))]
+        counted = sum(message_tokens(count(m.content)) for m in messages)
+        if counted > budget.limit:
+            run.diag.warnings.append(
+                f"the classifier's prompt ({counted} tokens) does not fit its budget of {budget.limit}; "
+                "took the fallback exit without asking the model. Raise context_size."
+            )
+            run.record(messages, None, budget.limit, counted)
+            run.turn.slots[self.slot] = ""
+            return "fallback_exit"
+        request = GenerationRequest(messages, CLASSIFY_INTENT_MAX_TOKENS, temperature=0.0, seed=0, choices=names + [none])
+        result = run.generate(model, request)
+        run.record(messages, result, budget.limit, counted)
+        chosen = result.text.strip()
+        if chosen in names:
+            run.turn.slots[self.slot] = chosen
+            return f"{INTENT_PORT_PREFIX}{chosen}"
+        run.turn.slots[self.slot] = ""
+        return "fallback_exit"
+
+    def check(self, checks: NodeChecks) -> None:
+        if not self.intents:
+            checks.warning("no intents: every line takes the fallback exit", "intents")

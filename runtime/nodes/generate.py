@@ -1,0 +1,188 @@
+"""Generate and Generate and Speak: nodes that build a prompt from the dialog history and write text.
+
+``GeneratingNode`` is also the base of Tool Call (``runtime.nodes.tool_call``): all three build
+their prompt the same way (``runtime.prompt.build_prompt``) and differ in what the output becomes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from runtime.backends.base import GenerationRequest, GenerationResult
+from runtime.budget import PromptBudget
+from runtime.diagnostics import NodeTrim
+from runtime.events import SentenceSplitter, Speak, Token
+from runtime.history import Reply
+from runtime.nodes.base import (
+    END,
+    OPTIONAL_SLOT_PATTERN,
+    TOKENS_PER_MESSAGE,
+    FieldError,
+    ModelParams,
+    NodeBase,
+    SamplingParams,
+    field_help,
+)
+from runtime.nodes.checks import NodeChecks
+from runtime.nodes.running import NodeRun, TurnError
+from runtime.prompt import build_prompt, current_turn_messages
+
+HistoryRole = Literal["assistant", "none"]
+Placement = Literal["before", "after"]
+HistoryMode = Literal["full", "summarized", "last_n", "none"]
+
+
+class GeneratingNode(NodeBase, ModelParams, SamplingParams):
+    """Generate, GenerateAndSpeak and ToolCall: nodes that build a prompt from the dialog history."""
+
+    system_prompt: str = Field("", **field_help("The node's instructions; never trimmed, so every token comes out of the history budget.", "Prompt", mustache=False, multiline=True))
+    max_tokens: int = Field(256, ge=1, **field_help("Tokens kept free for the answer. Must be below Context Size; the rest is the prompt budget.", "Model"))
+    history_role: HistoryRole = Field("assistant", **field_help("assistant: later turns see this node's output. none: its output is never replayed (a hidden reasoning step).", "History"))
+    input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help("Slot read as the current turn's line. Empty reads the player's line.", "Prompt"))
+    template: str = Field("", **field_help("Mustache template framing the current turn: {{instructions}}, {{#knowledge}}{{text}}{{/knowledge}}, {{slots.NAME}}, {{vars.NAME}}, {{input}}.", "Prompt", mustache=True, multiline=True))
+    placement: Placement = Field("before", **field_help("Whether the rendered template goes before or after the player's line.", "Prompt"))
+    history_mode: HistoryMode = Field("full", **field_help("full: all history that fits the budget. summarized: the summary plus the last History Window entries. last_n: exactly the last History Window entries. none: no history.", "History"))
+    history_window: int = Field(8, ge=1, le=10_000, **field_help("Entries (player lines, replies, tool pairs count as one each) kept by the summarized and last_n modes.", "History"))
+    default_exit: str = Field(END, **field_help("Node that runs next. Empty ends the turn.", "Exits"))
+
+    RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = True
+    STREAMS_TO_CHAT: ClassVar[bool] = True
+
+    def exits(self) -> dict[str, str]:
+        return {"default_exit": self.default_exit}
+
+    def field_limits(self) -> dict[str, int | None]:
+        return {"max_tokens": self.context_size - 1 if self.context_size else None}
+
+    @model_validator(mode="after")
+    def _max_tokens_below_context(self) -> GeneratingNode:
+        if self.context_size and self.max_tokens >= self.context_size:
+            raise FieldError(
+                "max_tokens", f"max_tokens ({self.max_tokens}) must be less than context_size ({self.context_size})"
+            )
+        return self
+
+    # --- what other node types ask ------------------------------------------------------------
+
+    def prompt_budget(self, model_context: int | None) -> int | None:
+        """The prompt budget (``PromptBudget.limit``); None while the context size is unknown or
+        leaves no room for the prompt (reported separately)."""
+        if not (self.context_size or model_context):
+            return None
+        try:
+            return PromptBudget.for_node(self, model_context or 0).limit
+        except ValueError:
+            return None
+
+    def history_budget(self, model_context: int | None) -> int | None:
+        return None if self.history_mode == "none" else self.prompt_budget(model_context)
+
+    def system_additions(self) -> list[str]:
+        """Text the system message carries after the system prompt (a Tool Call node's tools)."""
+        return []
+
+    # --- running ------------------------------------------------------------------------------
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """A JSON schema the output must follow (a Tool Call node's call), or None for free text."""
+        return None
+
+    def run(self, run: NodeRun) -> str:
+        model = run.model()
+        try:
+            budget = PromptBudget.for_node(self, run.backend.model_context_size(model))
+        except ValueError as exc:
+            raise TurnError(str(exc), self.id, "max_tokens") from None
+        count = run.counter(model)
+        turn, agent, diag = run.turn, run.agent, run.diag
+        line = run.line(self.input)
+        current = current_turn_messages(
+            self, line, turn.instructions, turn.slots, agent.variables, turn.entries, agent.asset.name
+        )
+        prompt = build_prompt(
+            self, system_prompt=agent.system_prompt(self), history=agent.history,
+            window_start=agent.windows.get(self.id, 0), current=current, budget=budget, count=count,
+        )
+        agent.windows[self.id] = prompt.trim.window_start_after
+        diag.warnings += prompt.warnings
+        trim = prompt.trim
+        diag.trim = NodeTrim(
+            window_start_before=trim.window_start_before, window_start_after=trim.window_start_after,
+            dropped_turns=trim.dropped_turns, triggered=trim.triggered, history_entries=prompt.history_entries,
+        )
+        run.record_parts(prompt.parts, budget.context_size)
+
+        request = GenerationRequest(
+            prompt.messages, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
+            seed=self.seed, json_schema=self.output_schema(),
+        )
+        splitter = SentenceSplitter() if self.speaks() else None
+
+        def on_token(text: str) -> None:
+            run.emit(Token(self.id, text))
+            if splitter is not None:
+                for sentence in splitter.feed(text):
+                    run.emit(Speak(self.id, sentence))
+
+        result = run.generate(model, request, on_token)
+        if splitter is not None:
+            for sentence in splitter.flush():
+                run.emit(Speak(self.id, sentence))
+        run.record(prompt.messages, result, budget.limit, prompt.counted_tokens)
+        self.use_output(run, result)
+        return "default_exit"
+
+    def speaks(self) -> bool:
+        return False
+
+    def use_output(self, run: NodeRun, result: GenerationResult) -> None:
+        """What the output becomes: a reply in the history, this node's slot, and (for player-facing
+        nodes that replay) part of the turn's reply."""
+        replay = self.history_role == "assistant"
+        run.turn.entries.append(Reply(self.id, result.text, replay))
+        run.turn.slots[self.id] = result.text
+        if self.PLAYER_FACING and replay:
+            run.turn.replies.append(result.text)
+
+    # --- validation ---------------------------------------------------------------------------
+
+    def check_in_graph(self, checks: NodeChecks) -> None:
+        if self.history_mode == "summarized" and not any(n.WRITES_SUMMARY for n in checks.asset.nodes):
+            checks.warning(
+                "history_mode is 'summarized' but no Summarize node writes a summary: this node sees only "
+                "its last history_window entries. Add a Summarize node after the reply, or use 'last_n'.",
+                "history_mode",
+            )
+        model_size = checks.model_context(self)
+        if not self.context_size and model_size and self.max_tokens >= model_size:
+            checks.error(
+                f"max_tokens ({self.max_tokens}) must be less than the model's context size ({model_size}); "
+                "lower it or set context_size",
+                "max_tokens",
+            )
+        budget = self.prompt_budget(model_size)
+        if budget is not None and self.system_prompt:
+            fixed = checks.count(self.system_prompt) + TOKENS_PER_MESSAGE
+            if fixed >= budget:
+                checks.warning(
+                    f"the system prompt alone (about {fixed} tokens) fills the prompt budget of {budget} tokens; "
+                    "the model will see no history. Shorten it, raise context_size or lower max_tokens.",
+                    "system_prompt",
+                )
+
+
+class Generate(GeneratingNode):
+    type: Literal["Generate"] = "Generate"
+
+    PLAYER_FACING: ClassVar[bool] = True
+
+
+class GenerateAndSpeak(GeneratingNode):
+    type: Literal["GenerateAndSpeak"] = "GenerateAndSpeak"
+
+    PLAYER_FACING: ClassVar[bool] = True
+
+    def speaks(self) -> bool:
+        return True

@@ -1,0 +1,124 @@
+"""Tool Call: the model calls one declared tool, constrained to the tool's JSON schema.
+
+It builds its prompt like Generate (``GeneratingNode``), with the tool definitions in the system
+message. The call and its result are one history entry, replayed whole or left out by
+``disposition``; the result also goes to the slot named by the node's id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from runtime.backends.base import GenerationResult
+from runtime.events import ToolCalled
+from runtime.history import ToolExchange
+from runtime.nodes.base import SLOT_PATTERN, Strict, field_help
+from runtime.nodes.checks import NodeChecks
+from runtime.nodes.generate import GeneratingNode
+from runtime.nodes.running import NodeRun, TurnError
+
+Disposition = Literal["replay", "omit"]
+
+
+class Tool(Strict):
+    name: str = Field(pattern=SLOT_PATTERN, description="Name the model calls the tool by.")
+    description: str = Field("", description="What the tool does; shown to the model.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the call's arguments (an object schema).",
+    )
+    mock_result: str | None = Field(
+        None, description="Result used in test conversations. Null asks the caller (the editor asks the designer)."
+    )
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        return {"name": f"tool_{number}", "description": "",
+                "parameters": {"type": "object", "properties": {}}, "mock_result": None}
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if v.get("type", "object") != "object":
+            raise ValueError("a tool's parameters must be a JSON Schema with type 'object'")
+        props = v.get("properties", {})
+        if not isinstance(props, dict):
+            raise ValueError("'properties' must be an object mapping names to schemas")
+        return v
+
+
+def tools_text(tools: list[Tool]) -> str:
+    lines = [
+        ("You can call exactly one of these tools. Answer with one JSON object "
+        '{"name": TOOL, "arguments": {...}} and nothing else.')
+    ]
+    for tool in tools:
+        params = json.dumps(tool.parameters, ensure_ascii=False, sort_keys=True)
+        description = f": {tool.description}" if tool.description else ""
+        lines.append(f"- {tool.name}{description} Arguments (JSON Schema): {params}")
+    return "\n".join(lines)
+
+
+class ToolCall(GeneratingNode):
+    type: Literal["ToolCall"] = "ToolCall"
+    tools: list[Tool] = Field(default_factory=list, **field_help("Tools the model may call; one call per turn, constrained to a declared tool and its schema.", "Tools"))
+    disposition: Disposition = Field("replay", **field_help("replay: later turns see the call and its result as a pair. omit: they see neither.", "History"))
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, v: list[Tool]) -> list[Tool]:
+        names = [t.name for t in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
+        return v
+
+    def system_additions(self) -> list[str]:
+        return [tools_text(self.tools)] if self.tools else []
+
+    def output_schema(self) -> dict[str, Any]:
+        """The JSON the node must write: one call of one declared tool, with valid arguments."""
+        branches = [
+            {
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in self.tools
+        ]
+        return branches[0] if len(branches) == 1 else {"oneOf": branches}
+
+    def use_output(self, run: NodeRun, result: GenerationResult) -> None:
+        text = result.text
+        tools = {t.name: t for t in self.tools}
+        try:
+            call = json.loads(text)
+        except json.JSONDecodeError:
+            call = None
+        if not (isinstance(call, dict) and call.get("name") in tools and isinstance(call.get("arguments", {}), dict)):
+            run.diag.warnings.append(
+                f"the model did not write a valid tool call; no tool was called (output: {text[:80]!r})")
+            return
+        tool = tools[call["name"]]
+        arguments = dict(call.get("arguments", {}))
+        if tool.mock_result is not None:
+            outcome = tool.mock_result
+        elif run.turn.tool_result is not None:
+            outcome = str(run.turn.tool_result(self.id, tool.name, arguments))
+        else:
+            raise TurnError(
+                f"the model called {tool.name!r}, which has no mock_result, and no tool result was supplied; "
+                "give the tool a mock_result or answer the call",
+                self.id, "tools",
+            )
+        run.turn.entries.append(ToolExchange(self.id, tool.name, arguments, outcome, self.disposition == "replay"))
+        run.turn.slots[self.id] = outcome
+        run.emit(ToolCalled(self.id, tool.name, arguments, outcome))
+
+    def check(self, checks: NodeChecks) -> None:
+        if not self.tools:
+            checks.error("a Tool Call node needs at least one tool", "tools")
