@@ -92,8 +92,8 @@ def node_models() -> tuple[type[NodeBase], ...]:
 def register(entry: NodeType) -> None:
     """Add a node type to the table. Only before ``runtime.asset`` is imported (plugins register
     while this package loads): the asset model's union of node types is built from the table."""
-    fields = entry.model.model_fields
-    if not (isinstance(entry.model, type) and issubclass(entry.model, NodeBase)) or "type" not in fields:
+    model = entry.model
+    if not (isinstance(model, type) and issubclass(model, NodeBase)) or "type" not in model.model_fields:
         raise TypeError("a node type's model derives from runtime.nodes.NodeBase and has a Literal 'type' field")
     if entry.name in NODE_TYPES:
         raise ValueError(f"node type {entry.name!r} is already registered")

@@ -191,6 +191,6 @@ def test_retrieval_with_embeddings_embeds_the_entries_once(model, backend, monke
     for line in ["When did the old mill burn down?", "Who guards the gate?", "Who founded the village?"]:
         result = agent.run_turn(line)
         assert len(result.slots["knowledge"]) == 2
-    entries = len(agent._knowledge["recall"].entries)
+    entries = len(agent.node_cache("recall")["index"].entries)
     assert entries > 2
     assert embedded == [entries + 1, 1, 1]  # the entries once, then only each turn's query
