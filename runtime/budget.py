@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.nodes.base import TOKENS_PER_MESSAGE
-
 TRIM_TARGET_PERCENT = 75
+TOKENS_PER_MESSAGE = 8  # role headers and end-of-turn markers, as the spec counts them
 
 TokenCounter = Callable[[str], int]
 

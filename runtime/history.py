@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from runtime.nodes.base import ID_PATTERN, SLOT_PATTERN, VariableValue
+from runtime.names import ID_PATTERN, SLOT_PATTERN, VariableValue
 from runtime.problems import InputError, Problem, parse_input_json, read_input_text
 
 HISTORY_FORMAT = "parley-dialog"

@@ -19,17 +19,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.budget import TOKENS_PER_MESSAGE
+from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, VariableValue
+
 if TYPE_CHECKING:  # pragma: no cover
     from runtime.nodes.checks import NodeChecks
     from runtime.nodes.running import NodeRun
 
 END = ""  # an exit that names no node ends the turn
-ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
-SLOT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-OPTIONAL_SLOT_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*)?$"
-TOKENS_PER_MESSAGE = 8  # role headers and end-of-turn markers, as the spec counts them
 
-VariableValue = bool | int | float | str
+__all__ = [
+    "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "FieldError", "ModelParams",
+    "ModelUse", "NodeBase", "SamplingParams", "Strict", "VariableValue", "field_help", "is_valid_id",
+]
 
 
 class FieldError(ValueError):

@@ -52,6 +52,8 @@ def test_each_turns_prompt_path_and_budget(window, qtbot, model):
         stats = inspector.stats.text()
         assert f"reused {diag.tokens.reused}" in stats and f"evaluated {diag.tokens.evaluated}" in stats
         assert f"generated {diag.tokens.generated}" in stats and "No trim on this turn" in stats
+        # From turn 1 on the previous turn is replayed without its template: the inspector says why it was re-read.
+        assert ("Why the previous turn was read again" in stats) == (turn > 0)
         assert conversation.selected_turn == turn
         assert window.docks["RawJsonDock"].data["turn"] == turn, "the raw JSON follows the inspector"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
-from runtime.agent import Agent  # noqa: E402
-from runtime.asset_file import asset_from_dict  # noqa: E402
-from runtime.models import sample_model_for_checks  # noqa: E402
-from runtime.nodes import NODE_TYPES, PLUGIN_PROBLEMS  # noqa: E402
-from runtime.validation import validate_asset  # noqa: E402
+from runtime.agent import Agent
+from runtime.asset_file import asset_from_dict
+from runtime.models import sample_model_for_checks
+from runtime.nodes import NODE_TYPES, PLUGIN_PROBLEMS
+from runtime.validation import validate_asset
 
 out: dict = {"registered": "Remember" in NODE_TYPES, "plugin_problems": list(PLUGIN_PROBLEMS),
              "package": NODE_TYPES["Remember"].package if "Remember" in NODE_TYPES else ""}
@@ -59,7 +59,7 @@ except Exception as exc:  # AssetError naming the node and field
     out["wrong_field"] = str(exc)
 
 # --- run on the sample model, without the editor ------------------------------------------------
-from runtime.backends.llama import LlamaBackend  # noqa: E402
+from runtime.backends.llama import LlamaBackend
 
 backend = LlamaBackend()
 agent = Agent(asset, backend)
@@ -76,10 +76,10 @@ out["runtime"] = {
 backend.close()
 
 # --- in the editor: palette, canvas, problems, a conversation, the Turn Inspector -----------------
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication
 
-from editor.main_window import MainWindow  # noqa: E402
-from runtime.asset_file import save_asset  # noqa: E402
+from editor.main_window import MainWindow
+from runtime.asset_file import save_asset
 
 app = QApplication.instance() or QApplication(sys.argv)
 workdir = Path(sys.argv[1])

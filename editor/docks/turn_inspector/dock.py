@@ -255,6 +255,12 @@ class TurnInspectorDock(QDockWidget):
             rows.append(f"<b>Tokens</b> prompt {t.prompt} (counted {t.counted} of a budget of {t.budget}) \u00b7 "
                         f"reused {t.reused} \u00b7 evaluated {t.evaluated} \u00b7 generated {t.generated}"
                         + (" \u00b7 <span class='warn'>cold cache</span>" if t.cold else ""))
+            parts = self.record.parts.get(diag.node, []) if self.record is not None else []
+            kinds = {p.kind for p in parts}
+            if "template" in kinds and "history" in kinds and t.evaluated:
+                rows.append("<span style='color:gray'>Why the previous turn was read again: it comes back in history "
+                            "as the player's plain line, without the template that framed it last turn (as the "
+                            "spec says), so the cache matches only up to that turn.</span>")
         rows.append(f"<b>Time</b> {tm.total_ms:.0f} ms (reading the prompt {tm.prompt_ms:.0f} ms, "
                     f"generating {tm.generate_ms:.0f} ms) \u00b7 exit {html.escape(diag.exit or '-')} \u2192 "
                     f"{html.escape(diag.next_node or 'END')}")
