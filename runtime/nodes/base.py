@@ -172,5 +172,12 @@ class NodeBase(Strict):
         """Report problems that depend on the rest of the graph (after reachability is known)."""
 
 
+def require_unique(names: list[str], what: str) -> None:
+    """Raise ValueError naming the repeated ``names`` (tools, intents, attributes of one node)."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{what} names must be unique; repeated: {', '.join(repeated)}")
+
+
 def is_valid_id(text: str) -> bool:
     return bool(re.match(ID_PATTERN, text))

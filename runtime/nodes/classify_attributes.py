@@ -21,6 +21,7 @@ from runtime.nodes.base import (
     NodeBase,
     Strict,
     field_help,
+    require_unique,
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
@@ -65,10 +66,7 @@ class ClassifyAttributes(NodeBase, ModelParams):
     @field_validator("attributes")
     @classmethod
     def _unique_attributes(cls, v: list[Attribute]) -> list[Attribute]:
-        names = [a.name for a in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"attribute names must be unique; repeated: {', '.join(dupes)}")
+        require_unique([x.name for x in v], "attribute")
         return v
 
     def run(self, run: NodeRun) -> str:

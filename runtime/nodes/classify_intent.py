@@ -20,6 +20,7 @@ from runtime.nodes.base import (
     NodeBase,
     Strict,
     field_help,
+    require_unique,
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
@@ -71,10 +72,7 @@ class ClassifyIntent(NodeBase, ModelParams):
     @field_validator("intents")
     @classmethod
     def _unique_intents(cls, v: list[Intent]) -> list[Intent]:
-        names = [i.name for i in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"intent names must be unique; repeated: {', '.join(dupes)}")
+        require_unique([x.name for x in v], "intent")
         return v
 
     def run(self, run: NodeRun) -> str:

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from runtime.backends.base import GenerationResult
 from runtime.events import ToolCalled
 from runtime.history import ToolExchange
-from runtime.nodes.base import SLOT_PATTERN, Strict, field_help
+from runtime.nodes.base import SLOT_PATTERN, Strict, field_help, require_unique
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode
 from runtime.nodes.running import NodeRun, TurnError
@@ -70,10 +70,7 @@ class ToolCall(GeneratingNode):
     @field_validator("tools")
     @classmethod
     def _unique_tools(cls, v: list[Tool]) -> list[Tool]:
-        names = [t.name for t in v]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
+        require_unique([x.name for x in v], "tool")
         return v
 
     def system_additions(self) -> list[str]:
