@@ -34,9 +34,10 @@ from typing import Any
 
 from runtime.asset import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend
+from runtime.conversation import AgentState, ConversationTree
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
 from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
-from runtime.history import DialogHistory, Entry, HistoryError, SavedDialog, Turn
+from runtime.history import DialogHistory, Entry, HistoryError, Reply, SavedDialog, Turn
 from runtime.nodes.running import (
     NodeRun,
     RecordedPrompt,
@@ -62,6 +63,7 @@ class TurnResult:
     diagnostics: TurnDiagnostics | None  # None when the asset turns diagnostics off
     # node id -> its prompt told apart by where each part came from (prompt-building nodes only)
     prompts: dict[str, RecordedPrompt] = field(default_factory=dict)
+    turn_id: int = -1  # the turn's id in the conversation tree
 
 
 class Agent:
@@ -77,6 +79,8 @@ class Agent:
         self._token_counts: dict[tuple[str, str], int] = {}
         self._node_caches: dict[str, dict[str, Any]] = {}  # node id -> what it keeps across turns
         self._running = threading.Lock()
+        self.seed_salt = 0  # added to every fixed seed; re-rolling seeds changes it
+        self.tree = ConversationTree(self._state())
 
     # --- parameters ---------------------------------------------------------------------------
 
@@ -99,8 +103,9 @@ class Agent:
     # --- history ------------------------------------------------------------------------------
 
     def export_dialog(self) -> SavedDialog:
-        """The history and the state that decides future prompts (see ``runtime.history``)."""
-        return SavedDialog(self.history.copy(), dict(self.windows), dict(self.variables), dict(self.system_prompts))
+        """The history, the state that decides future prompts and every branch (see ``runtime.history``)."""
+        return SavedDialog(self.history.copy(), dict(self.windows), dict(self.variables), dict(self.system_prompts),
+                           self.seed_salt, self.tree.copy())
 
     def import_dialog(self, saved: SavedDialog, source: str = "<history>") -> None:
         """Replace the conversation with ``saved``. Raises ``HistoryError`` (changing nothing)
@@ -116,24 +121,116 @@ class Agent:
         self.windows = dict(saved.windows)
         self.variables = {**self.asset.variables, **saved.variables}
         self.system_prompts = dict(saved.system_prompts)
+        self.seed_salt = saved.seed_salt
+        if saved.tree is not None:
+            self.tree = saved.tree.copy()
+        else:  # a history that kept no branches: one branch, its earlier states reconstructed
+            self.tree = ConversationTree.from_turns(self.history.turns, self._state())
 
     def seed_history(self, turns: list[Turn]) -> None:
-        """Start the conversation from ``turns`` (no summaries; every node's window starts at 0)."""
+        """Start the conversation from ``turns`` (no summaries; every node's window starts at 0). The
+        seeded turns are a new branch; earlier branches stay in the tree."""
         self.history = DialogHistory([Turn(t.player, list(t.entries)) for t in turns], [])
         self.windows = {}
+        parent: int | None = None
+        for turn in self.history.turns:
+            parent = self.tree.add(parent, turn, self._state(), edited=True)
+        self.tree.select(parent)
 
     def edit_turn(self, index: int, player: str | None = None, entries: list[Entry] | None = None) -> None:
-        """Rewrite an earlier turn. Prompts that include it change from there on; a summary
-        that already covers it is not rewritten."""
+        """Rewrite an earlier turn in place, keeping the turns after it. Prompts that include it change
+        from there on; a summary that already covers it is not rewritten. The edited path is a new
+        branch (marked edited); the original stays in the tree."""
+        path = self.tree.path()
         turn = self.history.turns[index]
-        self.history.turns[index] = Turn(turn.player if player is None else player,
-                                         list(turn.entries if entries is None else entries))
+        edited = Turn(turn.player if player is None else player, list(turn.entries if entries is None else entries))
+        parent = path[index - 1] if index else None
+        for position in range(index, len(path)):
+            old = self.tree.nodes[path[position]]
+            parent = self.tree.add(parent, edited if position == index else old.turn, old.after,
+                                   edited=old.edited or position == index, exact=old.exact)
+        self.tree.select(parent)
+        self.history.turns[index] = edited
 
     def truncate_history(self, count: int) -> None:
-        """Keep only the first ``count`` turns, and the summaries that cover none of the rest."""
-        self.history.turns = self.history.turns[:count]
-        self.history.summaries = [s for s in self.history.summaries if s.covered_through < count]
-        self.windows = {k: min(v, count) for k, v in self.windows.items()}
+        """Keep only the first ``count`` turns (the same as ``rewind``)."""
+        self.rewind(count)
+
+    # --- branches: rewind, regenerate, edit and replay ------------------------------------------
+
+    def _state(self) -> AgentState:
+        return AgentState(tuple(self.history.summaries), dict(self.windows), dict(self.variables),
+                          dict(self.system_prompts))
+
+    def _go_to(self, turn_id: int | None) -> None:
+        """Make ``turn_id`` the current turn: its path is the history, its state the agent's."""
+        self.tree.select(turn_id)
+        state = self.tree.state_after(turn_id)
+        self.history = DialogHistory([Turn(t.player, list(t.entries)) for t in self.tree.turns()],
+                                     list(state.summaries))
+        self.windows = dict(state.windows)
+        self.variables = {**self.asset.variables, **state.variables}
+        self.system_prompts = {k: v for k, v in state.system_prompts.items() if self._has_runtime_system_prompt(k)}
+
+    def rewind(self, count: int) -> None:
+        """Go back to before turn ``count`` (turns count from 0): the history, every node's window
+        start, the summaries and the variables are exactly as they were then. The later turns stay in
+        the tree as a branch (``select_turn`` goes back to them)."""
+        path = self.tree.path()
+        if not 0 <= count <= len(path):
+            raise IndexError(f"cannot rewind to before turn {count + 1}: the conversation has {len(path)} turns")
+        self._go_to(path[count - 1] if count else None)
+
+    def select_turn(self, turn_id: int) -> None:
+        """Follow the branch through ``turn_id`` to where it was last left (browse alternatives)."""
+        if turn_id not in self.tree.nodes:
+            raise KeyError(f"no turn {turn_id} in this conversation")
+        self._go_to(self.tree.leaf_from(turn_id))
+
+    def regenerate(self, index: int, **run: Any) -> TurnResult:
+        """Run turn ``index`` again with its player line: a new alternative of that turn. The turns
+        after it stay on the old branch. On failure the conversation is as it was."""
+        path = self.tree.path()
+        line = self.tree.nodes[path[index]].turn.player
+        return self._branch_from(index, line, edited=False, run=run)
+
+    def edit_player_line(self, index: int, line: str, **run: Any) -> TurnResult:
+        """Say ``line`` instead at turn ``index`` (a new, edited alternative of that turn)."""
+        return self._branch_from(index, line, edited=True, run=run)
+
+    def edit_reply(self, index: int, entries: list[Entry]) -> int:
+        """Replace what the nodes wrote at turn ``index`` (the designer's own reply): a new, edited
+        alternative of that turn with the same state after it; it becomes the current turn. Returns its id."""
+        path = self.tree.path()
+        old = self.tree.nodes[path[index]]
+        turn_id = self.tree.add(old.parent, Turn(old.turn.player, list(entries)), old.after, edited=True,
+                                exact=old.exact)
+        self._go_to(turn_id)
+        return turn_id
+
+    def recorded_lines(self, start: int) -> list[tuple[str, str]]:
+        """The player lines (and the replies they got) of the current branch from turn ``start`` on:
+        what ``replay`` sends again."""
+        return [(node.turn.player, _reply_text(self, node.turn)) for node in
+                (self.tree.nodes[i] for i in self.tree.path()[start:])]
+
+    def _branch_from(self, index: int, line: str, edited: bool, run: dict[str, Any]) -> TurnResult:
+        before = self.tree.current
+        self.rewind(index)
+        try:
+            return self.run_turn(line, edited=edited, **run)
+        except BaseException:
+            self._go_to(before)
+            raise
+
+    def reroll_seeds(self, salt: int) -> None:
+        """Change every fixed seed by ``salt`` (0: the asset's own seeds): the same graph then writes
+        other replies, reproducibly."""
+        self.seed_salt = salt
+
+    def seed_for(self, seed: int) -> int:
+        """The seed a node with ``seed`` samples with (-1 stays random)."""
+        return seed if seed < 0 else (seed + self.seed_salt) % 2**31
 
     # --- running a turn -----------------------------------------------------------------------
 
@@ -144,17 +241,20 @@ class Agent:
         on_event: EventCallback | None = None,
         cancel: threading.Event | None = None,
         tool_result: ToolResultFunction | None = None,
+        edited: bool = False,
     ) -> TurnResult:
-        """Run the graph once for ``player_line``. Raises ``TurnError``, ``BackendError`` or
+        """Run the graph once for ``player_line``, after the current turn (a new branch when the
+        current turn already has later turns). Raises ``TurnError``, ``BackendError`` or
         ``TemplateError``/``InputError``; on any failure the agent is unchanged."""
         if not self._running.acquire(blocking=False):
             raise TurnError("a turn is already running for this agent")
         try:
-            return self._run_turn(player_line, instructions, on_event, cancel or threading.Event(), tool_result)
+            return self._run_turn(player_line, instructions, on_event, cancel or threading.Event(), tool_result,
+                                  edited)
         finally:
             self._running.release()
 
-    def _run_turn(self, player_line, instructions, on_event, cancel, tool_result) -> TurnResult:
+    def _run_turn(self, player_line, instructions, on_event, cancel, tool_result, edited=False) -> TurnResult:
         started = time.perf_counter()
         run = TurnState(player_line, instructions, on_event, cancel, tool_result)
         before = (list(self.history.summaries), dict(self.windows), dict(self.variables))
@@ -186,6 +286,8 @@ class Agent:
 
         index = len(self.history.turns)
         self.history.turns.append(Turn(player_line, run.entries))
+        turn_id = self.tree.add(self.tree.current, self.history.turns[-1], self._state(), edited=edited)
+        self.tree.select(turn_id)
         reply = "\n".join(r for r in run.replies if r)
         diagnostics = None
         if self.asset.enable_diagnostics:
@@ -195,7 +297,7 @@ class Agent:
                 warnings=[f"{n.node}: {w}" for n in run.nodes for w in n.warnings],
             )
         run.emit(TurnFinished(index, reply, list(run.path)))
-        return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts))
+        return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id)
 
     def _run_node(self, node: NodeBase, run: TurnState) -> str:
         """Run one node; returns the id of the node to run next ('' is END)."""
@@ -234,3 +336,13 @@ class Agent:
     def node_cache(self, node_id: str) -> dict[str, Any]:
         """What a node keeps across turns (a Retrieve node's index); gone with the agent."""
         return self._node_caches.setdefault(node_id, {})
+
+
+def _reply_text(agent: Agent, turn: Turn) -> str:
+    """What the player heard at ``turn``: the replies of player-facing nodes that replay, joined."""
+    out = []
+    for entry in turn.entries:
+        node = agent.asset.node(entry.node) if entry.node in agent.asset.node_ids() else None
+        if isinstance(entry, Reply) and entry.replay and (node is None or node.PLAYER_FACING):
+            out.append(entry.text)
+    return "\n".join(t for t in out if t)

@@ -8,10 +8,12 @@ trimming a prompt never removes anything here.
 Turns count from 0. A summary's ``covered_through`` is the index of the last turn it
 covers.
 
-The file format (``parley-dialog`` version 1) holds the history plus the agent state
+The file format (``parley-dialog`` version 2) holds the history plus the agent state
 that decides future prompts: each node's window start, the agent variables and any
 system prompts changed at runtime. Exporting then importing it gives the same
-future prompts.
+future prompts. Version 2 adds ``branches``: the whole conversation tree
+(``runtime.conversation``) with every alternative reply and the state after each turn;
+version 1 files (no tree) still load, as one branch.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from runtime.names import ID_PATTERN, SLOT_PATTERN, VariableValue
 from runtime.problems import InputError, Problem, parse_input_json, read_input_text
 
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime.conversation import ConversationTree
+
 HISTORY_FORMAT = "parley-dialog"
-HISTORY_VERSION = 1
+HISTORY_VERSION = 2
 
 
 class HistoryError(InputError):
@@ -107,6 +112,8 @@ class SavedDialog:
     windows: dict[str, int] = field(default_factory=dict)  # node id -> window start
     variables: dict[str, VariableValue] = field(default_factory=dict)
     system_prompts: dict[str, str] = field(default_factory=dict)  # node id -> system prompt set at runtime
+    seed_salt: int = 0  # added to every fixed seed (re-rolled seeds)
+    tree: ConversationTree | None = None  # every branch (None: a history that kept none, such as a version 1 file)
 
 
 # --- the file format --------------------------------------------------------------------------
@@ -160,6 +167,47 @@ class SummaryInFile(_Strict):
     summary_chars: int | None = Field(None, description="Written for readers; recomputed on import.")
 
 
+class StateInFile(_Strict):
+    summaries: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="Indexes into branches.summaries, oldest first.")
+    windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    variables: dict[str, VariableValue] = Field(default_factory=dict)
+    system_prompts: dict[str, str] = Field(default_factory=dict)
+
+
+class BranchTurnInFile(TurnInFile):
+    id: int = Field(ge=0)
+    parent: int | None = Field(None, ge=0, description="The turn before it; null for a first turn.")
+    edited: bool = False
+    exact: bool = True
+    state: StateInFile = Field(default_factory=StateInFile, description="The agent's state after the turn.")
+
+
+class BranchesInFile(_Strict):
+    start: StateInFile = Field(default_factory=StateInFile)
+    summaries: list[SummaryInFile] = Field(default_factory=list)
+    turns: list[BranchTurnInFile] = Field(default_factory=list)
+    current: int | None = None
+
+    @model_validator(mode="after")
+    def _a_tree(self) -> BranchesInFile:
+        seen: set[int] = set()
+        for i, turn in enumerate(self.turns):
+            if turn.id in seen:
+                raise ValueError(f"turns.{i}.id {turn.id} is used twice")
+            if turn.parent is not None and turn.parent not in seen:
+                raise ValueError(f"turns.{i}.parent {turn.parent} is not a turn listed before it")
+            for state_owner, state in ((f"turns.{i}", turn.state),):
+                bad = [s for s in state.summaries if s >= len(self.summaries)]
+                if bad:
+                    raise ValueError(f"{state_owner}.state.summaries names summary {bad[0]}, but there are "
+                                     f"{len(self.summaries)}")
+            seen.add(turn.id)
+        if self.current is not None and self.current not in seen:
+            raise ValueError(f"current is {self.current}, which is not a turn of the tree")
+        return self
+
+
 class DialogFile(_Strict):
     format: Literal["parley-dialog"] = HISTORY_FORMAT
     version: int = HISTORY_VERSION
@@ -168,6 +216,8 @@ class DialogFile(_Strict):
     windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     variables: dict[str, VariableValue] = Field(default_factory=dict)
     system_prompts: dict[str, str] = Field(default_factory=dict)
+    branches: BranchesInFile | None = None
+    seed_salt: int = Field(0, ge=0, description="Added to every fixed seed: re-rolled seeds give other replies.")
 
     @model_validator(mode="after")
     def _consistent(self) -> DialogFile:
@@ -188,33 +238,55 @@ class DialogFile(_Strict):
         return self
 
 
-def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
+def _turn_dict(turn: Turn) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = []
+    for entry in turn.entries:
+        if isinstance(entry, Reply):
+            entries.append({"kind": "reply", "node": entry.node, "text": entry.text, "replay": entry.replay})
+        else:
+            entries.append({
+                "kind": "tool", "node": entry.node, "tool": entry.tool, "arguments": entry.arguments,
+                "result": entry.result, "replay": entry.replay,
+            })
+    return {"player": turn.player, "entries": entries}
+
+
+def _summary_dict(s: Summary) -> dict[str, Any]:
+    return {"text": s.text, "covered_through": s.covered_through, "folded_turns": s.folded_turns, "node": s.node,
+            "summary_chars": s.summary_chars}
+
+
+def _branches_dict(tree: ConversationTree) -> dict[str, Any]:
+    pool: dict[Summary, int] = {}
+
+    def state(s) -> dict[str, Any]:
+        return {"summaries": [pool.setdefault(x, len(pool)) for x in s.summaries],
+                "windows": dict(sorted(s.windows.items())), "variables": dict(s.variables),
+                "system_prompts": dict(sorted(s.system_prompts.items()))}
+
+    start = state(tree.start)
     turns = []
-    for turn in saved.history.turns:
-        entries: list[dict[str, Any]] = []
-        for entry in turn.entries:
-            if isinstance(entry, Reply):
-                entries.append({"kind": "reply", "node": entry.node, "text": entry.text, "replay": entry.replay})
-            else:
-                entries.append({
-                    "kind": "tool", "node": entry.node, "tool": entry.tool, "arguments": entry.arguments,
-                    "result": entry.result, "replay": entry.replay,
-                })
-        turns.append({"player": turn.player, "entries": entries})
-    summaries = [
-        {"text": s.text, "covered_through": s.covered_through, "folded_turns": s.folded_turns, "node": s.node,
-         "summary_chars": s.summary_chars}
-        for s in saved.history.summaries
-    ]
-    return {
+    for node in sorted(tree.nodes.values(), key=lambda n: n.id):  # a parent's id is always smaller
+        turns.append({"id": node.id, "parent": node.parent, **_turn_dict(node.turn), "edited": node.edited,
+                      "exact": node.exact, "state": state(node.after)})
+    summaries = [_summary_dict(s) for s, _ in sorted(pool.items(), key=lambda item: item[1])]
+    return {"start": start, "summaries": summaries, "turns": turns, "current": tree.current}
+
+
+def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
+    out = {
         "format": HISTORY_FORMAT,
         "version": HISTORY_VERSION,
-        "turns": turns,
-        "summaries": summaries,
+        "turns": [_turn_dict(t) for t in saved.history.turns],
+        "summaries": [_summary_dict(s) for s in saved.history.summaries],
         "windows": dict(sorted(saved.windows.items())),
         "variables": dict(saved.variables),
         "system_prompts": dict(sorted(saved.system_prompts.items())),
+        "seed_salt": saved.seed_salt,
     }
+    if saved.tree is not None:
+        out["branches"] = _branches_dict(saved.tree)
+    return out
 
 
 def dumps_history(saved: SavedDialog) -> str:
@@ -237,18 +309,42 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
         raise HistoryError([_problem_from(err, source) for err in exc.errors(include_url=False)]) from None
     except RecursionError:
         raise HistoryError([Problem("error", "nested too deeply", source)]) from None
-    turns = [
-        Turn(t.player, [
-            Reply(e.node, e.text, e.replay) if isinstance(e, ReplyInFile)
-            else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)
-            for e in t.entries
-        ])
-        for t in record.turns
-    ]
+    turns = [_turn(t) for t in record.turns]
     summaries = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in record.summaries]
-    return SavedDialog(
-        DialogHistory(turns, summaries), dict(record.windows), dict(record.variables), dict(record.system_prompts)
+    saved = SavedDialog(
+        DialogHistory(turns, summaries), dict(record.windows), dict(record.variables), dict(record.system_prompts),
+        seed_salt=record.seed_salt,
     )
+    if record.branches is not None:
+        saved.tree = _tree(record.branches)
+        if [t.player for t in saved.tree.turns()] != [t.player for t in turns]:
+            raise HistoryError([Problem("error", "the current branch's turns differ from the history's turns",
+                                        source, field="branches.current")])
+    return saved
+
+
+def _turn(t: TurnInFile) -> Turn:
+    return Turn(t.player, [
+        Reply(e.node, e.text, e.replay) if isinstance(e, ReplyInFile)
+        else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)
+        for e in t.entries
+    ])
+
+
+def _tree(branches: BranchesInFile) -> ConversationTree:
+    from runtime.conversation import AgentState, ConversationTree
+
+    pool = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in branches.summaries]
+
+    def state(s: StateInFile) -> AgentState:
+        return AgentState(tuple(pool[i] for i in s.summaries), dict(s.windows), dict(s.variables),
+                          dict(s.system_prompts))
+
+    tree = ConversationTree(state(branches.start))
+    for t in branches.turns:
+        tree.add(t.parent, _turn(t), state(t.state), t.edited, t.exact, turn_id=t.id)
+    tree.select(branches.current)
+    return tree
 
 
 def parse_history(text: str, source: str = "<history>") -> SavedDialog:

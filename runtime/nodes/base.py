@@ -83,7 +83,7 @@ class ModelParams(Strict):
 class SamplingParams(Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0, **field_help("Sampling temperature; 0 always picks the likeliest token.", "Sampling"))
     top_p: float = Field(0.95, gt=0.0, le=1.0, **field_help("Nucleus sampling: keep the smallest set of tokens whose probability reaches this.", "Sampling"))
-    seed: int = Field(-1, ge=-1, **field_help("Random seed; -1 picks a new one every call, 0 or more repeats replies.", "Sampling"))
+    seed: int = Field(1, ge=-1, **field_help("Random seed. A fixed seed (0 or more, the default) repeats replies, so a replay on the same build gives the same replies; -1 picks a new one every call. The Conversation dock can re-roll every seed at once.", "Sampling"))
 
 
 class NodeBase(Strict):

@@ -116,7 +116,7 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
 
         request = GenerationRequest(
             prompt.messages, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-            seed=self.seed, json_schema=self.output_schema(),
+            seed=run.agent.seed_for(self.seed), json_schema=self.output_schema(),
         )
         splitter = SentenceSplitter() if self.speaks() else None
 

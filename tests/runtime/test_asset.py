@@ -34,7 +34,7 @@ GENERATING_DEFAULTS = {
     "history_window": 8,
     "temperature": 0.7,
     "top_p": 0.95,
-    "seed": -1,
+    "seed": 1,
     "default_exit": "",
     "position": (0.0, 0.0),
     "metadata": {},

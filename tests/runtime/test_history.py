@@ -63,7 +63,7 @@ def test_a_seeded_file_needs_only_turns():
     ('{"turns": [], "summaries": [{"text": "s", "covered_through": 0, "folded_turns": 1}]}', "", "only 0 turns"),
     ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "", "windows.npc is 5"),
     ('{"format": "something-else"}', "format", "not a Parley dialog history"),
-    ('{"version": 9}', "version", "reads up to version 1"),
+    ('{"version": 9}', "version", "reads up to version 2"),
     ('{"turns": [], "tunrs": []}', "tunrs", "unknown key"),
     ('{"turns": [{"player": "a", "entries": [{"kind": "reply", "node": "bad id!", "text": "x"}]}]}',
      "turns.0.entries.0.node", "pattern"),
