@@ -55,6 +55,18 @@ from runtime.validation import ModelFiles, validate_asset
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
 
 
+
+def standard_shortcuts(key: QKeySequence.StandardKey, *also: str) -> list[QKeySequence]:
+    """The platform's key sequences for a standard action, then each of ``also`` it lacks.
+
+    Each sequence appears once: an action listing one twice makes Qt call the key ambiguous
+    and do nothing."""
+    out: list[QKeySequence] = []
+    for sequence in [*QKeySequence.keyBindings(key), *(QKeySequence(text) for text in also)]:
+        if not sequence.isEmpty() and sequence not in out:
+            out.append(sequence)
+    return out
+
 @dataclass(frozen=True)
 class DockSpec:
     """One dock the window builds: its object name (the key its place is saved under),
@@ -186,10 +198,15 @@ class MainWindow(QMainWindow):
 
     # --- actions and menus ----------------------------------------------------------------------
 
-    def _action(self, text: str, slot: Callable[[], object], shortcut: QKeySequence | str | None = None,
+    def _action(self, text: str, slot: Callable[[], object],
+                shortcut: QKeySequence.StandardKey | list[QKeySequence] | str | None = None,
                 canvas: bool = False, tip: str = "") -> QAction:
         action = QAction(text, self)
-        if shortcut is not None:
+        if isinstance(shortcut, QKeySequence.StandardKey):
+            action.setShortcuts(standard_shortcuts(shortcut))
+        elif isinstance(shortcut, list):
+            action.setShortcuts(shortcut)
+        elif shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
         if tip:
             action.setStatusTip(tip)
@@ -202,26 +219,30 @@ class MainWindow(QMainWindow):
         return action
 
     def _build_actions(self) -> None:
+        # Standard actions take the platform's own keys (QKeySequence.StandardKey), plus the usual
+        # ones a platform's list may lack; every key sequence belongs to one action only.
         Key = QKeySequence.StandardKey
         self.new_action = self._action("&New", self.new_asset, Key.New)
         self.new_window_action = self._action("New &Window", self.new_window, "Ctrl+Shift+N")
         self.open_action = self._action("&Open\u2026", self.open_dialog, Key.Open)
         self.save_action = self._action("&Save", self.save, Key.Save)
-        self.save_as_action = self._action("Save &As\u2026", self.save_as, Key.SaveAs)
-        self.quit_action = self._action("&Quit", self.close, Key.Quit)
+        self.save_as_action = self._action("Save &As\u2026", self.save_as, standard_shortcuts(Key.SaveAs, "Ctrl+Shift+S"))
+        self.close_action = self._action("&Close Window", self.close, standard_shortcuts(Key.Close, "Ctrl+W"))
+        self.quit_action = self._action("&Quit", QApplication.closeAllWindows, standard_shortcuts(Key.Quit, "Ctrl+Q"))
         self.undo_action = self.document.undo_stack.createUndoAction(self, "&Undo")
-        self.undo_action.setShortcut(QKeySequence(Key.Undo))
+        self.undo_action.setShortcuts(standard_shortcuts(Key.Undo, "Ctrl+Z"))
         self.redo_action = self.document.undo_stack.createRedoAction(self, "&Redo")
-        self.redo_action.setShortcuts([QKeySequence(Key.Redo), QKeySequence("Ctrl+Y")])
+        self.redo_action.setShortcuts(standard_shortcuts(Key.Redo, "Ctrl+Shift+Z", "Ctrl+Y"))
         self.addActions([self.undo_action, self.redo_action])
         self.cut_action = self._action("Cu&t", self.cut, Key.Cut, canvas=True)
         self.copy_action = self._action("&Copy", self.copy, Key.Copy, canvas=True)
         self.paste_action = self._action("&Paste", self.paste, Key.Paste, canvas=True)
         self.duplicate_action = self._action("D&uplicate", self.duplicate, "Ctrl+D", canvas=True)
-        self.delete_action = self._action("&Delete", self.delete_selected, Key.Delete, canvas=True)
-        self.delete_action.setShortcuts([QKeySequence(Key.Delete), QKeySequence("Backspace")])
+        self.delete_action = self._action("&Delete", self.delete_selected,
+                                          standard_shortcuts(Key.Delete, "Backspace"), canvas=True)
         self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
-        self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+S", canvas=True)
+        # Not Ctrl+Shift+S: that is Save As.
+        self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+Home", canvas=True)
         self.search_action = self._action("Add Node by &Name\u2026", self.canvas.graph.toggle_node_search, "Tab",
                                           canvas=True, tip="Type a node type's name (Tab)")
         self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
@@ -247,7 +268,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addActions([self.save_action, self.save_as_action])
         file_menu.addSeparator()
-        file_menu.addAction(self.quit_action)
+        file_menu.addActions([self.close_action, self.quit_action])
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         self._fill_recent_menu()
 
