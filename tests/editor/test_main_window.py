@@ -336,3 +336,32 @@ def test_move_on_canvas_is_an_undoable_command(window, qtbot):
     window.undo_action.trigger()
     assert doc.node(a).position == (0.0, 0.0)
     assert tuple(window.canvas.canvas_node(a).pos()) == (0.0, 0.0)
+
+
+def test_refused_values_are_forgotten_with_their_asset(window):
+    """A refused value belongs to the asset it was typed in: File > Open and File > New drop it."""
+    window.open_path(str(examples_dir() / "chat.json"), as_example=True)
+    window.canvas.select(["reply"])
+    editor = window.properties.form.editors["input"]
+    editor.line.setText("not a slot!")
+    editor.line.editingFinished.emit()
+    assert any("not applied" in p.message for p in window.problems_dock.problems)
+    window.document.undo_stack.setClean()
+
+    # Another asset with a node of the same id: neither the Problems dock nor the node keeps the mark.
+    window.open_path(str(examples_dir() / "long_conversation.json"), as_example=True)
+    assert not any("not applied" in p.message for p in window.problems_dock.problems)
+    assert window.properties.rejected == []
+    assert window.canvas.problem_severity("reply") != "error"
+    window.canvas.select(["reply"])
+    assert window.properties.form.editors["input"].error == ""
+
+    window.canvas.select(["reply"])
+    editor = window.properties.form.editors["input"]
+    editor.line.setText("also not a slot!")
+    editor.line.editingFinished.emit()
+    assert window.properties.rejected
+    window.document.undo_stack.setClean()
+    window.new_asset()
+    assert window.properties.rejected == []
+    assert not any("not applied" in p.message for p in window.problems_dock.problems)

@@ -53,7 +53,7 @@ class PropertiesDock(QDockWidget):
         document.node_added.connect(lambda _id: self._refresh_choices())
         document.node_moved.connect(self._on_node_moved)
         document.agent_changed.connect(self._on_agent_changed)
-        document.reset.connect(lambda: self.show_selection([]))
+        document.reset.connect(self._on_reset)
         self.show_selection([])
 
     # --- which form -----------------------------------------------------------------------
@@ -246,6 +246,16 @@ class PropertiesDock(QDockWidget):
             self.show_selection([])
         else:
             self._refresh_choices()
+
+    def _on_reset(self) -> None:
+        """A new asset (File > New, Open): refused values belonged to the old one's nodes."""
+        if self._rejected:
+            self._rejected.clear()
+            for form in self._forms.values():
+                for editor in form.editors.values():
+                    editor.set_error("")
+            self.input_problems_changed.emit([])
+        self.show_selection([])
 
     def _on_agent_changed(self, field: str) -> None:
         if self.node_id is None and self.form is self._forms.get("@agent"):
