@@ -48,6 +48,7 @@ from editor.sample_model_download import (
 from runtime.asset import Asset
 from runtime.asset_file import load_asset, save_asset
 from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from runtime.models import default_model_name
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
 from runtime.validation import ModelFiles, validate_asset
@@ -66,6 +67,12 @@ def standard_shortcuts(key: QKeySequence.StandardKey, *also: str) -> list[QKeySe
         if not sequence.isEmpty() and sequence not in out:
             out.append(sequence)
     return out
+
+
+def new_agent() -> Asset:
+    """What File > New and a new window start with: no nodes, and the models folder's sample model
+    (or its only model) as the default model, so the first node added can talk at once."""
+    return Asset(default_model=default_model_name())
 
 @dataclass(frozen=True)
 class DockSpec:
@@ -103,7 +110,7 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.setObjectName("ParleyStudio")
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
-        self.document = Document(parent=self)
+        self.document = Document(new_agent(), parent=self)
         self.canvas = Canvas(self.document, self)
         self.setCentralWidget(self.canvas.widget)
         # The window's shared services, passed to the docks that use them.
@@ -456,7 +463,7 @@ class MainWindow(QMainWindow):
 
     def new_asset(self) -> None:
         if self.maybe_save():
-            self.set_asset(Asset())
+            self.set_asset(new_agent())
 
     def new_window(self) -> MainWindow:
         window = MainWindow()

@@ -335,13 +335,28 @@ def model_info(path: str | os.PathLike[str]) -> ModelInfo:
     )
 
 
-def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelInfo]:
-    """Every ``.gguf`` file in the models folder (or ``folder``), sorted by file name."""
+def model_files(folder: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The ``.gguf`` files in the models folder (or ``folder``), sorted by file name; no file is read."""
     root = Path(folder) if folder is not None else models_dir()
     if not root.is_dir():
         return []
-    files = sorted((p for p in root.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()), key=lambda p: p.name.lower())
-    return [model_info(p) for p in files]
+    return sorted((p for p in root.iterdir() if p.suffix.lower() == ".gguf" and p.is_file()), key=lambda p: p.name.lower())
+
+
+def list_models(folder: str | os.PathLike[str] | None = None) -> list[ModelInfo]:
+    """Every ``.gguf`` file in the models folder (or ``folder``), sorted by file name."""
+    return [model_info(p) for p in model_files(folder)]
+
+
+def default_model_name(folder: str | os.PathLike[str] | None = None) -> str:
+    """The model a new agent starts with, as a file name in the models folder (or ``folder``): the
+    sample model when it is there, else the folder's only model; '' when there is none, or several
+    and none is the sample."""
+    root = Path(folder) if folder is not None else models_dir()
+    if (root / SAMPLE_MODEL.file_name).is_file():
+        return SAMPLE_MODEL.file_name
+    files = model_files(root)
+    return files[0].name if len(files) == 1 else ""
 
 
 def format_parameters(n: int) -> str:
@@ -359,11 +374,13 @@ __all__ = [
     "FetchCancelled",
     "ModelFileError",
     "ModelInfo",
+    "default_model_name",
     "ensure_sample_model",
     "fetch_sample_model",
     "file_sha256",
     "format_parameters",
     "list_models",
+    "model_files",
     "model_info",
     "models_dir",
     "resolve_model",

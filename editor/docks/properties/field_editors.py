@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic.fields import FieldInfo
-from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMenu,
     QPlainTextEdit,
     QSpinBox,
     QToolButton,
@@ -33,10 +35,14 @@ from PySide6.QtWidgets import (
 )
 
 from editor.docks.properties.mustache import MustacheHighlighter
+from runtime.models import format_parameters, list_models, models_dir
 
 EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")
-FILE_FIELDS = {"model_name": "Models (*.gguf)", "default_model": "Models (*.gguf)",
-               "embedding_model": "Models (*.gguf)", "source_file": "Knowledge (*.jsonl *.txt)"}
+MODEL_FILTER = "Models (*.gguf)"
+FILE_FIELDS = {"source_file": "Knowledge (*.jsonl *.txt)"}
+# Fields that name a model file, with what an empty value means.
+MODEL_FIELDS = {"model_name": "The agent's default model", "default_model": "No default model",
+                "embedding_model": "None (rank with BM25)"}
 INT_MAX = 2_147_483_647
 
 # Choices for exit combos: (label, value) pairs, '' is END. The dock provides it.
@@ -142,24 +148,32 @@ class LineEditor(FieldEditor):
         self.line.editingFinished.connect(self._commit)
         if file_filter:
             row = QWidget(self)
-            layout = QHBoxLayout(row)
-            layout.setContentsMargins(0, 0, 0, 0)
-            layout.addWidget(self.line)
-            browse = QToolButton(row)
-            browse.setText("\u2026")
-            browse.setToolTip("Choose a file")
-            browse.clicked.connect(lambda: self._browse(file_filter))
-            layout.addWidget(browse)
+            self.buttons = QHBoxLayout(row)
+            self.buttons.setContentsMargins(0, 0, 0, 0)
+            self.buttons.addWidget(self.line)
+            self.browse_button = QToolButton(row)
+            self.browse_button.setText("\u2026")
+            self.browse_button.setToolTip("Choose a file")
+            self.browse_button.clicked.connect(lambda: self._browse(file_filter))
+            self.buttons.addWidget(self.browse_button)
             self._finish(row)
             self.focus_widget = self.line
         else:
             self._finish(self.line)
         self._shown = ""
 
+    def browse_folder(self) -> str:
+        """Where the file dialog starts ('' lets Qt choose)."""
+        return ""
+
+    def chosen_value(self, path: str) -> str:
+        """The field's value for a file picked in the dialog."""
+        return path
+
     def _browse(self, file_filter: str) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a file", "", file_filter)
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a file", self.browse_folder(), file_filter)
         if path:
-            self.line.setText(path)
+            self.line.setText(self.chosen_value(path))
             self._commit()
 
     def _commit(self) -> None:
@@ -174,6 +188,68 @@ class LineEditor(FieldEditor):
         self._shown = "" if value is None else str(value)
         if self.line.text() != self._shown:
             self.line.setText(self._shown)
+
+
+class ModelEditor(LineEditor):
+    """A model file: typed, picked from the models folder's models (the list `parley models list`
+    prints), or browsed for, starting in the models folder. A file from the models folder is stored
+    by its name, which is how assets name models portably."""
+
+    def __init__(self, empty_label: str, parent: QWidget | None = None) -> None:
+        super().__init__(MODEL_FILTER, parent)
+        self.empty_label = empty_label
+        self.line.setPlaceholderText(empty_label)
+        self.pick_button = QToolButton(self)
+        self.pick_button.setObjectName("pickModel")
+        self.pick_button.setArrowType(Qt.ArrowType.DownArrow)
+        self.pick_button.setToolTip("Choose a model from the models folder")
+        self.pick_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.pick_button.setStyleSheet("QToolButton::menu-indicator { image: none; }")  # the arrow says it
+        self.models_menu = QMenu(self.pick_button)
+        self.models_menu.aboutToShow.connect(self.fill_models_menu)
+        self.pick_button.setMenu(self.models_menu)
+        self.buttons.insertWidget(1, self.pick_button)
+
+    def browse_folder(self) -> str:
+        folder = models_dir()
+        return str(folder) if folder.is_dir() else ""
+
+    def chosen_value(self, path: str) -> str:
+        chosen = Path(path)
+        return chosen.name if chosen.parent.resolve() == models_dir().resolve() else path
+
+    def fill_models_menu(self) -> None:
+        """One entry per model in the models folder, with what `parley models list` says of it."""
+        menu = self.models_menu
+        menu.clear()
+        current = self.line.text()
+        empty = menu.addAction(self.empty_label)
+        empty.setCheckable(True)
+        empty.setChecked(current == "")
+        empty.triggered.connect(lambda _c=False: self.pick(""))
+        menu.addSeparator()
+        models = list_models()
+        for model in models:
+            if model.problem:
+                details = f"unreadable: {model.problem}"
+            else:
+                details = (f"{model.architecture} {format_parameters(model.parameters)} {model.quantization}, "
+                           f"{model.context_length} ctx")
+            # Text after a tab is shown right-aligned, where a menu shows shortcuts.
+            action = menu.addAction(f"{model.file_name}\t{details}, {model.file_size / 2**20:.0f} MiB")
+            action.setCheckable(True)
+            action.setChecked(current == model.file_name)
+            action.setEnabled(not model.problem)
+            action.triggered.connect(lambda _c=False, name=model.file_name: self.pick(name))
+        if not models:
+            none = menu.addAction(f"No models in {models_dir()}")
+            none.setEnabled(False)
+        menu.addSeparator()
+        menu.addAction("Browse\u2026", lambda: self._browse(MODEL_FILTER))
+
+    def pick(self, name: str) -> None:
+        self.line.setText(name)
+        self._commit()
 
 
 class TextEditor(FieldEditor):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 from editor.docks.properties.field_editors import (
     EXIT_FIELDS,
     FILE_FIELDS,
+    MODEL_FIELDS,
     BoolEditor,
     ChoiceEditor,
     ExitChoices,
@@ -28,6 +29,7 @@ from editor.docks.properties.field_editors import (
     JsonEditor,
     LineEditor,
     LinesEditor,
+    ModelEditor,
     OptionalTextEditor,
     PositionEditor,
     TextEditor,
@@ -65,6 +67,8 @@ def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = N
     if annotation is str:
         if field_flag(info, "multiline"):
             return TextEditor(field_flag(info, "mustache"))
+        if name in MODEL_FIELDS:
+            return ModelEditor(MODEL_FIELDS[name])
         return LineEditor(FILE_FIELDS.get(name, ""))
     if origin is tuple:
         return PositionEditor()
