@@ -46,7 +46,7 @@ from editor.sample_model_download import (
     with_copy_hint,
 )
 from runtime.asset import Asset
-from runtime.asset_file import load_asset, save_asset
+from runtime.asset_file import load_asset_for_editing, save_asset
 from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.models import default_model_name
 from runtime.problems import AssetError, Problem
@@ -478,12 +478,15 @@ class MainWindow(QMainWindow):
             self.open_path(path)
 
     def open_path(self, path: str, as_example: bool = False) -> bool:
-        """Open an asset; load errors go to the Problems dock and the current asset stays."""
+        """Open an asset. A file the model refuses values of opens repaired
+        (``load_asset_for_editing``), with each repair in the Problems dock and the document marked
+        modified, so the file changes only when the designer saves. A file that cannot be read as an
+        asset at all is refused: its errors go to the Problems dock and the current asset stays."""
         if not self.maybe_save():
             return False
         started = time.perf_counter()
         try:
-            asset = load_asset(path)
+            opened = load_asset_for_editing(path)
         except AssetError as exc:
             self.load_problems = list(exc.problems)
             self._show_problems()
@@ -491,9 +494,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Could not open {path}: see Problems", 8000)
             return False
         # An example opens as a new, unsaved asset, so saving never overwrites the shipped file.
-        self.set_asset(asset, "" if as_example else str(Path(path).resolve()), modified=False)
+        self.set_asset(opened.asset, "" if as_example else str(Path(path).resolve()), modified=bool(opened.problems))
         if not as_example:
             self._fill_recent_menu_after(path)
+        if opened.problems:
+            self.load_problems = list(opened.problems)
+            self._show_problems()
+            self.problems_dock.raise_()
+            count = len(opened.problems)
+            self.statusBar().showMessage(
+                f"Opened {path} with {count} value{'s' if count != 1 else ''} changed to open it: see Problems. "
+                "The file is unchanged until you save.", 15_000)
+            return True
         self.statusBar().showMessage(f"Opened {path} in {1000 * (time.perf_counter() - started):.0f} ms", 5000)
         return True
 
@@ -524,6 +536,7 @@ class MainWindow(QMainWindow):
             return False
         self.document.set_path(str(Path(path).resolve()))
         self.document.undo_stack.setClean()
+        self.load_problems = []  # the file now holds what the editor shows
         self.autosave.discard()
         self._fill_recent_menu_after(path)
         self._after_edit()

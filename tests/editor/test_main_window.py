@@ -365,3 +365,25 @@ def test_refused_values_are_forgotten_with_their_asset(window):
     window.new_asset()
     assert window.properties.rejected == []
     assert not any("not applied" in p.message for p in window.problems_dock.problems)
+
+
+def test_a_file_the_model_refuses_opens_to_be_fixed(window, tmp_path):
+    raw = json.loads((examples_dir() / "chat.json").read_text())
+    raw["nodes"][0].update(max_tokens=600, context_size=256)
+    path = tmp_path / "broken.json"
+    text = json.dumps(raw, indent=2)
+    path.write_text(text)
+
+    assert window.open_path(str(path))
+    node = window.document.node("reply")
+    assert (node.max_tokens, node.context_size) == (255, 256), "the refused value opens as the nearest allowed"
+    (problem,) = [p for p in window.problems_dock.problems if p.node_id == "reply" and p.field == "max_tokens"]
+    assert problem.severity == "error" and "600" in problem.message
+    assert window.canvas.problem_severity("reply") == "error"
+    assert window.document.modified and window.isWindowModified(), "the change is not saved behind the designer's back"
+    assert window.document.path == str(path.resolve())
+    assert path.read_text() == text, "the file is untouched until saved"
+
+    assert window.save_to(str(path))
+    assert json.loads(path.read_text())["nodes"][0]["max_tokens"] == 255
+    assert not any(p.field == "max_tokens" for p in window.problems_dock.problems)
