@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from NodeGraphQt import BaseNode, NodeGraph
 from NodeGraphQt.constants import MIME_TYPE, PortTypeEnum
-from PySide6.QtCore import QMimeData, QObject, QPoint, Qt, Signal
+from PySide6.QtCore import QMimeData, QObject, QPoint, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
 
@@ -46,6 +46,12 @@ NODE_MIME = MIME_TYPE  # NodeGraphQt's viewer only accepts drags of a few format
 NODE_MIME_PREFIX = "parley-node-type:"
 START_KEY, END_KEY = "@start", "@end"
 PIXMAP_CACHE_KB = 192 * 1024
+# Placing a node added without a position: room for a new node of any built-in type (they are
+# at most about 190 x 110 before their lists grow), the space kept around each node, and how far
+# to look for room.
+NEW_NODE_SIZE = (200.0, 120.0)
+NODE_GAP = 40.0
+SEARCH_RINGS = 12
 
 
 class AssetCanvasNode(BaseNode):
@@ -531,11 +537,13 @@ class Canvas(QObject):
     # --- edits the window asks for -------------------------------------------------------------
 
     def add_node(self, type_name: str, pos: tuple[float, float] | None = None) -> str:
-        """Add a node of ``type_name`` at ``pos`` (the view's centre by default); returns its id."""
+        """Add a node of ``type_name`` with its top-left at ``pos``; returns its id. Without ``pos``
+        (the Add menu, a palette double-click) it goes in free space: right of the selection, or
+        else near the view's centre, never on top of another node."""
         doc = self.document
         view = view_of(type_name)
         node_id = doc.unique_id(view.new_id)
-        x, y = pos if pos is not None else self.view_center()
+        x, y = pos if pos is not None else self.free_spot()
         node = new_node(type_name, node_id, position=(float(x), float(y)))
         parent = MacroCommand(f"Add {view.label}")
         AddNodeCommand(doc, node, None, parent)
@@ -543,7 +551,41 @@ class Canvas(QObject):
             SetAgentFieldCommand(doc, "start_node", "", node_id, parent)
         doc.push(parent)
         self.select([node_id])
+        if pos is None and not self._visible_rect().contains(self._nodes[node_id].view.sceneBoundingRect()):
+            self.center_on(node_id)
         return node_id
+
+    def _visible_rect(self) -> QRectF:
+        return self.viewer.mapToScene(self.viewer.viewport().rect()).boundingRect()
+
+    def free_spot(self, size: tuple[float, float] = NEW_NODE_SIZE) -> tuple[float, float]:
+        """A top-left for a node of ``size`` that overlaps no node: right of the selected nodes
+        (the nearest free place in the columns beside them), or else nearest the view's centre."""
+        taken = [n.view.sceneBoundingRect().adjusted(-NODE_GAP / 2, -NODE_GAP / 2, NODE_GAP / 2, NODE_GAP / 2)
+                 for n in self.graph.all_nodes()]
+        w, h = size
+        step_x, step_y = w + NODE_GAP, h + NODE_GAP
+        selected = [n.view.sceneBoundingRect() for n in self.graph.selected_nodes()]
+        if selected:
+            beside = selected[0]
+            for rect in selected[1:]:
+                beside = beside.united(rect)
+            x0, y0 = beside.right() + NODE_GAP, beside.top()
+            # Column by column away from the selection; in each, the same row first, then below, then above.
+            cells = [(col, row) for col in range(SEARCH_RINGS) for row in range(-SEARCH_RINGS, SEARCH_RINGS + 1)]
+            cells.sort(key=lambda c: (c[0], abs(c[1]), c[1] < 0))
+        else:
+            cx, cy = self.view_center()
+            x0, y0 = cx - w / 2, cy - h / 2
+            cells = [(col, row) for col in range(-SEARCH_RINGS, SEARCH_RINGS + 1)
+                     for row in range(-SEARCH_RINGS, SEARCH_RINGS + 1)]
+            cells.sort(key=lambda c: ((c[0] * step_x) ** 2 + (c[1] * step_y) ** 2, c[1] < 0, c[0] < 0))
+        for col, row in cells:
+            spot = QRectF(x0 + col * step_x, y0 + row * step_y, w, h)
+            if not any(spot.intersects(other) for other in taken):
+                return spot.left(), spot.top()
+        below = max((r.bottom() for r in taken), default=y0)
+        return x0, below + NODE_GAP
 
     def auto_layout(self) -> None:
         """Lay the graph out in layers from the start node; one undo step."""

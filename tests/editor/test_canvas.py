@@ -154,3 +154,34 @@ def test_auto_layout_places_terminals_and_nodes_in_layers(canvas):
     xs = [doc.node(n).position[0] for n in ("route", "reply", "sum")]
     assert xs == sorted(xs) and len(set(xs)) == 3
     assert doc.terminal_position("start")[0] < xs[0] < xs[-1] < doc.terminal_position("end")[0]
+
+
+def overlapping(canvas: Canvas) -> list[tuple[str, str]]:
+    """Pairs of canvas nodes (terminals too) whose rectangles overlap."""
+    items = [(n.asset_id, n.view.sceneBoundingRect()) for n in canvas.graph.all_nodes()]
+    return [(a, b) for i, (a, ra) in enumerate(items) for b, rb in items[i + 1:] if ra.intersects(rb)]
+
+
+def test_nodes_added_without_a_place_land_in_free_space(canvas):
+    assert overlapping(canvas) == []
+    cx, cy = canvas.view_center()
+    added = []
+    for type_name in ["Generate", "GenerateAndSpeak", "ToolCall", "ClassifyIntent", "Retrieve", "Summarize"]:
+        canvas.select([])
+        added.append(canvas.add_node(type_name))
+        assert overlapping(canvas) == [], f"{added[-1]} landed on another node"
+    first = canvas.canvas_node(added[0]).view.sceneBoundingRect()
+    assert abs(first.center().x() - cx) < 300 and abs(first.center().y() - cy) < 200, "near the view's centre"
+
+
+def test_a_node_added_with_a_selection_goes_to_its_right(canvas):
+    canvas.select(["route"])
+    beside = canvas.add_node("Generate")
+    route = canvas.canvas_node("route").view.sceneBoundingRect()
+    rect = canvas.canvas_node(beside).view.sceneBoundingRect()
+    assert rect.left() > route.right() and rect.left() - route.right() < 120
+    assert overlapping(canvas) == []
+    assert canvas.selected_ids() == [beside], "the next one goes to the right of this one"
+    after = canvas.add_node("Generate")
+    assert canvas.canvas_node(after).view.sceneBoundingRect().left() > rect.left()
+    assert overlapping(canvas) == []
