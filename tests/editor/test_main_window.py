@@ -260,14 +260,23 @@ def test_examples_menu_recent_files_and_layout_are_remembered(make_window, tmp_p
 
 
 def test_load_errors_go_to_problems_and_keep_the_open_asset(window, tmp_path):
+    """A file that is not an asset this version can read is refused; one with values the model
+    refuses opens (``test_a_file_the_model_refuses_opens_to_be_fixed``)."""
     window.canvas.add_node("Generate")
     bad = tmp_path / "bad.json"
-    bad.write_text('{"version": 1, "nodes": [{"id": "a", "type": "Generate", "max_token": 5}]}')
+    bad.write_text('{"version": 99, "nodes": [{"id": "a", "type": "Generate"}]}')
     window.document.undo_stack.setClean()
     assert not window.open_path(str(bad))
     assert len(window.document.asset.nodes) == 1
     (problem,) = [p for p in window.problems_dock.problems if p.file == str(bad)]
-    assert problem.node_id == "a" and problem.field == "max_token"
+    assert problem.field == "version"
+
+    typo = tmp_path / "typo.json"
+    typo.write_text('{"version": 1, "nodes": [{"id": "a", "type": "Generate", "max_token": 5}]}')
+    assert window.open_path(str(typo))
+    assert window.document.asset.node_ids() == ["a"]
+    (problem,) = window.load_problems
+    assert problem.node_id == "a" and problem.field == "max_token" and problem in window.problems_dock.problems
 
 
 def test_autosave_and_recovery_after_a_crash(make_window, monkeypatch, private_settings):
