@@ -10,13 +10,18 @@ stored.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from NodeGraphQt import BaseNode, NodeGraph
 from NodeGraphQt.constants import MIME_TYPE, PortTypeEnum
-from PySide6.QtCore import QMimeData, QObject, QPoint, QRectF, Qt, Signal
-from PySide6.QtGui import QAction, QColor, QPixmapCache, QUndoStack
+from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
+from NodeGraphQt.qgraphics.pipe import PipeItem
+from NodeGraphQt.qgraphics.port import PortItem
+from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QMouseEvent, QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
+from shiboken6 import isValid
 
 from editor.commands import (
     AddNodeCommand,
@@ -52,6 +57,7 @@ PIXMAP_CACHE_KB = 192 * 1024
 NEW_NODE_SIZE = (200.0, 120.0)
 NODE_GAP = 40.0
 SEARCH_RINGS = 12
+PIPE_CLICK_DISTANCE = 2.0  # NodeGraphQt's: a press and release closer than this is a click on a pipe
 
 
 class AssetCanvasNode(BaseNode):
@@ -171,6 +177,10 @@ class Canvas(QObject):
         v.data_dropped.connect(self._on_data_dropped)
         v.node_name_changed.connect(self._on_title_edited)
         v.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
+        # NodeGraphQt treats a click on a pipe as the start of dragging it away, and redraws it when
+        # the mouse does not move: select the redrawn pipe then, so Delete can remove it.
+        self._pressed_pipe: tuple[object, object, QPointF] | None = None
+        v.viewport().installEventFilter(self)
         v.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         # NodeGraph's own undo actions would steal Ctrl+Z from the window's.
         menu = self.graph.get_context_menu("graph").qmenu
@@ -181,6 +191,41 @@ class Canvas(QObject):
         for action in list(menu.actions()):
             if action.isSeparator():
                 menu.removeAction(action)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind == QEvent.Type.MouseButtonPress:
+            self._pressed_pipe = None
+            mouse: QMouseEvent = event  # type: ignore[assignment]
+            if mouse.button() == Qt.MouseButton.LeftButton and mouse.modifiers() == Qt.KeyboardModifier.NoModifier:
+                pipe = self._pipe_at(mouse.position())
+                if pipe is not None:
+                    self._pressed_pipe = (pipe.output_port, pipe.input_port, mouse.position())
+        elif kind == QEvent.Type.MouseButtonRelease and self._pressed_pipe is not None:
+            out, inp, pressed = self._pressed_pipe
+            self._pressed_pipe = None
+            moved = event.position() - pressed  # type: ignore[attr-defined]
+            if math.hypot(moved.x(), moved.y()) <= PIPE_CLICK_DISTANCE:
+                QTimer.singleShot(0, self, lambda: self._select_pipe(out, inp))
+        return False
+
+    def _pipe_at(self, viewport_pos: QPointF) -> PipeItem | None:
+        """The pipe a press at ``viewport_pos`` grabs: NodeGraphQt's own pick, where nodes and
+        ports come before pipes."""
+        scene_pos = self.viewer.mapToScene(viewport_pos.toPoint())
+        for item in self.viewer._items_near(scene_pos, None, 5, 5):
+            if isinstance(item, (AbstractNodeItem, PortItem)):
+                return None
+            if isinstance(item, PipeItem) and item.input_port is not None and item.output_port is not None:
+                return item
+        return None
+
+    def _select_pipe(self, out, inp) -> None:
+        if not isValid(out):
+            return
+        for pipe in out.connected_pipes:
+            if pipe.input_port is inp:
+                pipe.setSelected(True)
 
     def _follow_document(self) -> None:
         d = self.document
@@ -280,6 +325,19 @@ class Canvas(QObject):
         """Asset ids of the selected nodes, in document order."""
         chosen = {self._key_of(n) for n in self.graph.selected_nodes()}
         return [n.id for n in self.document.asset.nodes if n.id in chosen]
+
+    def selected_connections(self) -> tuple[list[tuple[str, str]], bool]:
+        """The selected pipes: (node id, port) of each selected exit, and whether START's is selected."""
+        exits: list[tuple[str, str]] = []
+        start = False
+        for pipe in self.viewer.selected_pipes():
+            out = pipe.output_port
+            key = getattr(out.node, "asset_id", "") if out is not None else ""
+            if key == START_KEY:
+                start = True
+            elif key in self._nodes:
+                exits.append((key, out.name))
+        return exits, start
 
     def select(self, node_ids: list[str]) -> None:
         self.graph.clear_selection()

@@ -220,6 +220,22 @@ def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
     return parent
 
 
+def disconnect(document: Document, exits: list[tuple[str, str]], start: bool = False,
+               parent: MacroCommand | None = None) -> MacroCommand:
+    """Deleting connections: each exit (node id, port) ends the turn instead (an exit always
+    leads somewhere, END when nowhere else), and with ``start`` the agent has no start node.
+    Adds to ``parent`` when given; exits already at END change nothing."""
+    command = parent if parent is not None else MacroCommand()
+    for node_id, port in exits:
+        if document.has_node(node_id) and port in document.node(node_id).exits():
+            old = document.exit_target(node_id, port)
+            if old != END:
+                SetExitCommand(document, node_id, port, old, END, command)
+    if start and document.asset.start_node:
+        SetAgentFieldCommand(document, "start_node", document.asset.start_node, "", command)
+    return command
+
+
 def add_nodes(document: Document, nodes: list[NodeBase], text: str) -> MacroCommand:
     parent = MacroCommand(text)
     for node in nodes:

@@ -26,7 +26,14 @@ from PySide6.QtWidgets import (
 
 from editor import settings as app_settings
 from editor.canvas import Canvas, add_action, context_menu
-from editor.commands import MacroCommand, SetAgentFieldCommand, add_nodes, remove_nodes
+from editor.commands import (
+    MacroCommand,
+    SetAgentFieldCommand,
+    SetExitCommand,
+    add_nodes,
+    disconnect,
+    remove_nodes,
+)
 from editor.docks.conversation.dock import ConversationDock
 from editor.docks.palette.dock import PaletteDock
 from editor.docks.problems.dock import ProblemsDock
@@ -619,9 +626,25 @@ class MainWindow(QMainWindow):
         return new_ids
 
     def delete_selected(self) -> None:
+        """Edit > Delete: the selected nodes, or else the selected connections (their exits then end
+        the turn). A marquee also catches pipes that merely cross it, so with nodes selected only
+        the nodes (and the exits into them) go."""
+        doc = self.document
         ids = self.canvas.selected_ids()
         if ids:
-            self.document.push(remove_nodes(self.document, ids))
+            doc.push(remove_nodes(doc, ids))
+            return
+        exits, start = self.canvas.selected_connections()
+        command = disconnect(doc, exits, start)
+        if command.parts:
+            (only, *more) = command.parts
+            if more:
+                command.setText(f"Delete {len(command.parts)} connections")
+            elif isinstance(only, SetExitCommand):
+                command.setText(f"Disconnect {only.node_id}.{only.port}")
+            else:
+                command.setText("Disconnect the start node")
+            doc.push(command)
 
     def set_start_node(self) -> None:
         ids = self.canvas.selected_ids()

@@ -396,3 +396,51 @@ def test_a_file_the_model_refuses_opens_to_be_fixed(window, tmp_path):
     assert window.save_to(str(path))
     assert json.loads(path.read_text())["nodes"][0]["max_tokens"] == 255
     assert not any(p.field == "max_tokens" for p in window.problems_dock.problems)
+
+
+def click_pipe(window, qtbot, source: str, port: str) -> None:
+    """A real click on the middle of the pipe leaving exit ``port`` of ``source`` (a node id, or START)."""
+    canvas = window.canvas
+    node = canvas._start if source == "START" else canvas.canvas_node(source)
+    (pipe,) = node.outputs()[port].view.connected_pipes
+    viewer = window.canvas.viewer
+    middle = viewer.mapFromScene(pipe.mapToScene(pipe.path().pointAtPercent(0.5)))
+    QTest.mouseClick(viewer.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, middle)
+    qtbot.wait(10)
+    # NodeGraphQt redraws a clicked pipe as a new item.
+    (pipe,) = node.outputs()[port].view.connected_pipes
+    assert pipe.isSelected(), "a click selects the pipe"
+
+
+def test_delete_removes_a_selected_connection(window, qtbot):
+    window.open_path(str(examples_dir() / "intent_router.json"), as_example=True)
+    doc = window.document
+    window.canvas.frame_selection()
+    qtbot.wait(10)
+    before = [i.exit for i in doc.node("classify").intents]
+    intent = doc.node("classify").intents[0].name
+    click_pipe(window, qtbot, "classify", f"intent:{intent}")
+    assert window.canvas.selected_ids() == []
+    window.canvas.viewer.setFocus()
+    QTest.keyClick(window.canvas.viewer, Qt.Key.Key_Delete)
+    assert doc.node("classify").intents[0].exit == "", "the exit ends the turn"
+    assert doc.has_node(before[0]), "the node it led to stays"
+    assert doc.undo_stack.undoText().startswith("Disconnect classify")
+    window.undo_action.trigger()
+    assert [i.exit for i in doc.node("classify").intents] == before
+
+    # Edit > Delete on START's pipe: the agent has no start node, undoably.
+    x, y = doc.node("classify").position
+    doc.set_terminal_position("start", (x - 400, y))  # room to click the pipe between the ports
+    click_pipe(window, qtbot, "START", "start")
+    window.delete_action.trigger()
+    assert doc.asset.start_node == ""
+    window.undo_action.trigger()
+    assert doc.asset.start_node == "classify"
+
+    # A marquee over nodes also catches pipes crossing it: then Delete removes the nodes only.
+    (pipe,) = window.canvas.canvas_node("classify").outputs()["fallback_exit"].view.connected_pipes
+    window.canvas.select(["directions"])
+    pipe.setSelected(True)
+    window.delete_action.trigger()
+    assert not doc.has_node("directions") and doc.node("classify").fallback_exit == "smalltalk"
