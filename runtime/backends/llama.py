@@ -63,6 +63,13 @@ llama_log = logging.getLogger("llama_cpp")
 # Python callback runs once per graph node (~25 ms per decode here): shorter prompts take
 # well under 200 ms anyway.
 ABORTABLE_PROMPT_TOKENS = 48
+# Prompts are read in blocks of this many tokens at fixed positions (0-63, 64-127, ...), and only
+# whole blocks read from a prompt are reused from the cache, never generated tokens. llama.cpp's
+# CPU kernels give slightly different numbers for the same token in a different batch, which at a
+# temperature above 0 can change a reply: with fixed blocks, the same prompt gives the same numbers
+# however the cache was filled, so a rewound, regenerated or replayed turn with the same seed gives
+# the same reply. The price is reading again the previous reply and up to a block more each turn.
+CANONICAL_BLOCK = 64
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------
@@ -369,6 +376,7 @@ class LlamaNodeSession(NodeSession):
         self._context: internals.LlamaContext | None = None
         self._batch: internals.LlamaBatch | None = None
         self.tokens: list[int] = []
+        self.canonical = 0  # positions before this were read from a prompt in whole fixed blocks
         self.last_used = time.monotonic()
         self.calls = 0
         self.contexts_created = 0
@@ -403,6 +411,7 @@ class LlamaNodeSession(NodeSession):
         self._context = context
         self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=params.n_seq_max, verbose=True)
         self.tokens = []
+        self.canonical = 0
         self.contexts_created += 1
         log.debug("created context for node %s (n_ctx %d)", self.key, self._n_ctx)
         return context
@@ -420,6 +429,7 @@ class LlamaNodeSession(NodeSession):
             self._context = None
             log.debug("freed context of node %s", self.key)
         self.tokens = []
+        self.canonical = 0
 
     # prompts
 
@@ -504,19 +514,23 @@ class LlamaNodeSession(NodeSession):
         )
 
     def _keep_common_prefix(self, context: internals.LlamaContext, prompt: list[int]) -> int:
-        """Drop what the cache holds after the longest common prefix with ``prompt``; return the prefix length."""
+        """Drop what the cache holds after the longest common prefix with ``prompt`` that is made of
+        whole prompt blocks (``CANONICAL_BLOCK``); return the prefix length."""
         held = self.tokens
         n = 0
-        limit = min(len(held), len(prompt))
+        limit = min(len(held), len(prompt), self.canonical if self._backend.reproducible else len(held))
         while n < limit and held[n] == prompt[n]:
             n += 1
         if n == len(prompt):
             n -= 1  # the last prompt token is evaluated again: sampling needs its logits
+        if self._backend.reproducible:
+            n -= n % CANONICAL_BLOCK
         if n < len(held):
             if not context.kv_cache_seq_rm(0, n, -1):
                 context.kv_cache_clear()
                 n = 0
             del self.tokens[n:]
+        self.canonical = min(self.canonical, n)
         return n
 
     def _decode(self, context: internals.LlamaContext, chunk: Sequence[int]) -> int:
@@ -543,19 +557,28 @@ class LlamaNodeSession(NodeSession):
         if abortable:
             callback = _abort_callback_for(cancel)
             llama_cpp.llama_set_abort_callback(context.ctx, callback, None)
-        done = 0
+        block = min(CANONICAL_BLOCK, n_batch) if self._backend.reproducible else n_batch
         try:
-            for start in range(0, len(rest), n_batch):
-                if cancel is not None and cancel.is_set():
-                    return done, True
-                chunk = rest[start : start + n_batch]
-                if self._decode(context, chunk) == 2:
-                    context.kv_cache_seq_rm(0, len(self.tokens), -1)
-                    return done, True
-                done += len(chunk)
+            return self._evaluate_blocks(context, rest, cancel, block)
         finally:
             if abortable:
                 llama_cpp.llama_set_abort_callback(context.ctx, llama_cpp.ggml_abort_callback(0), None)
+            # whatever was read (all of it, or up to a cancel) was read in whole blocks
+            self.canonical = len(self.tokens) - len(self.tokens) % block
+
+    def _evaluate_blocks(self, context: internals.LlamaContext, rest: list[int], cancel: threading.Event | None,
+                         block: int) -> tuple[int, bool]:
+        """Decode ``rest`` in chunks that end on multiples of ``block``; returns (evaluated, cancelled)."""
+        done = 0
+        while done < len(rest):
+            if cancel is not None and cancel.is_set():
+                return done, True
+            position = len(self.tokens)
+            chunk = rest[done : done + block - position % block]
+            if self._decode(context, chunk) == 2:
+                context.kv_cache_seq_rm(0, len(self.tokens), -1)
+                return done, True
+            done += len(chunk)
         return done, False
 
     def _sampler(self, request: GenerationRequest, grammar: str | None) -> internals.LlamaSampler:
@@ -661,6 +684,9 @@ class LlamaBackend(Backend):
 
     ``asset_dir`` resolves model names relative to the asset. ``idle_release_seconds``
     frees every node's KV cache once no call has run for that long (None: never).
+    ``reproducible`` (the default) reads prompts in fixed blocks (``CANONICAL_BLOCK``) so a turn with
+    a fixed seed gives the same reply however the cache was filled (replays, regenerations); False
+    reads in ``n_batch`` chunks and reuses generated tokens, slightly faster but not reproducible.
     """
 
     def __init__(
@@ -673,8 +699,10 @@ class LlamaBackend(Backend):
         n_batch: int = N_BATCH,
         kv_type: KVType = KV_TYPE,
         flash_attn: FlashAttention = FLASH_ATTN,
+        reproducible: bool = True,
     ) -> None:
         install_log_forwarding()
+        self.reproducible = reproducible
         cpus = os.cpu_count() or 1
         self.asset_dir = Path(asset_dir) if asset_dir is not None else None
         # Same defaults as llama_cpp.Llama: half the logical CPUs to generate, all of them for prompts.

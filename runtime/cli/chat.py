@@ -5,6 +5,11 @@ empty line or end of input ends the chat). With ``--script FILE`` every non-empt
 line of FILE is one player line and each reply is printed. ``--diagnostics OUT.jsonl``
 appends one turn-diagnostics object per turn; ``--history-in``/``--history-out`` load
 and save the dialog history (with the agent state that shapes future prompts).
+
+``--from-turn N`` (with ``--history-in``) rewinds the loaded conversation to before turn N (turns
+count from 1) exactly as it was then, and goes on from there: with the lines of ``--script``, or,
+without one, by replaying the history's own player lines from turn N with the asset as it is now,
+saying per turn whether the reply changed. The turns it replaces stay in the saved history as a branch.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--diagnostics", metavar="OUT.jsonl", help="append one diagnostics object per turn")
     p.add_argument("--history-in", metavar="FILE", help="start from this dialog history")
     p.add_argument("--history-out", metavar="FILE", help="save the dialog history here at the end")
+    p.add_argument("--from-turn", metavar="N", type=int, help="with --history-in: go back to before turn N "
+                   "(from 1) and go on from there with --script, or replay the history's lines from turn N")
     p.add_argument("--instructions", default="", help="this-turn instructions for every turn ({{instructions}})")
     p.add_argument("--backend", choices=("llama", "scripted"), default="llama",
                    help="llama: the model through llama.cpp (default). scripted: deterministic test replies")
@@ -68,14 +75,29 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
     except (InputError, BackendError) as exc:
         print(exc, file=err)
         return 1
+    from_turn = getattr(args, "from_turn", None)
+    if from_turn is not None and (saved is None or not 1 <= from_turn <= len(saved.history.turns) + 1):
+        have = "no --history-in" if saved is None else f"the history has {len(saved.history.turns)} turns"
+        print(f"--from-turn {from_turn}: {have}; give --history-in and a turn from 1 to the number of turns + 1",
+              file=err)
+        backend.close()
+        return 2
 
     agent = Agent(asset, backend, asset_dir=str(Path(args.asset).parent))
     code = 0
+    recorded: list[tuple[str, str]] = []
     try:
         if saved is not None:
             agent.import_dialog(saved, args.history_in)
+        if from_turn is not None:
+            recorded = agent.recorded_lines(from_turn - 1)
+            agent.rewind(from_turn - 1)
+            if lines is None:
+                lines = [line for line, _ in recorded]  # replay with the asset as it is now
+            else:
+                recorded = []
         interactive = lines is None
-        for line in (lines if lines is not None else _prompted_lines(stdin, out)):
+        for number, line in enumerate(lines if lines is not None else _prompted_lines(stdin, out)):
             streamed: list[str] = []
             try:
                 result = agent.run_turn(
@@ -90,6 +112,9 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
                 break
             if interactive:
                 out.write("\n" if streamed else f"{result.reply}\n")
+            elif recorded:
+                same = "unchanged" if result.reply == recorded[number][1] else "CHANGED"
+                out.write(f"> {line}\n{result.reply}\n[turn {result.turn + 1}: reply {same}]\n")
             else:
                 out.write(f"> {line}\n{result.reply}\n")
             out.flush()

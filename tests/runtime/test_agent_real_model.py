@@ -194,3 +194,31 @@ def test_retrieval_with_embeddings_embeds_the_entries_once(model, backend, monke
     entries = len(agent.node_cache("recall")["index"].entries)
     assert entries > 2
     assert embedded == [entries + 1, 1, 1]  # the entries once, then only each turn's query
+
+
+def test_rewind_and_regenerate_on_the_sample_model_are_reproducible_and_reuse_the_cache(model):
+    """Fixed seeds: a regenerated turn with an unchanged graph gives the same reply; after rewinding
+    three turns, the node reads only what follows the prefix its cache still holds; a re-rolled seed
+    gives another alternative."""
+    from runtime.backends.llama import LlamaBackend
+
+    backend = LlamaBackend(asset_dir=examples_dir())
+    try:
+        agent = Agent(example("chat", model, reply={"max_tokens": 24, "seed": 7}), backend, str(examples_dir()))
+        first = [agent.run_turn(line) for line in LINES[:5]]
+        again = agent.regenerate(2)
+        reply = again.diagnostics.nodes[0]
+        assert again.reply == first[2].reply, "same build, same seed, same prompt: same reply"
+        assert reply.input.prompt == first[2].diagnostics.nodes[0].input.prompt
+        # The cache held turn 4's prompt; only what follows the common prefix (the end of turn 1's
+        # exchange on) is read again, not the whole prompt.
+        assert 0 < reply.tokens.evaluated < reply.tokens.prompt and not reply.tokens.cold
+        assert reply.tokens.reused >= first[1].diagnostics.nodes[0].tokens.prompt - 40
+        assert len(agent.tree.alternatives(again.turn_id)) == 2
+        agent.reroll_seeds(12345)
+        rerolled = agent.regenerate(2)
+        assert len(agent.tree.alternatives(rerolled.turn_id)) == 3
+        agent.select_turn(first[2].turn_id)
+        assert [t.player for t in agent.history.turns] == LINES[:5]
+    finally:
+        backend.close()

@@ -93,3 +93,40 @@ def test_make_backend_is_the_one_place_backends_are_made(chat_asset):
     from runtime.backends.scripted import ScriptedBackend
 
     assert isinstance(chat_cli.make_backend(args), ScriptedBackend)
+
+
+def test_from_turn_rewinds_a_history_and_replays_or_goes_on(tmp_path, capsys):
+    """`--from-turn N` goes back to before turn N of --history-in: with --script it says new lines
+    from there; without, it replays the history's own lines and says per turn whether the reply changed."""
+    from runtime.history import load_history
+
+    asset = tmp_path / "a.json"
+    asset.write_text(json.dumps({"name": "a", "default_model": "m.gguf", "start_node": "r",
+                                 "nodes": [{"id": "r", "type": "GenerateAndSpeak"}]}), encoding="utf-8")
+    script = tmp_path / "s.txt"
+    script.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    history = tmp_path / "h.json"
+    assert main(["chat", str(asset), "--backend", "scripted", "--script", str(script),
+                 "--history-out", str(history)]) == 0
+    capsys.readouterr()
+
+    replayed = tmp_path / "replayed.json"
+    assert main(["chat", str(asset), "--backend", "scripted", "--history-in", str(history), "--from-turn", "2",
+                 "--history-out", str(replayed)]) == 0
+    out = capsys.readouterr().out
+    assert "> two" in out and "> three" in out and "> one" not in out
+    assert "[turn 2: reply unchanged]" in out and "[turn 3: reply unchanged]" in out
+    saved = load_history(replayed)
+    assert [t.player for t in saved.history.turns] == ["one", "two", "three"]
+    assert len(saved.tree) == 5, "the replayed turns are a new branch beside the old one"
+
+    other = tmp_path / "other.txt"
+    other.write_text("something else\n", encoding="utf-8")
+    went_on = tmp_path / "went_on.json"
+    assert main(["chat", str(asset), "--backend", "scripted", "--history-in", str(history), "--from-turn", "2",
+                 "--script", str(other), "--history-out", str(went_on)]) == 0
+    assert [t.player for t in load_history(went_on).history.turns] == ["one", "something else"]
+
+    assert main(["chat", str(asset), "--backend", "scripted", "--from-turn", "2"]) == 2
+    assert main(["chat", str(asset), "--backend", "scripted", "--history-in", str(history), "--from-turn", "9"]) == 2
+    assert "--from-turn 9" in capsys.readouterr().err
