@@ -19,7 +19,7 @@ from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
 from NodeGraphQt.qgraphics.pipe import PipeItem
 from NodeGraphQt.qgraphics.port import PortItem
 from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QMouseEvent, QPixmapCache, QUndoStack
+from PySide6.QtGui import QAction, QColor, QCursor, QMouseEvent, QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene, QMenu, QWidget
 from shiboken6 import isValid
 
@@ -41,6 +41,7 @@ from editor.node_appearance import (
     apply_appearance,
     summary_lines,
 )
+from editor.node_search import NodeSearch
 from editor.node_types import view_of
 from runtime import auto_layout
 from runtime.asset import END, NODE_TYPES, NodeBase, new_node
@@ -148,6 +149,9 @@ class Canvas(QObject):
         self._waiting: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self._problems: dict[str, list[Problem]] = {}
         self._syncing = False
+        self.search = NodeSearch(self.viewer)
+        self.search.chosen.connect(self._on_search_chosen)
+        self._search_at: tuple[float, float] | None = None
         self._detach_graph_editing()
         self._follow_document()
 
@@ -574,6 +578,24 @@ class Canvas(QObject):
             node = self.document.node(node_id)
             if title != node.display_title:
                 self.document.push(SetNodeFieldCommand(self.document, node_id, "title", node.title, title))
+
+    def show_node_search(self) -> None:
+        """Tab search (``NodeSearch``): at the mouse when it is over the canvas, and the node goes
+        there; else at the view's centre, and the node goes into free space."""
+        viewport = self.viewer.viewport()
+        local = viewport.mapFromGlobal(QCursor.pos())
+        if viewport.rect().contains(local):
+            scene = self.viewer.mapToScene(local)
+            self._search_at = (scene.x(), scene.y())
+            anchor = QCursor.pos()
+        else:
+            self._search_at = None
+            anchor = viewport.mapToGlobal(viewport.rect().center())
+        self.search.popup_at(anchor)
+
+    def _on_search_chosen(self, type_name: str) -> None:
+        self.add_node(type_name, self._search_at)
+        self.viewer.setFocus()
 
     def _on_search_triggered(self, identifier: str, pos: tuple) -> None:
         type_name = _TYPE_BY_IDENTIFIER.get(identifier)

@@ -257,7 +257,7 @@ class MainWindow(QMainWindow):
         self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
         # Not Ctrl+Shift+S: that is Save As.
         self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+Home", canvas=True)
-        self.search_action = self._action("Add Node by &Name\u2026", self.canvas.graph.toggle_node_search, "Tab",
+        self.search_action = self._action("Add Node by &Name\u2026", self.canvas.show_node_search, "Tab",
                                           canvas=True, tip="Type a node type's name (Tab)")
         self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
                                          tip="Zoom to the selected nodes, or to all nodes")

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from editor.canvas import node_type_mime
 from editor.main_window import DOCKS
+from editor.node_types import categories
 from editor.recovery import SUFFIX
 from runtime.asset_file import dumps_asset, load_asset
 from runtime.resources import examples_dir
@@ -213,6 +214,27 @@ def test_keyboard_shortcuts_on_canvas(window, qtbot):
     assert doc.asset.nodes == []
     QTest.keyClick(window, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert len(doc.asset.nodes) == 2
+
+
+def test_tab_search_lists_our_node_types_by_label(window, qtbot):
+    window.canvas.viewer.setFocus()
+    QTest.keyClick(window.canvas.viewer, Qt.Key.Key_Tab)
+    search = window.canvas.search
+    assert search.isVisible()
+    assert search.entries() == {category: [v.label for v in views] for category, views in categories().items()}
+    shown = " ".join(search.tree.topLevelItem(i).text(0) for i in range(search.tree.topLevelItemCount()))
+    assert "nodeGraphQt" not in shown and "parley" not in shown and "Backdrop" not in shown
+
+    qtbot.keyClicks(search.line, "speak")
+    assert search.entries() == {"Reply": ["Generate and Speak"]}
+    search.line.clear()
+    qtbot.keyClicks(search.line, "memory")
+    assert search.entries() == {"Memory": ["Retrieve", "Summarize"]}, "a category's name finds its types"
+    QTest.keyClick(search.line, Qt.Key.Key_Down)
+    QTest.keyClick(search.line, Qt.Key.Key_Return)
+    assert not search.isVisible()
+    (node,) = window.document.asset.nodes
+    assert node.type == "Summarize"
 
 
 def test_tab_search_and_context_menu_add_nodes(window, qtbot):
