@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
@@ -34,8 +36,16 @@ VERDICT_COLOURS = {"fits": "#6fcf7f", "tight": "#e5c07b", "does not fit": "#ff7b
 WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 220)]
 NODE_COLOURS = [QColor(200, 160, 80), QColor(90, 180, 110), QColor(170, 120, 210), QColor(79, 179, 179),
                 QColor(220, 120, 90), QColor(150, 190, 90)]
+CHART_HEIGHT = 92  # two bars with their totals
 CUSTOM = "Custom\u2026"
 NO_GPU = "No GPU (CPU only)"
+
+
+def legend_html(entries: list[tuple[str, QColor]]) -> str:
+    """Swatch and name of each entry; an entry never breaks across lines, the gaps between them do."""
+    return " &nbsp; ".join(
+        f"<span style='color:{colour.name()}'>\u25a0</span>&nbsp;{html.escape(name).replace(' ', '&nbsp;')}"
+        for name, colour in entries)
 
 
 def mib(n: int) -> str:
@@ -44,16 +54,24 @@ def mib(n: int) -> str:
 
 class MemoryChart(QWidget):
     """Two stacked bars, VRAM and RAM: each model's weights, then each node's KV cache and compute
-    buffer; a line marks the GPU's memory."""
+    buffer; a line marks the GPU's memory. ``legend()`` says what each colour is."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.estimate: Estimate | None = None
-        self.setMinimumHeight(116)
+        self.setMinimumHeight(CHART_HEIGHT)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(400, 116)
+        return QSize(400, CHART_HEIGHT)
+
+    def legend(self) -> list[tuple[str, QColor]]:
+        """Every segment kind of both bars, in bar order: (what it is, its colour)."""
+        out: list[tuple[str, QColor]] = []
+        for name, _size, colour in self.segments("vram") + self.segments("ram"):
+            if (name, colour) not in out:
+                out.append((name, colour))
+        return out
 
     def set_estimate(self, estimate: Estimate | None) -> None:
         self.estimate = estimate
@@ -74,8 +92,8 @@ class MemoryChart(QWidget):
             c = n.context
             kv = c.kv_vram + c.recurrent_vram if device == "vram" else c.kv_ram + c.recurrent_ram
             compute = c.compute_vram if device == "vram" else c.compute_ram + c.output_ram
-            out.append((f"{n.node_id} KV", kv, colour))
-            out.append((f"{n.node_id} compute", compute, colour.darker(140)))
+            out.append((f"{n.node_id} KV cache", kv, colour))
+            out.append((f"{n.node_id} compute buffer", compute, colour.darker(140)))
         return out
 
     def paintEvent(self, _event) -> None:
@@ -123,22 +141,6 @@ class MemoryChart(QWidget):
                 tw = painter.fontMetrics().horizontalAdvance(text)
                 painter.drawText(QRectF(min(px - tw - 4, self.width() - tw - 4), top + 22, tw + 2, 16),
                                  Qt.AlignmentFlag.AlignRight, text)
-        # Legend: one swatch per segment kind, in bar order.
-        x, y = float(label_w), 8 + 2 * 40 + 4
-        seen: set[str] = set()
-        for name, _size, colour in self.segments("vram") + self.segments("ram"):
-            if name in seen:
-                continue
-            seen.add(name)
-            tw = painter.fontMetrics().horizontalAdvance(name)
-            if x + tw + 16 > self.width():
-                break
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(colour)
-            painter.drawRect(QRectF(x, y + 4, 9, 9))
-            painter.setPen(QColor(200, 200, 200))
-            painter.drawText(QRectF(x + 12, y, tw + 4, 16), Qt.AlignmentFlag.AlignVCenter, name)
-            x += tw + 26
 
 
 class VramEstimatorDock(QDockWidget):
@@ -187,6 +189,12 @@ class VramEstimatorDock(QDockWidget):
         layout.addWidget(self.verdict)
         self.chart = MemoryChart(self)
         layout.addWidget(self.chart)
+        # A label, not painted in the chart: it wraps, so every colour is named however narrow the dock.
+        self.legend = QLabel(self)
+        self.legend.setObjectName("legend")
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
+        layout.addWidget(self.legend)
         self.table = QTreeWidget(self)
         self.table.setHeaderLabels(["", "RAM", "VRAM", "Details"])
         self.table.setColumnWidth(0, 200)
@@ -225,6 +233,7 @@ class VramEstimatorDock(QDockWidget):
         except EstimateError as exc:
             self.estimate = None
             self.chart.set_estimate(None)
+            self.legend.setText("")
             self.table.clear()
             self.verdict.setText("")
             self.problems.setText("\n".join(str(p) for p in exc.problems))
@@ -234,6 +243,7 @@ class VramEstimatorDock(QDockWidget):
             return  # a move or a rename changes no number: keep the table as it is
         self.estimate = estimate
         self.chart.set_estimate(estimate)
+        self.legend.setText(legend_html(self.chart.legend()))
         self._fill_table(estimate)
         self._show_verdict(estimate)
         self.problems.setText("\n".join(f"{p.node_id or 'agent'}.{p.field}: {p.message}" if p.field else p.message
