@@ -111,6 +111,11 @@ class NodeBase(Strict):
     def display_title(self) -> str:
         return self.title or self.id
 
+    def speaks(self) -> bool:
+        """Whether its output is also spoken aloud as it is written (Generate and Speak). A
+        player-facing node that does not speak is only shown to the player as text."""
+        return False
+
     # --- exits ------------------------------------------------------------------------------
 
     def exits(self) -> dict[str, str]:

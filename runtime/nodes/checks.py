@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.problems import Problem
 
@@ -42,6 +42,7 @@ class NodeChecks:
         self.by_id = {n.id: n for n in asset.nodes}
         self.reachable: set[str] = set()
         self.node: NodeBase | None = None
+        self._once: dict[str, Any] = {}
 
     def about(self, node: NodeBase) -> NodeChecks:
         """These checks, reporting on ``node``."""
@@ -66,6 +67,27 @@ class NodeChecks:
 
     def successors(self, node_id: str) -> list[str]:
         return [t for t in self.by_id[node_id].exits().values() if t in self.by_id]
+
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per validation: a graph walk every node of a type shares."""
+        if key not in self._once:
+            self._once[key] = compute()
+        return self._once[key]
+
+    def reachable_without(self, stop: Callable[[NodeBase], bool]) -> set[str]:
+        """The nodes a turn can run on some path from the start node that runs no node for which
+        ``stop`` is true (those nodes are left out, and so is what only they lead to)."""
+        start = self.by_id.get(self.asset.start_node)
+        if start is None or stop(start):
+            return set()
+        seen = {start.id}
+        stack = [start.id]
+        while stack:
+            for nxt in self.successors(stack.pop()):
+                if nxt not in seen and not stop(self.by_id[nxt]):
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return seen
 
     def downstream(self, node_id: str) -> set[str]:
         """Every node a turn can run after ``node_id`` (walking its exits)."""

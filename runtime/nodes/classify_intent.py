@@ -24,6 +24,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
+from runtime.prompt import message_parts
 from runtime.resources import default_prompt
 
 CLASSIFY_INTENT_MAX_TOKENS = 32
@@ -86,6 +87,7 @@ class ClassifyIntent(NodeBase, ModelParams):
         system = f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
         messages = [ChatMessage("system", system), ChatMessage("user", run.line(self.input))]
         counted = sum(message_tokens(count(m.content)) for m in messages)
+        run.record_parts(message_parts(messages, count), budget.context_size)
         if counted > budget.limit:
             run.diag.warnings.append(
                 f"the classifier's prompt ({counted} tokens) does not fit its budget of {budget.limit}; "
@@ -107,3 +109,10 @@ class ClassifyIntent(NodeBase, ModelParams):
     def check(self, checks: NodeChecks) -> None:
         if not self.intents:
             checks.warning("no intents: every line takes the fallback exit", "intents")
+        for index, intent in enumerate(self.intents):
+            if intent.exit == END:
+                checks.warning(
+                    f"intent {intent.name!r} has no branch: when the classifier picks it, the turn ends here "
+                    "and the player gets no reply from it. Connect its exit to the node that should answer.",
+                    f"intents.{index}.exit",
+                )

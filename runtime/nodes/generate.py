@@ -134,9 +134,6 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
         self.use_output(run, result)
         return "default_exit"
 
-    def speaks(self) -> bool:
-        return False
-
     def use_output(self, run: NodeRun, result: GenerationResult) -> None:
         """What the output becomes: a reply in the history, this node's slot, and (for player-facing
         nodes that replay) part of the turn's reply."""
@@ -147,6 +144,15 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
             run.turn.replies.append(result.text)
 
     # --- validation ---------------------------------------------------------------------------
+
+    def check(self, checks: NodeChecks) -> None:
+        if self.PLAYER_FACING and not self.system_prompt.strip():
+            checks.warning(
+                "no system prompt: the model writes this reply with no instructions, so it does not know "
+                "who it plays or how to answer. Describe the character and how it should reply "
+                "(leave it empty only if the game sets it at run time).",
+                "system_prompt",
+            )
 
     def check_in_graph(self, checks: NodeChecks) -> None:
         if self.history_mode == "summarized" and not any(n.WRITES_SUMMARY for n in checks.asset.nodes):
@@ -177,6 +183,40 @@ class Generate(GeneratingNode):
     type: Literal["Generate"] = "Generate"
 
     PLAYER_FACING: ClassVar[bool] = True
+
+    def check_in_graph(self, checks: NodeChecks) -> None:
+        """Also warns when this node writes the last reply of a turn the player is shown but never
+        hears, in an agent that speaks its other turns. Exactly when all of these hold:
+
+        - its output is part of the turn's reply (``history_role`` 'assistant');
+        - it is the last reply of its turn: no player-facing node can run after it;
+        - some path from the start node reaches it without running a node that speaks;
+        - a node that speaks (Generate and Speak) is reachable elsewhere in the graph.
+
+        An agent with no speaking node (text only) never gets this warning, and neither does a
+        turn that spoke earlier on every path here.
+        """
+        super().check_in_graph(checks)
+        if self.history_role != "assistant" or self.id not in checks.reachable:
+            return
+
+        def speaks(node: NodeBase) -> bool:
+            return node.PLAYER_FACING and node.speaks()
+
+        speakers = checks.once("speakers", lambda: sorted(
+            n.id for n in checks.asset.nodes if n.id in checks.reachable and speaks(n)))
+        if not speakers or self.id not in checks.once("reached_silently", lambda: checks.reachable_without(speaks)):
+            return
+        if any(checks.by_id[n].PLAYER_FACING for n in checks.downstream(self.id)):
+            return
+        named = ", ".join(repr(n) for n in speakers[:3]) + (" and others" if len(speakers) > 3 else "")
+        checks.warning(
+            "this reply ends its turn as text only: the player sees it but never hears it, since no node "
+            f"on the way here from the start node speaks, while {named} speak{'s' if len(speakers) == 1 else ''} "
+            "other turns. Use a Generate and Speak node for this reply, or set history_role to 'none' if "
+            "its output is not meant for the player.",
+            "history_role",
+        )
 
 
 class GenerateAndSpeak(GeneratingNode):

@@ -183,3 +183,68 @@ def test_summarizer_whose_own_prompt_leaves_no_room_warns():
     assert ("warning", "s", "context_size") in kinds(a)  # the built-in prompt alone is ~160 tokens
     a.nodes[1].context_size = 1024
     assert ("warning", "s", "context_size") not in kinds(a)
+
+
+def warnings_on(asset, node_id, field):
+    return [p.message for p in validate_asset(asset, "a.json")
+            if (p.severity, p.node_id, p.field) == ("warning", node_id, field)]
+
+
+def test_reply_without_a_system_prompt_warns():
+    for reply in (Generate(id="r"), GenerateAndSpeak(id="r"), Generate(id="r", system_prompt=" \n ")):
+        (message,) = warnings_on(Asset(default_model="m", start_node="r", nodes=[reply]), "r", "system_prompt")
+        assert message.startswith("no system prompt") and "Describe the character" in message
+    written = Asset(default_model="m", start_node="r", nodes=[GenerateAndSpeak(id="r", system_prompt="You are Mira.")])
+    assert warnings_on(written, "r", "system_prompt") == []
+    # Not a reply: a tool call's instructions may well be empty.
+    tool = ToolCall(id="t", tools=[{"name": "look"}])
+    assert warnings_on(Asset(default_model="m", start_node="t", nodes=[tool]), "t", "system_prompt") == []
+
+
+def router(*replies, fallback=""):
+    """A classifier whose intent 'i<n>' goes to the n-th of ``replies``; every node has a system prompt."""
+    intents = [Intent(name=f"i{n}", exit=r.id) for n, r in enumerate(replies)]
+    for r in replies:
+        r.system_prompt = r.system_prompt or "You are Mira."
+    return Asset(default_model="m", start_node="c", nodes=[
+        ClassifyIntent(id="c", intents=intents, fallback_exit=fallback or replies[0].id), *replies])
+
+
+def test_a_text_only_reply_in_an_agent_that_speaks_warns():
+    mixed = router(GenerateAndSpeak(id="speak"), Generate(id="text"))
+    (message,) = warnings_on(mixed, "text", "history_role")
+    assert "never hears it" in message and "'speak' speaks other turns" in message
+    assert "Use a Generate and Speak node" in message
+    assert warnings_on(mixed, "speak", "history_role") == []
+    # Still the last reply when only non-reply nodes (a Summarize) run after it.
+    mixed.nodes[2].default_exit = "fold"
+    mixed.nodes.append(Summarize(id="fold"))
+    assert len(warnings_on(mixed, "text", "history_role")) == 1
+
+
+def test_text_only_replies_that_are_meant_so_do_not_warn():
+    # An agent that speaks nowhere is a text agent: every reply is text on purpose.
+    assert warnings_on(router(Generate(id="a"), Generate(id="text")), "text", "history_role") == []
+    # A hidden step is not shown to the player at all.
+    hidden = router(GenerateAndSpeak(id="speak"), Generate(id="text", history_role="none"))
+    assert warnings_on(hidden, "text", "history_role") == []
+    # Not the last reply: a speaking reply runs after it.
+    before = router(GenerateAndSpeak(id="speak"), Generate(id="text", default_exit="speak"))
+    assert warnings_on(before, "text", "history_role") == []
+    # Every path here has spoken already: the turn is voiced, the text adds to it.
+    after = Asset(default_model="m", start_node="speak", nodes=[
+        GenerateAndSpeak(id="speak", system_prompt="You are Mira.", default_exit="text"),
+        Generate(id="text", system_prompt="Add a hint.")])
+    assert warnings_on(after, "text", "history_role") == []
+    # A speaking node no turn reaches speaks nothing (it is reported as unreachable instead).
+    lost = router(Generate(id="a"), Generate(id="text"))
+    lost.nodes.append(GenerateAndSpeak(id="lost", system_prompt="You are Mira."))
+    assert warnings_on(lost, "text", "history_role") == []
+
+
+def test_an_intent_with_no_branch_warns_on_its_exit():
+    a = router(Generate(id="a"))
+    a.nodes[0].intents.append(Intent(name="bye", exit=""))
+    (message,) = warnings_on(a, "c", "intents.1.exit")
+    assert "'bye' has no branch" in message and "Connect its exit" in message
+    assert warnings_on(a, "c", "intents.0.exit") == []
