@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.thread_service import ThreadService
-from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult
+from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, turn_reply
 from runtime.asset import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend, BackendError
 from runtime.diagnostics import TurnDiagnostics
@@ -51,6 +52,9 @@ FIXED_NODE_FIELDS = tuple(ModelParams.model_fields)
 FIXED_AGENT_FIELDS = ("default_model",)
 
 HistoryOperation = Callable[[Agent], None]
+# Runs one turn on the agent (say, regenerate, edit a line) with the worker's run arguments
+# (instructions, on_event, cancel, tool_result).
+TurnOperation = Callable[[Agent, dict[str, Any]], TurnResult]
 
 # The model-loading bar moves at most this often (seconds): smooth to the eye, and cheap
 LOADING_UPDATE_S = 0.02
@@ -76,10 +80,18 @@ class TurnRecord:
     asset: Asset
     parts: dict[str, list[PromptPart]] = field(default_factory=dict)  # node id -> parts
     context_sizes: dict[str, int] = field(default_factory=dict)  # node id -> context size used
+    turn_id: int = -1  # the turn's id in the conversation tree
+    replaced: str | None = None  # in a replay: the reply the recorded turn had
 
     @property
     def turn(self) -> int:
+        """Its position in its branch (from 0; the chat and the inspector show it from 1)."""
         return self.diagnostics.turn
+
+    @property
+    def changed(self) -> bool | None:
+        """In a replay: whether the reply differs from the recorded one (None outside a replay)."""
+        return None if self.replaced is None else self.diagnostics.reply != self.replaced
 
 
 # --- the worker (its own thread) -------------------------------------------------------------
@@ -177,8 +189,8 @@ class RuntimeWorker(QObject):
 
         return report
 
-    @Slot(str, str, object)
-    def run_turn(self, line: str, instructions: str, cancel: threading.Event) -> None:
+    @Slot(object, str, object)
+    def run_turn(self, go: TurnOperation, instructions: str, cancel: threading.Event) -> None:
         agent = self.agent
         if agent is None:
             self.turn_failed.emit(TurnFailure("no agent: open or build a graph first"))
@@ -201,8 +213,8 @@ class RuntimeWorker(QObject):
             self._load_models(agent.asset, cancel)
             if cancel.is_set():
                 raise TurnCancelled("the turn was cancelled")
-            result = agent.run_turn(line, instructions, on_event=self.event.emit, cancel=cancel,
-                                    tool_result=ask_designer)
+            result = go(agent, {"instructions": instructions, "on_event": self.event.emit, "cancel": cancel,
+                                "tool_result": ask_designer})
         except (TurnError, BackendError, InputError) as exc:
             self.turn_failed.emit(failure(exc))
             return
@@ -221,6 +233,7 @@ class RuntimeWorker(QObject):
             result.diagnostics, agent.asset,
             parts={node: prompt.parts for node, prompt in result.prompts.items()},
             context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
+            turn_id=result.turn_id,
         )
 
     @Slot(object)
@@ -244,6 +257,26 @@ class RuntimeWorker(QObject):
         self.agent = None
         thread = QThread.currentThread()
         thread.quit()
+
+
+@dataclass
+class Replay:
+    """A replay under way: the recorded lines still to send (with the replies they had), and whether
+    each sent turn's reply changed (turn id -> changed)."""
+
+    start: int
+    pending: list[tuple[str, str]]
+    step: bool
+    results: dict[int, bool] = field(default_factory=dict)
+    sent: bool = False  # the running turn is the replay's (not, say, the edit it follows)
+    total: int = 0
+
+    def __post_init__(self) -> None:
+        self.total = self.total or len(self.pending)
+
+    @property
+    def changed(self) -> int:
+        return sum(self.results.values())
 
 
 def failure(exc: Exception) -> TurnFailure:
@@ -301,12 +334,13 @@ class LiveConversation(ThreadService):
     history_rejected = Signal(str)
     tool_needed = Signal(str, str, object)  # node id, tool, arguments
     restart_offered = Signal(list)  # why the graph's edits need a new agent (empty: none held)
-    turn_selected = Signal(int)  # the turn the inspector and raw JSON show
+    turn_selected = Signal(int)  # the turn (its id in the conversation tree) the inspector and raw JSON show
     restarted = Signal()
+    replay_changed = Signal()  # a replay started, moved on or ended (see ``replay_state``)
 
     # to the worker (queued)
     _use_asset = Signal(object, str, bool)
-    _run_turn = Signal(str, str, object)
+    _run_turn = Signal(object, str, object)
     _change_history = Signal(object)
     _stop_worker = Signal()
 
@@ -314,7 +348,8 @@ class LiveConversation(ThreadService):
                  make_backend: Callable[[], Backend] | None = None) -> None:
         super().__init__("parley-runtime", parent)
         self.document = document
-        self.records: dict[int, TurnRecord] = {}
+        self.records: dict[int, TurnRecord] = {}  # turn id -> its record (every branch's)
+        self.replaying: Replay | None = None
         self.saved = SavedDialog()
         self.busy = False
         self.selected_turn = -1
@@ -348,6 +383,18 @@ class LiveConversation(ThreadService):
 
     def say(self, line: str, instructions: str = "") -> bool:
         """Run a turn for ``line``; False when a turn is already running or the window closed."""
+        return self._run(line, lambda agent, run: agent.run_turn(line, **run), instructions)
+
+    def regenerate(self, index: int, instructions: str = "") -> bool:
+        """Run turn ``index`` (from 0) again: a new alternative; the turns after it stay on the old branch."""
+        line = self.saved.history.turns[index].player
+        return self._run(line, lambda agent, run: agent.regenerate(index, **run), instructions)
+
+    def edit_line(self, index: int, line: str, instructions: str = "") -> bool:
+        """Say ``line`` instead at turn ``index``: a new, edited alternative of that turn."""
+        return self._run(line, lambda agent, run: agent.edit_player_line(index, line, **run), instructions)
+
+    def _run(self, line: str, go: TurnOperation, instructions: str) -> bool:
         if self.busy or self.closed:
             return False
         self._start()
@@ -355,8 +402,70 @@ class LiveConversation(ThreadService):
         self._cancel = threading.Event()
         self._set_busy(True)
         self.turn_started.emit(line)
-        self._run_turn.emit(line, instructions, self._cancel)
+        self._run_turn.emit(go, instructions, self._cancel)
         return True
+
+    # --- branches ---------------------------------------------------------------------------
+
+    def rewind(self, count: int) -> bool:
+        """Go back to before turn ``count`` (from 0), exactly as the conversation was then."""
+        self.stop_replay()
+        return self.change_history(lambda agent: agent.rewind(count))
+
+    def select_branch(self, turn_id: int) -> bool:
+        """Follow the branch through turn ``turn_id`` (an alternative, or a turn of another branch)."""
+        return self.change_history(lambda agent: agent.select_turn(turn_id))
+
+    def edit_reply(self, index: int, entries: list) -> bool:
+        """Replace what the nodes wrote at turn ``index`` with the designer's own (an edited alternative)."""
+        return self.change_history(lambda agent: agent.edit_reply(index, entries))
+
+    def reroll_seeds(self) -> bool:
+        """Change every fixed seed at once: the same graph then writes other (reproducible) replies."""
+        salt = random.randrange(1, 2**31)
+        return self.change_history(lambda agent: agent.reroll_seeds(salt))
+
+    def replay(self, start: int, step: bool = False) -> bool:
+        """Send the current branch's player lines again from turn ``start`` (from 0) with the graph as
+        it is now, after rewinding to before it (earlier turns generate nothing). All at once, or one
+        per ``replay_step`` when ``step``. Each replayed turn's record says whether its reply changed."""
+        tree = self.saved.tree
+        if self.busy or tree is None or not 0 <= start < len(self.saved.history.turns):
+            return False
+        asset = self.running_asset or self.document.asset
+        pending = [(node.turn.player, turn_reply(asset, node.turn))
+                   for node in (tree.nodes[i] for i in tree.path()[start:])]
+        if not self.rewind(start):
+            return False
+        self.continue_with(start, pending, step)
+        return True
+
+    def continue_with(self, start: int, pending: list[tuple[str, str]], step: bool = False) -> None:
+        """Replay ``pending`` (lines and the replies they had) as turns ``start``… once the running turn
+        (an edit) has finished, or now."""
+        self.replaying = Replay(start, list(pending), step)
+        self.replay_changed.emit()
+        if not step and not self.busy:
+            self.replay_step()
+
+    def replay_step(self) -> bool:
+        """Send the next line of the replay."""
+        replay = self.replaying
+        if replay is None or not replay.pending or self.busy:
+            return False
+        line, _old = replay.pending[0]
+        replay.sent = self.say(line)
+        return replay.sent
+
+    def stop_replay(self) -> None:
+        if self.replaying is not None:
+            self.replaying = None
+            self.replay_changed.emit()
+
+    def record(self, turn: int) -> TurnRecord | None:
+        """The record of the turn at position ``turn`` (from 0) of the current branch."""
+        path = self.saved.tree.path() if self.saved.tree is not None else []
+        return self.records.get(path[turn]) if 0 <= turn < len(path) else None
 
     def stop(self) -> None:
         """Cancel the running turn (generation stops at the next token or prompt chunk)."""
@@ -376,6 +485,7 @@ class LiveConversation(ThreadService):
         self.records.clear()
         self.selected_turn = -1
         self.held = []
+        self.stop_replay()
         if self.thread.isRunning():
             self._sync_asset(restart=True)
         else:
@@ -429,6 +539,7 @@ class LiveConversation(ThreadService):
 
     def import_history(self, saved: SavedDialog, source: str) -> bool:
         self.records.clear()
+        self.stop_replay()
         return self.change_history(lambda agent: agent.import_dialog(saved, source))
 
     def export_history(self, path: str) -> None:
@@ -449,8 +560,6 @@ class LiveConversation(ThreadService):
             self.selected_turn = turn
             self.turn_selected.emit(turn)
 
-    def record(self, turn: int) -> TurnRecord | None:
-        return self.records.get(turn)
 
     # --- from the worker (UI thread) ------------------------------------------------------------
 
@@ -466,22 +575,35 @@ class LiveConversation(ThreadService):
         self.event.emit(event)
 
     def _on_finished(self, record: TurnRecord | None) -> None:
+        replay = self.replaying
+        if replay is not None and replay.sent and replay.pending:
+            replay.sent = False
+            _line, old = replay.pending.pop(0)
+            if record is not None:
+                record.replaced = old
+                replay.results[record.turn_id] = bool(record.changed)
         if record is not None:
-            self.records[record.turn] = record
+            self.records[record.turn_id] = record
         self._set_busy(False)
         self.turn_finished.emit(record)
         if record is not None:
-            self.select_turn(record.turn)
+            self.select_turn(record.turn_id)
+        if replay is not None:
+            self.replay_changed.emit()
+            if replay.pending and not replay.step:
+                self.replay_step()
 
     def _on_failed(self, failure: TurnFailure) -> None:
         self._set_busy(False)
+        self.stop_replay()  # a failed or stopped turn ends the replay; the lines not sent are not lost
         self.turn_failed.emit(failure)
 
     def _on_history(self, saved: SavedDialog) -> None:
         self.saved = saved
-        count = len(saved.history.turns)
-        for turn in [t for t in self.records if t >= count]:
-            del self.records[turn]
+        # records of turns the tree no longer has (a new conversation, an import) go
+        known = saved.tree.nodes if saved.tree is not None else {}
+        for turn_id in [t for t in self.records if t not in known]:
+            del self.records[turn_id]
         self.history_changed.emit(saved)
 
     def _on_rejected(self, message: str) -> None:

@@ -51,7 +51,7 @@ from runtime.problems import Problem
 
 log = logging.getLogger("parley.runtime")
 
-__all__ = ["Agent", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult"]
+__all__ = ["Agent", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
 
 
 @dataclass
@@ -211,7 +211,7 @@ class Agent:
     def recorded_lines(self, start: int) -> list[tuple[str, str]]:
         """The player lines (and the replies they got) of the current branch from turn ``start`` on:
         what ``replay`` sends again."""
-        return [(node.turn.player, _reply_text(self, node.turn)) for node in
+        return [(node.turn.player, turn_reply(self.asset, node.turn)) for node in
                 (self.tree.nodes[i] for i in self.tree.path()[start:])]
 
     def _branch_from(self, index: int, line: str, edited: bool, run: dict[str, Any]) -> TurnResult:
@@ -338,11 +338,13 @@ class Agent:
         return self._node_caches.setdefault(node_id, {})
 
 
-def _reply_text(agent: Agent, turn: Turn) -> str:
-    """What the player heard at ``turn``: the replies of player-facing nodes that replay, joined."""
+def turn_reply(asset: Asset, turn: Turn) -> str:
+    """What the player heard at ``turn`` (a run turn's ``reply``): the replies of player-facing nodes
+    that replay, joined; a reply whose node is gone from ``asset`` still counts."""
     out = []
+    ids = set(asset.node_ids())
     for entry in turn.entries:
-        node = agent.asset.node(entry.node) if entry.node in agent.asset.node_ids() else None
+        node = asset.node(entry.node) if entry.node in ids else None
         if isinstance(entry, Reply) and entry.replay and (node is None or node.PLAYER_FACING):
             out.append(entry.text)
     return "\n".join(t for t in out if t)

@@ -160,6 +160,13 @@ class PromptPart:
     tokens: int = 0  # its cost in the budget (tokens plus the per-message overhead on the message's first part)
 
 
+def message_parts(messages: list[ChatMessage], count: TokenCounter) -> list[PromptPart]:
+    """A short fixed prompt (a classifier's, a summarizer's) in parts: its system message, and the rest as
+    the current turn."""
+    return [PromptPart("system" if m.role == "system" else "current", m.role, m.content, i,
+                       tokens=message_tokens(count(m.content))) for i, m in enumerate(messages)]
+
+
 def budget_segments(parts: list[PromptPart]) -> dict[str, int]:
     """Tokens per budget segment: system, summary, history, current turn (template and this turn's entries included)."""
     segments = {"system": 0, "summary": 0, "history": 0, "current": 0}

@@ -25,6 +25,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
+from runtime.prompt import message_parts
 from runtime.resources import default_prompt
 
 
@@ -90,6 +91,7 @@ class ClassifyAttributes(NodeBase, ModelParams):
             "additionalProperties": False,
         }
         counted = sum(message_tokens(count(m.content)) for m in messages)
+        run.record_parts(message_parts(messages, count), budget.context_size)
         request = GenerationRequest(messages, budget.max_tokens, temperature=0.0, seed=0, json_schema=schema)
         result = run.generate(model, request)
         run.record(messages, result, budget.limit, counted)

@@ -25,6 +25,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
+from runtime.prompt import message_parts
 from runtime.resources import default_prompt
 from runtime.summaries import run_summarize
 
@@ -77,6 +78,8 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
             lambda request: run.generate(model, request), agent.asset.name,
         )
         counted = sum(message_tokens(count(m.content)) for m in fold.messages)
+        if fold.messages:
+            run.record_parts(message_parts(fold.messages, count), context)
         run.record(fold.messages, fold.result, context - self.max_summary_tokens, counted)
         diag.warnings += fold.warnings
         if fold.summary is not None:

@@ -45,7 +45,7 @@ def test_three_turns_in_the_chat_view(chat, qtbot):
         assert line in text
         assert record.diagnostics.reply.strip() in text
     assert text.count("Mira replies (reply):") == 3, "each reply names the node that wrote it"
-    assert [f"turn {i}" in text for i in range(3)] == [True] * 3
+    assert [f"Turn {i}" in text for i in (1, 2, 3)] == [True] * 3 and "Turn 0" not in text, "people count from 1"
     # GenerateAndSpeak replies go to the voice sentence by sentence (shown, and spoken where the platform can).
     assert " ".join(dock.spoken).split() == " ".join(r.diagnostics.reply for r in records).split()
     if dock.voice is None:

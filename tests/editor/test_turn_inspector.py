@@ -3,6 +3,9 @@ trims, the path on the canvas, and the diff between two turns."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 
 from runtime.prompt import SUMMARY_HEADING
@@ -60,9 +63,13 @@ def test_each_turns_prompt_path_and_budget(window, qtbot, model):
     # Compare turn 1 with turn 2: the prompt gained turn 1's exchange and the new line.
     inspector.turn_picker.setCurrentIndex(2)
     inspector.compare_picker.setCurrentIndex(inspector.compare_picker.findData(1))
-    diff = inspector.diff_view.toPlainText()
-    assert f"+{LINES[2]}" in diff and f"-{LINES[1]}" in diff
-    assert f"+{records[1].diagnostics.reply.splitlines()[0]}" in diff
+    diff = inspector.diff_html()
+    added = " ".join(html.unescape(t) for t in re.findall(r"<span class='add[^']*'>(.*?)</span>", diff, re.S))
+    removed = " ".join(html.unescape(t) for t in re.findall(r"<span class='del[^']*'[^>]*>(.*?)</span>", diff, re.S))
+    assert LINES[2] in added, "the new line, word by word"
+    assert records[1].diagnostics.reply.split()[0] in added, "turn 2's reply is history now"
+    assert "It is evening." in removed, "turn 2's line lost its template when it became history"
+    assert "@@" not in diff and "OUTPUT" in inspector.diff_view.toPlainText()
 
 
 def test_a_trim_in_a_long_conversation(window, qtbot, model):
@@ -103,7 +110,7 @@ def test_a_trim_in_a_long_conversation(window, qtbot, model):
     assert diag.trim.triggered and diag.trim.dropped_turns >= 1
     first = max(diag.trim.window_start_before, inspector.summary_through(diag) + 1)
     last = diag.trim.window_start_after - 1
-    expected = f"turn {first}" if first == last else f"turns {first}\u2013{last}"
+    expected = f"turn {first + 1}" if first == last else f"turns {first + 1}\u2013{last + 1}"  # people count from 1
     assert f"Trimmed on this turn: {expected}</b>" in stats
     assert diag.tokens.counted <= diag.tokens.budget * 3 // 4 + 1, "trimmed down to 75 % of the budget"
 

@@ -23,7 +23,18 @@ STYLE = """
   .summary { color: #c49be8; }
   .live { color: #e8e8e8; }
   .error { color: #ff8080; }
+  .edited { color: #e5c07b; font-size: small; }
+  .same { color: #8fd18f; font-size: small; }
+  .changed { color: #e5c07b; font-size: small; font-weight: bold; }
+  a.act { color: #7fb2e5; text-decoration: none; font-size: small; }
 """
+
+# Links in a turn's header: ``turn:ACTION:INDEX`` (INDEX from 0, the turn's place in the branch), and
+# ``branch:TURN_ID`` for the < > arrows between a turn's alternatives. The dock handles them.
+TURN_ACTIONS = (("regenerate", "\u21bb regenerate", "Run this turn again; later turns stay on the old branch"),
+                ("edit", "\u270e edit", "Edit the player's line (or the reply) and go on from there"),
+                ("rewind", "\u21b6 rewind here", "Go back to before this turn, exactly as it was then"),
+                ("replay", "\u25b6 replay from here", "Send the player's lines again from this turn with the graph as it is now"))
 
 
 def _e(text: str) -> str:
@@ -46,14 +57,40 @@ def tool_text(tool: str, arguments: dict) -> str:
     return f"{tool}({json.dumps(arguments, ensure_ascii=False)})"
 
 
-def transcript_html(saved: SavedDialog, asset: Asset | None) -> str:
-    """The finished turns as HTML (summaries after the turn they fold through)."""
+def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None = None) -> str:
+    """A turn's header: its number (from 1), an edited mark, ``< 2/3 >`` between its alternatives,
+    whether a replay changed its reply, and its actions."""
+    parts = [f"<span class='turn'>Turn {index + 1}</span>"]
+    tree = saved.tree
+    path = tree.path() if tree is not None else []
+    if index < len(path):
+        node = tree.nodes[path[index]]  # type: ignore[union-attr]
+        if node.edited:
+            parts.append("<span class='edited'>\u270e edited</span>")
+        alternatives = tree.alternatives(node.id)  # type: ignore[union-attr]
+        if len(alternatives) > 1:
+            at = alternatives.index(node.id)
+            back = (f"<a class='act' href='branch:{alternatives[at - 1]}' title='the previous alternative'>\u25c0</a>"
+                    if at > 0 else "<span class='turn'>\u25c1</span>")
+            forward = (f"<a class='act' href='branch:{alternatives[at + 1]}' title='the next alternative'>\u25b6</a>"
+                       if at + 1 < len(alternatives) else "<span class='turn'>\u25b7</span>")
+            parts.append(f"{back} <span class='turn'>{at + 1}/{len(alternatives)}</span> {forward}")
+        if changed and node.id in changed:
+            parts.append("<span class='changed'>reply changed</span>" if changed[node.id]
+                         else "<span class='same'>same reply</span>")
+    actions = " ".join(f"<a class='act' href='turn:{name}:{index}' title='{tip}'>{label}</a>"
+                       for name, label, tip in TURN_ACTIONS)
+    return " &nbsp;".join(parts) + f" &nbsp; {actions}"
+
+
+def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None) -> str:
+    """The finished turns of the current branch as HTML (summaries after the turn they fold through)."""
     rows: list[str] = []
     summaries = {}
     for summary in saved.history.summaries:
         summaries.setdefault(summary.covered_through, []).append(summary)
     for index, turn in enumerate(saved.history.turns):
-        rows.append(f"<p><span class='turn'>turn {index}</span><br/>"
+        rows.append(f"<p>{turn_header(saved, index, changed)}<br/>"
                     f"<span class='who'>Player:</span> <span class='player'>{_e(turn.player)}</span></p>")
         for entry in turn.entries:
             if isinstance(entry, Reply):
@@ -66,7 +103,7 @@ def transcript_html(saved: SavedDialog, asset: Asset | None) -> str:
         for summary in summaries.get(index, []):
             by = f" by {_e(node_label(asset, summary.node))}" if summary.node else ""
             rows.append(f"<p class='summary'>\u2261 Summary{by}: folded {summary.folded_turns} turn"
-                        f"{'s' if summary.folded_turns != 1 else ''} (through turn {summary.covered_through})<br/>"
+                        f"{'s' if summary.folded_turns != 1 else ''} (through turn {summary.covered_through + 1})<br/>"
                         f"<i>{_e(summary.text)}</i></p>")
     return "".join(rows)
 
@@ -79,9 +116,9 @@ class ChatView(QTextBrowser):
         self.setPlaceholderText("Say something to the character below. Each reply shows the node that wrote it.")
         self._streaming_node = ""
 
-    def show_history(self, saved: SavedDialog, asset: Asset | None) -> None:
+    def show_history(self, saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None) -> None:
         self._streaming_node = ""
-        self.setHtml(transcript_html(saved, asset))
+        self.setHtml(transcript_html(saved, asset, changed))
         self._scroll_to_end()
 
     def _append(self, html_text: str) -> None:

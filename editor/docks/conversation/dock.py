@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDockWidget,
     QFileDialog,
     QFrame,
@@ -15,13 +17,16 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QSplitter,
     QToolButton,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
-from editor.docks.conversation.history_dialogs import HistoryEditor, VariablesDialog
+from editor.docks.conversation.history_dialogs import EditTurnDialog, HistoryEditor, VariablesDialog
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
@@ -31,8 +36,9 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
+from runtime.agent import turn_reply
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
-from runtime.history import HistoryError, SavedDialog, load_history
+from runtime.history import HistoryError, Reply, SavedDialog, load_history
 from runtime.models import SAMPLE_MODEL, models_dir
 from runtime.nodes import NODE_TYPES
 
@@ -52,6 +58,19 @@ def text_to_speech():
         return QTextToSpeech()
     except Exception:  # noqa: BLE001 - a broken speech backend must not stop the editor
         return None
+
+
+def _with_reply(entries: list, old: str, new: str, asset) -> list:
+    """The turn's entries with the reply the player heard replaced by ``new`` (in the last
+    player-facing reply; one reply of the designer's own when there was none)."""
+    out = list(entries)
+    for i in range(len(out) - 1, -1, -1):
+        entry = out[i]
+        if isinstance(entry, Reply) and entry.replay and entry.text and entry.text in old:
+            out[i] = Reply(entry.node, new, entry.replay)
+            return out
+    facing = next((n.id for n in asset.nodes if n.PLAYER_FACING), "reply")
+    return out + [Reply(facing, new, True)]
 
 
 def _shows_output(type_name: str) -> bool:
@@ -83,6 +102,12 @@ class ConversationDock(QDockWidget):
         self.edit_button = self._tool_button("Seed / edit\u2026", "Write or rewrite past turns", self.edit_history)
         self.variables_button = self._tool_button("Variables\u2026", "Change the agent variables",
                                                   self.edit_variables)
+        self.branches_button = self._tool_button("Branches", "Show every branch of this conversation: "
+                                                 "regenerated replies, rewound and edited turns", self.toggle_branches)
+        self.branches_button.setCheckable(True)
+        self.reroll_button = self._tool_button("Re-roll seeds", "Every node keeps a fixed seed, so replays repeat "
+                                               "their replies; re-roll to get other replies from now on",
+                                               self.reroll_seeds)
         self.mute_button = QToolButton(self)
         self.mute_button.setCheckable(True)
         self.mute_button.setText("Mute")
@@ -93,7 +118,7 @@ class ConversationDock(QDockWidget):
         else:
             self.mute_button.setToolTip("Mute the voice of GenerateAndSpeak replies")
         for w in (self.new_button, self.export_button, self.import_button, self.edit_button,
-                  self.variables_button):
+                  self.variables_button, self.branches_button, self.reroll_button):
             tools.addWidget(w)
         tools.addStretch(1)
         tools.addWidget(self.mute_button)
@@ -112,8 +137,37 @@ class ConversationDock(QDockWidget):
         self.banner.hide()
         layout.addWidget(self.banner)
 
-        self.chat = ChatView(self)
-        layout.addWidget(self.chat, 1)
+        # A replay under way: how far it is, how many replies changed, and its controls
+        self.replay_bar = QFrame(self)
+        self.replay_bar.setObjectName("replay_bar")
+        self.replay_bar.setStyleSheet("QFrame#replay_bar { background: #1c3346; border-radius: 3px; }")
+        replay_layout = QHBoxLayout(self.replay_bar)
+        replay_layout.setContentsMargins(6, 4, 6, 4)
+        self.replay_label = QLabel(self.replay_bar)
+        self.replay_label.setWordWrap(True)
+        self.replay_step_button = QPushButton("Next turn", self.replay_bar)
+        self.replay_step_button.setToolTip("Send the next recorded line")
+        self.replay_step_button.clicked.connect(lambda _c=False: self.conversation.replay_step())
+        self.replay_stop_button = QPushButton("Close", self.replay_bar)
+        self.replay_stop_button.clicked.connect(lambda _c=False: self.conversation.stop_replay())
+        replay_layout.addWidget(self.replay_label, 1)
+        replay_layout.addWidget(self.replay_step_button)
+        replay_layout.addWidget(self.replay_stop_button)
+        self.replay_bar.hide()
+        layout.addWidget(self.replay_bar)
+        self.step_by_step = QCheckBox("Replay step by step", self)
+        self.step_by_step.setToolTip("\u25b6 replay sends one recorded line per click of Next turn")
+
+        self.split = QSplitter(Qt.Orientation.Vertical, self)
+        self.chat = ChatView(self.split)
+        self.chat.anchorClicked.connect(self._chat_link)
+        self.branches = QTreeWidget(self.split)
+        self.branches.setHeaderLabels(["Branches: every turn ever written (bold: this branch)"])
+        self.branches.setToolTip("Click a turn to continue the conversation from the branch it is on")
+        self.branches.itemClicked.connect(self._branch_clicked)
+        self.branches.hide()
+        layout.addWidget(self.split, 1)
+        layout.addWidget(self.step_by_step)
 
         self.tool_panel = QFrame(self)
         self.tool_panel.setStyleSheet("QFrame { background: #1f3a24; border-radius: 3px; }")
@@ -198,6 +252,7 @@ class ConversationDock(QDockWidget):
         c.turn_finished.connect(self._turn_finished)
         c.turn_failed.connect(self._turn_failed)
         c.history_changed.connect(self._show_history)
+        c.replay_changed.connect(self._replay_changed)
         c.history_rejected.connect(self._history_rejected)
         c.tool_needed.connect(self._tool_needed)
         c.restart_offered.connect(self._offer_restart)
@@ -255,7 +310,7 @@ class ConversationDock(QDockWidget):
             self.load_progress.hide()
             self.tool_panel.hide()
             # The finished (or failed) turn is in the agent's history now: draw it from there.
-            self.chat.show_history(self.conversation.saved, self.asset)
+            self.chat.show_history(self.conversation.saved, self.asset, self._changed())
 
     def _loading(self, model: str, percent: int, number: int, count: int) -> None:
         if percent >= 100 and number == count:
@@ -309,7 +364,7 @@ class ConversationDock(QDockWidget):
             return
         d = record.diagnostics
         path = " \u2192 ".join([*d.path, "END"])
-        self.set_status(f"Turn {d.turn}: {path} in {d.total_ms / 1000:.1f} s"
+        self.set_status(f"Turn {d.turn + 1}: {path} in {d.total_ms / 1000:.1f} s"
                         + (f" \u00b7 {len(d.warnings)} warning(s)" if d.warnings else ""))
 
     def _turn_failed(self, failure: TurnFailure) -> None:
@@ -382,7 +437,120 @@ class ConversationDock(QDockWidget):
 
     def _show_history(self, saved: SavedDialog) -> None:
         if not self.conversation.busy:
-            self.chat.show_history(saved, self.asset)
+            self.chat.show_history(saved, self.asset, self._changed())
+        self._fill_branches()
+
+    def _changed(self) -> dict[int, bool]:
+        """Turn id -> whether a replay changed its reply (every replay of this conversation)."""
+        return {turn_id: bool(r.changed) for turn_id, r in self.conversation.records.items() if r.changed is not None}
+
+    # --- branches: regenerate, edit, rewind, replay -------------------------------------------
+
+    def _chat_link(self, url) -> None:
+        target = url.toString()
+        if target.startswith("branch:"):
+            self.conversation.select_branch(int(target.split(":", 1)[1]))
+            return
+        if not target.startswith("turn:"):
+            return
+        _, action, index_text = target.split(":")
+        index = int(index_text)
+        if self.conversation.busy:
+            self.show_error("Wait for the turn to finish first.")
+            return
+        if action == "regenerate":
+            self.conversation.regenerate(index)
+        elif action == "rewind":
+            self.conversation.rewind(index)
+            self.set_status(f"Back to before turn {index + 1}; the later turns are kept as a branch (Branches).")
+        elif action == "replay":
+            self.conversation.replay(index, step=self.step_by_step.isChecked())
+        elif action == "edit":
+            self.edit_turn(index)
+
+    def edit_turn(self, index: int) -> None:
+        saved = self.conversation.saved
+        turn = saved.history.turns[index]
+        reply = turn_reply(self.asset, turn)
+        later = len(saved.history.turns) - index - 1
+        dialog = EditTurnDialog(index + 1, turn.player, reply, later, self)
+        if not dialog.exec():
+            return
+        line, new_reply, replay_rest = dialog.values()
+        pending = []
+        if replay_rest and saved.tree is not None:
+            path = saved.tree.path()
+            pending = [(saved.tree.nodes[i].turn.player, turn_reply(self.asset, saved.tree.nodes[i].turn))
+                       for i in path[index + 1:]]
+        if line and line != turn.player:
+            self.conversation.edit_line(index, line)
+        elif new_reply != reply:
+            entries = _with_reply(turn.entries, reply, new_reply, self.asset)
+            self.conversation.edit_reply(index, entries)
+        else:
+            return
+        if pending:
+            self.conversation.continue_with(index + 1, pending, step=self.step_by_step.isChecked())
+
+    def reroll_seeds(self) -> None:
+        if self.conversation.reroll_seeds():
+            self.set_status("Seeds re-rolled: regenerate a turn to get another reply (replays repeat it).")
+
+    def _replay_changed(self) -> None:
+        replay = self.conversation.replaying
+        if replay is None:
+            self.replay_bar.hide()
+            return
+        done = replay.total - len(replay.pending)
+        changed = replay.changed
+        state = "done" if not replay.pending else ("waiting for Next turn" if replay.step else "running")
+        self.replay_label.setText(
+            f"<b>Replay from turn {replay.start + 1}</b>: {done} of {replay.total} turns sent ({state}); "
+            f"<span style='color:#e5c07b'>{changed} repl{'ies' if changed != 1 else 'y'} changed</span>, "
+            f"{done - changed} the same.")
+        self.replay_step_button.setVisible(replay.step and bool(replay.pending))
+        self.replay_bar.show()
+
+    def toggle_branches(self) -> None:
+        self.branches.setVisible(self.branches_button.isChecked())
+        self._fill_branches()
+
+    def _fill_branches(self) -> None:
+        tree = self.conversation.saved.tree
+        count = len(tree) if tree is not None else 0
+        self.branches_button.setText(f"Branches ({count})" if count else "Branches")
+        if not self.branches.isVisible() or tree is None:
+            return
+        self.branches.clear()
+        on_path = set(tree.path())
+        asset = self.asset
+        items: dict[int | None, QTreeWidgetItem] = {}
+
+        def add(parent: int | None, owner) -> None:
+            for turn_id in tree.children.get(parent, []):
+                node = tree.nodes[turn_id]
+                reply = turn_reply(asset, node.turn).replace("\n", " ")
+                mark = " \u270e" if node.edited else ""
+                more = "\u2026" if len(reply) > 40 else ""
+                text = f"Turn {tree.depth(turn_id) + 1}{mark}: {node.turn.player[:40]} \u2192 {reply[:40]}{more}"
+                item = QTreeWidgetItem(owner, [text])
+                item.setData(0, Qt.ItemDataRole.UserRole, turn_id)
+                if turn_id in on_path:
+                    font = QFont(item.font(0))
+                    font.setBold(True)
+                    item.setFont(0, font)
+                items[turn_id] = item
+                add(turn_id, item)
+
+        add(None, self.branches)
+        self.branches.expandAll()
+        if tree.current in items:
+            self.branches.setCurrentItem(items[tree.current])
+
+    def _branch_clicked(self, item: QTreeWidgetItem) -> None:
+        turn_id = item.data(0, Qt.ItemDataRole.UserRole)
+        if turn_id is not None and not self.conversation.busy:
+            self.conversation.select_branch(int(turn_id))
 
     def _tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
         self.tool_label.setText(f"<b>{node_id}</b> called <tt>{tool_text(tool, dict(arguments))}</tt>, which has "

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QPushButton,
     QSpinBox,
     QTableWidget,
@@ -163,3 +164,35 @@ class VariablesDialog(QDialog):
             else:
                 out[name] = editor.text()
         return out
+
+
+class EditTurnDialog(QDialog):
+    """Edit one past turn: the player's line (a new reply is generated for it) or the reply (kept as
+    written), and whether the later turns are then replayed."""
+
+    def __init__(self, number: int, player: str, reply: str, later: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Edit turn {number}")
+        self.original = (player, reply)
+        form = QFormLayout(self)
+        self.player = QLineEdit(player, self)
+        self.reply = QPlainTextEdit(reply, self)
+        self.reply.setMinimumHeight(80)
+        self.replay = QCheckBox(f"Then replay the {later} later turn{'s' if later != 1 else ''} with the graph as it is",
+                                self)
+        self.replay.setChecked(later > 0)
+        self.replay.setEnabled(later > 0)
+        note = QLabel("A changed line gets a new reply; a changed reply is kept as you wrote it. Either way the "
+                      "original stays as an alternative of this turn.", self)
+        note.setWordWrap(True)
+        form.addRow("Player", self.player)
+        form.addRow("Reply", self.reply)
+        form.addRow(self.replay)
+        form.addRow(note)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def values(self) -> tuple[str, str, bool]:
+        return self.player.text().strip(), self.reply.toPlainText(), self.replay.isChecked()

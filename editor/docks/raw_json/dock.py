@@ -138,16 +138,17 @@ class RawJsonDock(QDockWidget):
 
     def _turn_finished(self, record: object) -> None:
         if record is not None:
-            self.show_turn(record.turn)  # type: ignore[attr-defined]
+            self.show_turn(record.turn_id)  # type: ignore[attr-defined]
 
     def _restarted(self) -> None:
         self.show_turn(-1)
 
     # --- showing a turn ---------------------------------------------------------------------
 
-    def show_turn(self, turn: int) -> None:
-        record = self.conversation.record(turn)
-        self.turn = turn if record is not None else None
+    def show_turn(self, turn_id: int) -> None:
+        """Show the diagnostics of the turn with this id in the conversation tree."""
+        record = self.conversation.records.get(turn_id)
+        self.turn = record.turn if record is not None else None
         self.set_data(record.diagnostics.model_dump(mode="json") if record is not None else None)
 
     def set_data(self, data: dict[str, Any] | None) -> None:
@@ -158,7 +159,9 @@ class RawJsonDock(QDockWidget):
             self.title.setText("No turn yet")
             self.text_view.setPlainText("")
             return
-        self.title.setText(f"Turn {data.get('turn')} diagnostics")
+        turn = data.get("turn")
+        number = turn + 1 if isinstance(turn, int) else turn
+        self.title.setText(f"Turn {number} diagnostics (the JSON counts turns from 0)")
         self.text_view.setPlainText(self.text())
         self._fill(self.tree.invisibleRootItem(), data, "")
         self.tree.expandToDepth(0)
@@ -248,7 +251,7 @@ class RawJsonDock(QDockWidget):
     def save_dialog(self) -> None:
         if self.data is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save turn diagnostics", f"turn-{self.turn}.json",
+        path, _ = QFileDialog.getSaveFileName(self, "Save turn diagnostics", f"turn-{(self.turn or 0) + 1}.json",
                                               "JSON (*.json);;All files (*)")
         if path:
             self.save_to(path)
@@ -261,5 +264,5 @@ class RawJsonDock(QDockWidget):
         except OSError as exc:
             self.title.setText(f"Could not save {path}: {exc.strerror or exc}")
             return False
-        self.title.setText(f"Turn {self.turn} saved to {path}")
+        self.title.setText(f"Turn {(self.turn or 0) + 1} saved to {path}")
         return True

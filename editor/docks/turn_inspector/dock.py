@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import re
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.runtime_worker import LiveConversation, TurnRecord
 from runtime.budget import TRIM_TARGET_PERCENT
-from runtime.diagnostics import NodeDiagnostics
+from runtime.diagnostics import NodeDiagnostics, PromptMessage
 from runtime.prompt import PART_LABELS, PromptPart, budget_segments
 
 PART_COLOURS = {
@@ -52,7 +53,8 @@ def _e(text: str) -> str:
 
 
 def turns_range(first: int, last: int) -> str:
-    return f"turn {first}" if first == last else f"turns {first}\u2013{last}"
+    """Turns as people count them (from 1); ``first`` and ``last`` count from 0."""
+    return f"turn {first + 1}" if first == last else f"turns {first + 1}\u2013{last + 1}"
 
 
 def trim_text(diag: NodeDiagnostics, summary_through: int = -1) -> str:
@@ -150,11 +152,16 @@ class TurnInspectorDock(QDockWidget):
 
     @property
     def record(self) -> TurnRecord | None:
-        turn = self.turn_picker.currentData()
-        return self.conversation.record(turn) if turn is not None else None
+        turn_id = self.turn_picker.currentData()
+        return self.conversation.records.get(turn_id) if turn_id is not None else None
+
+    def _path(self) -> list[int]:
+        tree = self.conversation.saved.tree
+        return tree.path() if tree is not None else []
 
     def refresh(self, *_changed: object) -> None:
-        """Fill the pickers from the conversation's turns, keeping the picked ones."""
+        """Fill the pickers: the turns of the current branch, and to compare with, those and every other
+        turn recorded (a turn's alternatives first), keeping the picked ones."""
         records = self.conversation.records
         keep = self.conversation.selected_turn
         compare = self.compare_picker.currentData()
@@ -162,11 +169,23 @@ class TurnInspectorDock(QDockWidget):
             picker.blockSignals(True)
             picker.clear()
         self.compare_picker.addItem("\u2014", None)
-        for turn in sorted(records):
-            player = records[turn].diagnostics.player
-            text = f"Turn {turn}: {player[:40]}" + ("\u2026" if len(player) > 40 else "")
-            self.turn_picker.addItem(text, turn)
-            self.compare_picker.addItem(text, turn)
+        path = self._path()
+        tree = self.conversation.saved.tree
+        for index, turn_id in enumerate(path):
+            if turn_id in records:
+                text = _turn_label(index, records[turn_id].diagnostics.player)
+                self.turn_picker.addItem(text, turn_id)
+        for index, turn_id in enumerate(path):
+            alternatives = tree.alternatives(turn_id) if tree is not None else [turn_id]
+            for at, other in enumerate(alternatives):
+                if other in records:
+                    suffix = f" (alternative {at + 1}/{len(alternatives)})" if len(alternatives) > 1 else ""
+                    self.compare_picker.addItem(_turn_label(index, records[other].diagnostics.player, suffix), other)
+        shown = {self.compare_picker.itemData(i) for i in range(self.compare_picker.count())}
+        for turn_id in sorted(set(records) - shown):
+            record = records[turn_id]
+            self.compare_picker.addItem(_turn_label(record.turn, record.diagnostics.player, " (another branch)"),
+                                        turn_id)
         for picker, value in ((self.turn_picker, keep), (self.compare_picker, compare)):
             index = picker.findData(value)
             picker.setCurrentIndex(index if index >= 0 else (picker.count() - 1 if picker is self.turn_picker else 0))
@@ -189,7 +208,7 @@ class TurnInspectorDock(QDockWidget):
             self._show_node_details()
             self._highlight([])
             return
-        self.conversation.select_turn(record.turn)
+        self.conversation.select_turn(record.turn_id)
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
@@ -200,11 +219,18 @@ class TurnInspectorDock(QDockWidget):
             item.setData(Qt.ItemDataRole.UserRole, diag.node)
             item.setToolTip(f"{diag.timings.total_ms:.0f} ms \u00b7 exit {diag.exit or '-'}")
             self.node_list.addItem(item)
-        row = next((i for i, n in enumerate(d.nodes) if n.node == current_node), 0)
+        row = next((i for i, n in enumerate(d.nodes) if n.node == current_node), self._replying_row(record))
         self.node_list.setCurrentRow(row)
         self.node_list.blockSignals(False)
         self._show_node_details()
         self._highlight(d.path)
+
+    @staticmethod
+    def _replying_row(record: TurnRecord) -> int:
+        """The row of the node whose reply the player got (the last player-facing node that ran)."""
+        rows = [i for i, n in enumerate(record.diagnostics.nodes)
+                if record.asset.node_ids().count(n.node) and record.asset.node(n.node).PLAYER_FACING]
+        return rows[-1] if rows else 0
 
     def _highlight(self, path: list[str]) -> None:
         if self.highlight_path is not None:
@@ -282,8 +308,9 @@ class TurnInspectorDock(QDockWidget):
         record = self.record
         if record is None or not any(p.kind == "summary" for p in record.parts.get(diag.node, [])):
             return -1
-        covered = [n.summary.covered_through for turn, earlier in self.conversation.records.items()
-                   if turn < record.turn for n in earlier.diagnostics.nodes if n.summary is not None]
+        records = self.conversation.records
+        earlier = [records[t] for t in self._path()[:record.turn] if t in records]
+        covered = [n.summary.covered_through for r in earlier for n in r.diagnostics.nodes if n.summary is not None]
         return max(covered, default=-1)
 
     def prompt_html(self, diag: NodeDiagnostics, parts: list[PromptPart] | None) -> str:
@@ -294,7 +321,7 @@ class TurnInspectorDock(QDockWidget):
             colour = PART_COLOURS.get(part.kind, "#cccccc")
             label = PART_LABELS.get(part.kind, "Input")
             if part.turn is not None:
-                label += f" \u00b7 turn {part.turn}"
+                label += f" \u00b7 turn {part.turn + 1}"
             tokens = f" \u00b7 {part.tokens} tokens" if part.tokens else ""
             blocks.append(
                 f"<table width='100%' cellspacing='0' cellpadding='4' style='border-left: 4px solid {colour};"
@@ -313,31 +340,76 @@ class TurnInspectorDock(QDockWidget):
         self.diff_view.setHtml(self.diff_html())
 
     def diff_html(self) -> str:
-        other_turn = self.compare_picker.currentData()
+        """The selected node's prompt and output on another turn (or another alternative of this one)
+        against this turn, word by word: what was added in green, what went in red, the rest as it was."""
+        other_id = self.compare_picker.currentData()
         node_id = self.current_node_id()
         record = self.record
-        if other_turn is None or record is None:
-            return "<i>Pick a turn under \u201cCompare with\u201d to see what changed in this node's prompt.</i>"
-        other = self.conversation.record(other_turn)
+        if other_id is None or record is None:
+            return ("<i>Pick a turn under \u201cCompare with\u201d (another turn, or another alternative of this "
+                    "one) to see what changed in this node's prompt and output.</i>")
+        other = self.conversation.records.get(other_id)
         a, b = self.node_diagnostics(other, node_id), self.node_diagnostics(record, node_id)
-        if a is None or b is None:
+        if other is None or a is None or b is None:
             return f"<i>Node {html.escape(node_id)} did not run on both turns.</i>"
-
-        def lines(diag: NodeDiagnostics) -> list[str]:
-            out = []
-            for m in diag.input.prompt:
-                out.append(f"[{m.role}]")
-                out += m.content.splitlines() or [""]
-            return out
-
-        heading = (f"<p class='ctx'>Prompt of <b>{html.escape(node_id)}</b>: turn {other_turn} \u2192 turn "
-                   f"{record.turn}</p>")
-        rows = [heading]
-        for line in difflib.unified_diff(lines(a), lines(b), lineterm="", n=2):
-            if line.startswith(("---", "+++")):
-                continue
-            css = "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
-            rows.append(f"<div class='{css}'>{html.escape(line) or '&nbsp;'}</div>")
-        if len(rows) == 1:
-            rows.append("<p class='ctx'>The prompts are the same.</p>")
+        rows = [(f"<p class='ctx'><b>{html.escape(node_id)}</b>: {html.escape(self.compare_picker.currentText())} "
+                 f"\u2192 {html.escape(self.turn_picker.currentText())}. "
+                 "<span class='add'>added</span> <span class='del'>removed</span></p>")]
+        rows.append("<p class='head'>OUTPUT</p>")
+        rows.append(_changed_text(a.output, b.output))
+        rows.append("<p class='head'>PROMPT</p>")
+        rows += prompt_diff(a.input.prompt, b.input.prompt)
         return "".join(rows)
+
+
+def _turn_label(index: int, player: str, suffix: str = "") -> str:
+    return f"Turn {index + 1}{suffix}: {player[:40]}" + ("\u2026" if len(player) > 40 else "")
+
+
+def word_diff(old: str, new: str) -> str:
+    """``new`` as HTML with the words added since ``old`` marked, and the words removed shown struck."""
+    split = re.compile(r"\s+|[^\s\w]|\w+")
+    a, b = split.findall(old), split.findall(new)
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(_e("".join(b[j1:j2])))
+            continue
+        if i2 > i1:
+            out.append(f"<span class='del' style='text-decoration: line-through'>{_e(''.join(a[i1:i2]))}</span>")
+        if j2 > j1:
+            out.append(f"<span class='add'>{_e(''.join(b[j1:j2]))}</span>")
+    return "".join(out)
+
+
+def _changed_text(old: str, new: str) -> str:
+    if old == new:
+        return f"<p class='ctx'>The same: <span class='msg'>{_e(new) or '<i>(empty)</i>'}</span></p>"
+    return f"<p class='msg'>{word_diff(old, new)}</p>"
+
+
+def prompt_diff(old: list[PromptMessage], new: list[PromptMessage]) -> list[str]:
+    """Message by message: runs of unchanged messages folded to a line, changed ones word by word."""
+    key = [f"{m.role}\0{m.content}" for m in old], [f"{m.role}\0{m.content}" for m in new]
+    rows: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *key, autojunk=False).get_opcodes():
+        if op == "equal":
+            rows.append(f"<p class='ctx'>\u2026 {i2 - i1} message{'s' if i2 - i1 != 1 else ''} the same \u2026</p>")
+            continue
+        pairs = max(i2 - i1, j2 - j1)
+        for k in range(pairs):
+            before = old[i1 + k] if i1 + k < i2 else None
+            after = new[j1 + k] if j1 + k < j2 else None
+            role = (after or before).role.upper()  # type: ignore[union-attr]
+            if before is None:
+                rows.append(f"<p><span class='head'>{role} \u00b7 added</span><br/>"
+                            f"<span class='add msg'>{_e(after.content)}</span></p>")  # type: ignore[union-attr]
+            elif after is None:
+                rows.append(f"<p><span class='head'>{role} \u00b7 removed</span><br/>"
+                            f"<span class='del msg'>{_e(before.content)}</span></p>")
+            else:
+                rows.append(f"<p><span class='head'>{role} \u00b7 changed</span><br/>"
+                            f"<span class='msg'>{word_diff(before.content, after.content)}</span></p>")
+    if all("the same" in r for r in rows):
+        rows.append("<p class='ctx'>The prompts are the same.</p>")
+    return rows
