@@ -155,3 +155,34 @@ def test_turn_numbers_start_at_one_and_the_inspector_opens_on_the_reply(window, 
     assert inspector.budget_bar.shares is not None and sum(inspector.budget_bar.shares.segments.values()) > 0
     text = re.sub(r"<[^>]+>", "", html.unescape(window.conversation_dock.chat.toHtml()))
     assert "Turn 1" in text and "Turn 0" not in text
+
+
+def test_editing_a_reply_keeps_it_as_written_and_replays_the_later_turns(talked, qtbot, monkeypatch):
+    window, dock = talked, talked.conversation_dock
+    conversation = window.conversation
+    old_players = [t.player for t in conversation.saved.history.turns]
+
+    class Dialog:  # the designer rewrites turn 1's reply and asks for the later turns to be replayed
+        def __init__(self, number, player, reply, later, parent=None):
+            assert number == 1 and later == 2 and reply
+            self.player = player
+
+        def exec(self):
+            return True
+
+        def values(self):
+            return self.player, "Welcome! We have one room left, by the fire.", True
+
+    monkeypatch.setattr("editor.docks.conversation.dock.EditTurnDialog", Dialog)
+    dock.edit_turn(0)
+    qtbot.waitUntil(lambda: conversation.replaying is not None and not conversation.replaying.pending
+                    and not conversation.busy, timeout=TURN_TIMEOUT_MS)
+    saved = conversation.saved
+    assert [t.player for t in saved.history.turns] == old_players, "turns 2 and 3 were replayed after the edit"
+    first = saved.tree.nodes[saved.tree.path()[0]]
+    assert first.edited and any(getattr(e, "text", "") == "Welcome! We have one room left, by the fire."
+                                for e in first.turn.entries)
+    assert conversation.replaying.total == 2
+    assert "\u270e edited" in chat_text(dock)
+    prompt = conversation.record(1).diagnostics.nodes[0].input.prompt
+    assert any("one room left, by the fire" in m.content for m in prompt), "the next turn saw the edited reply"
