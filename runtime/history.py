@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -37,6 +38,25 @@ HISTORY_VERSION = 2
 
 class HistoryError(InputError):
     """A dialog history file that cannot be read; every problem names the file and field."""
+
+
+# A lone surrogate (a JSON "\\ud800" escape, or a byte that was not UTF-8 read with
+# surrogateescape) is not text: no UTF-8 file can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, as a UTF-8 decoder treats bytes that are not text."""
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def shown_name(name: object) -> str:
+    """A node id, key or field as an error location shows it: plain names as they are, anything
+    else (a newline, a NUL, a dot, an empty name) quoted and escaped like a Python string."""
+    text = str(name)
+    return text if _PLAIN_NAME.fullmatch(text) else repr(text)
 
 
 # --- the history, as the runtime uses it ------------------------------------------------------
@@ -123,6 +143,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# Keys name nodes and variables; pydantic's patterns match the whole key ("x\n" is refused).
+NodeKey = Annotated[str, Field(pattern=ID_PATTERN)]
+VariableName = Annotated[str, Field(pattern=SLOT_PATTERN)]
+WindowStart = Annotated[int, Field(ge=0)]
+
+
 class ReplyInFile(_Strict):
     kind: Literal["reply"] = "reply"
     node: str = Field(pattern=ID_PATTERN, description="Id of the node that wrote the reply.")
@@ -170,9 +196,9 @@ class SummaryInFile(_Strict):
 class StateInFile(_Strict):
     summaries: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list, description="Indexes into branches.summaries, oldest first.")
-    windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
-    variables: dict[str, VariableValue] = Field(default_factory=dict)
-    system_prompts: dict[str, str] = Field(default_factory=dict)
+    windows: dict[NodeKey, WindowStart] = Field(default_factory=dict)
+    variables: dict[VariableName, VariableValue] = Field(default_factory=dict)
+    system_prompts: dict[NodeKey, str] = Field(default_factory=dict)
 
 
 class BranchTurnInFile(TurnInFile):
@@ -210,12 +236,12 @@ class BranchesInFile(_Strict):
 
 class DialogFile(_Strict):
     format: Literal["parley-dialog"] = HISTORY_FORMAT
-    version: int = HISTORY_VERSION
+    version: int = Field(HISTORY_VERSION, ge=1)
     turns: list[TurnInFile] = Field(default_factory=list)
     summaries: list[SummaryInFile] = Field(default_factory=list)
-    windows: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
-    variables: dict[str, VariableValue] = Field(default_factory=dict)
-    system_prompts: dict[str, str] = Field(default_factory=dict)
+    windows: dict[NodeKey, WindowStart] = Field(default_factory=dict)
+    variables: dict[VariableName, VariableValue] = Field(default_factory=dict)
+    system_prompts: dict[NodeKey, str] = Field(default_factory=dict)
     branches: BranchesInFile | None = None
     seed_salt: int = Field(0, ge=0, description="Added to every fixed seed: re-rolled seeds give other replies.")
 
@@ -234,7 +260,7 @@ class DialogFile(_Strict):
             previous = summary.covered_through
         for node, start in self.windows.items():
             if start > count:
-                raise ValueError(f"windows.{node} is {start} but the history has only {count} turns")
+                raise ValueError(f"windows.{shown_name(node)} is {start} but the history has only {count} turns")
         return self
 
 
@@ -290,7 +316,9 @@ def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
 
 
 def dumps_history(saved: SavedDialog) -> str:
-    return json.dumps(history_to_dict(saved), indent=2, ensure_ascii=False) + "\n"
+    """The file's text. Lone surrogates (which an asset's ``\\ud800`` escape can put into a reply)
+    are written as U+FFFD: the file stays UTF-8 that any JSON reader takes, and saving never fails."""
+    return without_surrogates(json.dumps(history_to_dict(saved), indent=2, ensure_ascii=False)) + "\n"
 
 
 def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
@@ -309,6 +337,9 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
         raise HistoryError([_problem_from(err, source) for err in exc.errors(include_url=False)]) from None
     except RecursionError:
         raise HistoryError([Problem("error", "nested too deeply", source)]) from None
+    surrogates = _surrogate_problems(raw, source)
+    if surrogates:
+        raise HistoryError(surrogates)
     turns = [_turn(t) for t in record.turns]
     summaries = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in record.summaries]
     saved = SavedDialog(
@@ -347,6 +378,26 @@ def _tree(branches: BranchesInFile) -> ConversationTree:
     return tree
 
 
+def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = "<history>") -> list[Problem]:
+    """Windows a history keeps for nodes the asset does not have (in its state, or in any turn's state
+    of its branches): each names the field. ``Agent.import_dialog`` refuses such a history."""
+    states = [("", saved.windows)]
+    if saved.tree is not None:
+        states.append(("branches.start.", saved.tree.start.windows))
+        states.extend((f"branches.turns[id {n.id}].state.", n.after.windows)
+                      for n in sorted(saved.tree.nodes.values(), key=lambda n: n.id))
+    problems: list[Problem] = []
+    for prefix, windows in states:
+        for node_id in windows:
+            if node_id not in node_ids:
+                problems.append(Problem("error", f"a window for {shown_name(node_id)}, which is not a node of the "
+                                        "asset; remove it, or load the history into the asset it was saved from",
+                                        source, field=f"{prefix}windows.{shown_name(node_id)}"))
+                if len(problems) >= _MAX_REPORTED:
+                    return problems
+    return problems
+
+
 def parse_history(text: str, source: str = "<history>") -> SavedDialog:
     return history_from_dict(parse_input_json(text, source, HistoryError), source)
 
@@ -361,6 +412,40 @@ def save_history(saved: SavedDialog, path: str | os.PathLike[str]) -> None:
     atomic_write_text(path, dumps_history(saved))
 
 
+_MAX_REPORTED = 20
+
+
+def _surrogate_problems(raw: Any, source: str) -> list[Problem]:
+    """Every text (value or key) holding a lone surrogate, by field, in file order (the first few)."""
+    problems: list[Problem] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(raw, ())]
+    while stack and len(problems) < _MAX_REPORTED:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                problems.append(_surrogate_problem(found, "text", path, source))
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                stack.append((item, (*path, key)))
+            for key in value:
+                found = _SURROGATE.search(key) if isinstance(key, str) else None
+                if found:
+                    problems.append(_surrogate_problem(found, "key", (*path, key), source))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, index)) for index, item in reversed(list(enumerate(value))))
+    return problems
+
+
+def _surrogate_problem(found: re.Match[str], what: str, path: tuple[Any, ...], source: str) -> Problem:
+    return Problem(
+        "error",
+        f"the {what} holds a lone surrogate ({found.group()!r} at character {found.start()}), which is not text "
+        "and no UTF-8 file can hold; remove that \\u escape or write the character it was meant to be",
+        source, field=".".join(shown_name(part) for part in path),
+    )
+
+
 def _json_type(value: Any) -> str:
     return {list: "an array", str: "a string", bool: "true/false", type(None): "null"}.get(type(value), "a number")
 
@@ -369,13 +454,21 @@ def _problem_from(err: dict[str, Any], source: str) -> Problem:
     # Drop pydantic's union tags ("reply", "tool") from the path: users never wrote them.
     raw_loc = list(err["loc"])
     loc = [
-        str(part) for i, part in enumerate(raw_loc)
+        part for i, part in enumerate(raw_loc)
         if not (part in ("reply", "tool") and i >= 2 and raw_loc[i - 2] == "entries")
     ]
-    where = ".".join(loc)
+    bad_key = bool(loc) and loc[-1] == "[key]"  # pydantic's mark for a dict key that was refused
+    if bad_key:
+        loc = loc[:-1]
+    where = ".".join(shown_name(part) for part in loc)
     kind = err["type"]
     msg = err["msg"]
-    if kind == "extra_forbidden":
+    if bad_key:
+        group = loc[-2] if len(loc) >= 2 else ""
+        what = ("a variable name is a letter or _, then letters, digits or _" if group == "variables"
+                else "a node id is a letter or _, then letters, digits, _ or -")
+        msg = f"{shown_name(loc[-1]) if loc else 'this key'} is not a valid name: {what}"
+    elif kind == "extra_forbidden":
         msg = "unknown key"
     elif kind == "missing":
         msg = "required field is missing"
