@@ -15,6 +15,8 @@ saying per turn whether the reply changed. The turns it replaces stay in the sav
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,7 +25,13 @@ from runtime.agent import Agent, TurnError
 from runtime.asset_file import load_asset
 from runtime.backends.base import Backend, BackendError
 from runtime.events import Event, Token
-from runtime.history import load_history, save_history
+from runtime.history import (
+    HistoryError,
+    load_history,
+    save_history,
+    unknown_node_problems,
+    without_surrogates,
+)
 from runtime.problems import InputError
 
 
@@ -63,17 +71,29 @@ def make_backend(args: argparse.Namespace) -> Backend:
 
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     stdin = stdin or sys.stdin
-    out = stdout or sys.stdout
+    out = _TextOnly(stdout or sys.stdout)
     err = sys.stderr
+    # Flags are checked before any file is read or written: a typo never costs a history.
+    bad_flags = _flag_problems(args)
+    if bad_flags:
+        for message in bad_flags:
+            print(message, file=err)
+        return 2
+    instructions = without_surrogates(args.instructions)
     try:
         asset = load_asset(args.asset)
         if args.model:
             asset = asset.model_copy(update={"default_model": args.model})
         saved = load_history(args.history_in) if args.history_in else None
+        if saved is not None:
+            unknown = unknown_node_problems(saved, set(asset.node_ids()), args.history_in)
+            if unknown:
+                raise HistoryError(unknown)
         lines = _script_lines(args.script) if args.script else None
         backend = make_backend(args)
     except (InputError, BackendError) as exc:
         print(exc, file=err)
+        _history_not_saved(args, err)
         return 1
     from_turn = getattr(args, "from_turn", None)
     if from_turn is not None and (saved is None or not 1 <= from_turn <= len(saved.history.turns) + 1):
@@ -86,9 +106,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
     agent = Agent(asset, backend, asset_dir=str(Path(args.asset).parent))
     code = 0
     recorded: list[tuple[str, str]] = []
+    # --history-out replaces its file with the agent's dialog: only once the agent holds the
+    # history it was asked to start from (else a refused --history-in would be overwritten with nothing).
+    loaded = saved is None
     try:
         if saved is not None:
             agent.import_dialog(saved, args.history_in)
+            loaded = True
         if from_turn is not None:
             recorded = agent.recorded_lines(from_turn - 1)
             agent.rewind(from_turn - 1)
@@ -97,11 +121,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             else:
                 recorded = []
         interactive = lines is None
+        if interactive:
+            _read_bad_bytes_as_replacement(stdin)
         for number, line in enumerate(lines if lines is not None else _prompted_lines(stdin, out)):
             streamed: list[str] = []
             try:
                 result = agent.run_turn(
-                    line, args.instructions, on_event=_streamer(interactive, out, streamed),
+                    line, instructions, on_event=_streamer(interactive, out, streamed),
                     tool_result=_tool_answerer(interactive, stdin, out),
                 )
             except (TurnError, BackendError, InputError) as exc:
@@ -119,16 +145,108 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
                 out.write(f"> {line}\n{result.reply}\n")
             out.flush()
             if args.diagnostics and result.diagnostics is not None:
-                with open(args.diagnostics, "a", encoding="utf-8") as fh:
-                    fh.write(result.diagnostics.to_json_line())
+                try:
+                    with open(args.diagnostics, "a", encoding="utf-8") as fh:
+                        fh.write(without_surrogates(result.diagnostics.to_json_line()))
+                except OSError as exc:
+                    print(f"{args.diagnostics}: error: cannot write the diagnostics: {exc.strerror or exc}", file=err)
+                    code = 1
+                    break
     except InputError as exc:
         print(exc, file=err)
         code = 1
     finally:
-        if args.history_out:
-            save_history(agent.export_dialog(), args.history_out)
+        if args.history_out and loaded:
+            try:
+                save_history(agent.export_dialog(), args.history_out)
+            except OSError as exc:
+                print(f"{args.history_out}: error: cannot save the history: {exc.strerror or exc}", file=err)
+                code = 1
+        elif args.history_out:
+            _history_not_saved(args, err)
         backend.close()
     return code
+
+
+def _flag_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the flags themselves, one message each; checked before touching any file."""
+    problems: list[str] = []
+    from_turn = getattr(args, "from_turn", None)
+    if from_turn is not None:
+        if not args.history_in:
+            problems.append(f"--from-turn {from_turn}: give --history-in, the history to go back in")
+        elif from_turn < 1:
+            problems.append(f"--from-turn {from_turn}: turns count from 1")
+    for flag, path, replaced in (("--history-out", args.history_out, True), ("--diagnostics", args.diagnostics, False)):
+        if path is not None:
+            problem = _output_problem(path, replaced)
+            if problem:
+                problems.append(f"{flag} {path}: {problem}")
+    if args.history_out is not None and args.diagnostics is not None and _same_file(args.history_out, args.diagnostics):
+        problems.append("--history-out and --diagnostics name the same file; give each its own")
+    return problems
+
+
+def _output_problem(path: str, replaced: bool) -> str:
+    """Why ``path`` cannot be written (``replaced``: a whole new file goes there; else lines are
+    appended), or ''."""
+    if not path.strip():
+        return "no file name given"
+    try:
+        target = Path(path)
+        folder = target.parent
+        if target.is_dir():
+            return "is a folder; give a file name in it"
+        if not folder.exists():
+            return f"the folder {folder} does not exist; create it first or give another path"
+        if not folder.is_dir():
+            return f"{folder} is not a folder"
+        if target.exists() and replaced and not target.is_file():
+            return "is not a regular file; give the path of a file to write"
+        writable = os.access(target, os.W_OK) if target.exists() and not replaced else os.access(folder, os.W_OK)
+        if not writable:
+            return f"cannot write {'to it' if target.exists() and not replaced else f'in the folder {folder}'} (permission denied)"
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte in it
+        return f"not a usable path ({getattr(exc, 'strerror', None) or exc})"
+    return ""
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _history_not_saved(args: argparse.Namespace, err: TextIO) -> None:
+    if args.history_out and args.history_in:
+        print(f"{args.history_out}: not written: the history from --history-in was not loaded, and saving "
+              "would replace the file with an empty history", file=err)
+
+
+class _TextOnly(io.TextIOBase):
+    """Writes to ``stream``, lone surrogates (bytes typed that were not UTF-8) as U+FFFD, so a
+    terminal that takes only UTF-8 never fails the chat."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(without_surrogates(text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _read_bad_bytes_as_replacement(stdin: TextIO) -> None:
+    """A byte that is not UTF-8, typed into the terminal, reads as U+FFFD instead of stopping the chat."""
+    reconfigure = getattr(stdin, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(errors="replace")
+        except (ValueError, OSError, io.UnsupportedOperation):
+            pass
 
 
 def _script_lines(path: str) -> list[str]:
@@ -145,10 +263,14 @@ def _prompted_lines(stdin: TextIO, out: TextIO):
     while True:
         out.write("you> ")
         out.flush()
-        line = stdin.readline()
+        try:
+            line = stdin.readline()
+        except UnicodeDecodeError:  # a stream that could not be told to replace bad bytes
+            out.write("(that line was not UTF-8 text; type it again)\n")
+            continue
         if not line or not line.strip():
             return
-        yield line.strip()
+        yield without_surrogates(line.strip())
 
 
 def _streamer(interactive: bool, out: TextIO, streamed: list[str]):
@@ -170,6 +292,9 @@ def _tool_answerer(interactive: bool, stdin: TextIO, out: TextIO):
     def answer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
         out.write(f"\n[{node_id} calls {tool}({arguments})] result> ")
         out.flush()
-        return stdin.readline().strip()
+        try:
+            return without_surrogates(stdin.readline().strip())
+        except UnicodeDecodeError:
+            return "\ufffd"
 
     return answer
