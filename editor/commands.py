@@ -8,6 +8,7 @@ macro of smaller commands, as in orange-canvas-core's ``document/commands.py``.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from PySide6.QtGui import QUndoCommand
@@ -237,6 +238,13 @@ def disconnect(document: Document, exits: list[tuple[str, str]], start: bool = F
 
 
 def add_nodes(document: Document, nodes: list[NodeBase], text: str) -> MacroCommand:
+    """One undo step that adds ``nodes`` (a paste, a duplicate). Raises ``ValueError`` and builds
+    nothing when two of them share an id or one is taken: pushed, that command would stop half
+    way and leave undo and redo broken (``runtime.clipboard.prepare_paste`` gives free ids)."""
+    ids = [node.id for node in nodes]
+    clashes = sorted({i for i in ids if document.has_node(i)} | {i for i, n in Counter(ids).items() if n > 1})
+    if clashes:
+        raise ValueError(f"cannot add nodes whose ids are taken or repeated: {', '.join(map(repr, clashes))}")
     parent = MacroCommand(text)
     for node in nodes:
         AddNodeCommand(document, node, None, parent)

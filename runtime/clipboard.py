@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from runtime.asset import END, NODE_TYPES, NodeBase, is_valid_id
 from runtime.asset_file import node_to_dict, problems_from_validation
+from runtime.history import shown_name
 from runtime.problems import AssetError, Problem
 
 SOURCE = "clipboard"
@@ -45,11 +46,15 @@ def nodes_from_text(text: str) -> list[NodeBase]:
         if not isinstance(item, dict):
             problems.append(Problem("error", "a node is a JSON object", SOURCE, node_id=f"nodes[{index}]"))
             continue
-        cls = NODE_TYPES.get(item.get("type"))  # type: ignore[arg-type]
-        label = str(item.get("id") or f"nodes[{index}]")
+        node_id = item.get("id")
+        label = shown_name(node_id) if isinstance(node_id, str) and node_id else f"nodes[{index}]"
+        kind = item.get("type")
+        cls = NODE_TYPES.get(kind) if isinstance(kind, str) else None
         if cls is None:
-            problems.append(Problem("error", f"unknown node type {item.get('type')!r}; expected one of "
-                                    f"{', '.join(NODE_TYPES)}", SOURCE, node_id=label, field="type"))
+            what = f"unknown node type {kind!r}" if isinstance(kind, str) else (
+                "a node needs a 'type'" if kind is None else f"a node's type is a name, not {json.dumps(kind)[:60]}")
+            problems.append(Problem("error", f"{what}; expected one of {', '.join(NODE_TYPES)}", SOURCE,
+                                    node_id=label, field="type"))
             continue
         try:
             nodes.append(cls.model_validate(item))
@@ -66,27 +71,30 @@ def prepare_paste(
     taken_ids: set[str],
     offset: tuple[float, float] = (40.0, 40.0),
 ) -> list[NodeBase]:
-    """Copies of ``nodes`` with ids unused in ``taken_ids``, exits between them
-    repointed, exits to nodes that do not exist ended, and positions moved by ``offset``."""
-    renames: dict[str, str] = {}
+    """Copies of ``nodes`` with ids unused in ``taken_ids`` and unique among themselves, exits between
+    them repointed, exits to nodes that do not exist ended, and positions moved by ``offset``.
+    When pasted nodes share an id, exits to that id go to the first of them."""
+    new_ids: list[str] = []
+    first: dict[str, str] = {}  # pasted id -> the new id of the first node that had it
     used = set(taken_ids)
     for node in nodes:
         new_id = _free_id(node.id, used)
         used.add(new_id)
-        renames[node.id] = new_id
+        new_ids.append(new_id)
+        first.setdefault(node.id, new_id)
 
     def target(old: str) -> str:
         if old == END:
             return END
-        if old in renames:
-            return renames[old]
+        if old in first:
+            return first[old]
         return old if old in taken_ids else END
 
     out: list[NodeBase] = []
-    for node in nodes:
+    for node, new_id in zip(nodes, new_ids):
         repointed = node.with_exits({port: target(old) for port, old in node.exits().items()})
         x, y = node.position
-        out.append(repointed.model_copy(update={"id": renames[node.id], "position": (x + offset[0], y + offset[1])}))
+        out.append(repointed.model_copy(update={"id": new_id, "position": (x + offset[0], y + offset[1])}))
     return out
 
 
