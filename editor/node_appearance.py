@@ -27,10 +27,19 @@ def summary_lines(node: NodeBase, asset: Asset) -> list[str]:
     return view_of(node.type_name).summary(node, asset)
 
 
+# A file opens framed to fit (editor.canvas: frame_selection), about 0.5x on a 1366x768 screen and
+# 1x on 1920x1080; the summary is set larger than the title so it stays readable there.
+SUMMARY_POINT_SIZE = 11.0
 _SUMMARY_FONT = QFont()
-_SUMMARY_FONT.setPointSizeF(7.5)
-_SUMMARY_LINE = 13.0
+_SUMMARY_FONT.setPointSizeF(SUMMARY_POINT_SIZE)
 _SUMMARY_PAD = 6.0
+_SUMMARY_MAX_WIDTH = 20.0  # in ems: a line longer than this (a very wide word) is cut with an ellipsis
+
+
+def _summary_metrics() -> tuple[QFontMetricsF, float, float]:
+    """The summary font's metrics, its line height and the widest a line may be."""
+    metrics = QFontMetricsF(_SUMMARY_FONT)
+    return metrics, metrics.lineSpacing() + 1.0, _SUMMARY_MAX_WIDTH * metrics.height()
 
 
 class AssetNodeItem(NodeItem):
@@ -55,9 +64,9 @@ class AssetNodeItem(NodeItem):
     def _summary_size(self) -> tuple[float, float]:
         if not self.summary:
             return 0.0, 0.0
-        metrics = QFontMetricsF(_SUMMARY_FONT)
-        width = max(metrics.horizontalAdvance(line) for line in self.summary) + 2 * _SUMMARY_PAD + 8
-        return width, len(self.summary) * _SUMMARY_LINE + _SUMMARY_PAD
+        metrics, line_height, widest = _summary_metrics()
+        text_width = min(widest, max(metrics.horizontalAdvance(line) for line in self.summary))
+        return text_width + 2 * _SUMMARY_PAD + 8, len(self.summary) * line_height + _SUMMARY_PAD
 
     def _calc_size_horizontal(self):
         width, height = super()._calc_size_horizontal()
@@ -81,13 +90,16 @@ class AssetNodeItem(NodeItem):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(QColor(0, 0, 0, 60))
             painter.drawRoundedRect(area, 3, 3)
+            metrics, line_height, _widest = _summary_metrics()
             painter.setFont(_SUMMARY_FONT)
-            painter.setPen(QColor(225, 225, 225, 220))
+            painter.setPen(QColor(235, 235, 235))
             y = area.top() + _SUMMARY_PAD / 2
+            width = area.width() - 2 * _SUMMARY_PAD
             for line in self.summary:
-                painter.drawText(QRectF(area.left() + _SUMMARY_PAD, y, area.width() - 2 * _SUMMARY_PAD, _SUMMARY_LINE),
-                                 Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, line)
-                y += _SUMMARY_LINE
+                painter.drawText(QRectF(area.left() + _SUMMARY_PAD, y, width, line_height),
+                                 Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                                 metrics.elidedText(line, Qt.TextElideMode.ElideRight, width))
+                y += line_height
         if self.is_start:
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(QPen(QColor(*START_BORDER), 2.0))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,6 +32,7 @@ from runtime.asset import (
     ToolCall,
 )
 from runtime.nodes import NODE_TYPES, node_type
+from runtime.templates import TemplateError, check_template
 
 log = logging.getLogger("parley.editor")
 
@@ -78,77 +81,185 @@ class NodeView:
 
 
 # --- summary lines of the built-in types ----------------------------------------------------------
+# What a designer needs at a glance: what the node says or decides, in their words, in at most
+# SUMMARY_LINES lines of at most SUMMARY_WIDTH characters (the canvas paints them large enough to
+# read at the zoom a file opens at). Settings at their usual value are left out.
+
+SUMMARY_WIDTH = 32
+SUMMARY_LINES = 3
+ELLIPSIS = "\u2026"
 
 
-def _short(text: str, limit: int = 30) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+def _short(text: str, limit: int = SUMMARY_WIDTH) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def _wrap(text: str, lines: int) -> list[str]:
+    """``text`` on at most ``lines`` lines, broken between words, cut with an ellipsis."""
+    if lines <= 0:
+        return []
+    wrapped = textwrap.wrap(" ".join(text.split()), SUMMARY_WIDTH, max_lines=lines, placeholder=ELLIPSIS)
+    if wrapped and wrapped[-1].endswith(ELLIPSIS):  # "nosy.\u2026" reads as "nosy\u2026"
+        wrapped[-1] = re.sub(r"[\s.,;:!?]+" + ELLIPSIS + "$", ELLIPSIS, wrapped[-1])
+    return wrapped
+
+
+def _fill(head: list[str], text: str, tail: list[str]) -> list[str]:
+    """``head``, then ``text`` wrapped into the lines ``head`` and ``tail`` leave, then ``tail``."""
+    return head + _wrap(text, SUMMARY_LINES - len(head) - len(tail)) + tail
 
 
 def model_label(node: NodeBase, asset: Asset) -> str:
+    """The node's model when it is not the agent's default ('' when it is)."""
     own = node.model_name if isinstance(node, ModelParams) else ""
-    if own:
-        return _short(os.path.basename(own))
-    if asset.default_model:
-        return f"{_short(os.path.basename(asset.default_model), 22)} (agent)"
-    return "no model"
+    if own and own != asset.default_model:
+        return _short(f"model: {os.path.basename(own)}")
+    return "" if own or asset.default_model else "no model set"
 
 
-def context_label(node: NodeBase) -> str:
-    size = node.context_size if isinstance(node, ModelParams) else 0
-    return f"ctx {size}" if size else "ctx model"
+# "You are Brann, the gate guard. Give directions." -> Brann, "Give directions."
+_PLAYS = re.compile(r"You are ((?:[A-Z][\w'-]*)(?: [A-Z][\w'-]*){0,2})(?:,[^.!?]*)?[.!?]\s+(?=\S)")
+
+
+def _gist(prompt: str) -> str:
+    """What a prompt tells the model, quoted. A first sentence that names the character ("You are
+    Brann, ...") becomes "as Brann:": every reply node of one character starts with it, and what
+    tells them apart comes after it."""
+    text = " ".join(prompt.split())
+    plays = _PLAYS.match(text)
+    if plays:
+        return f"as {plays.group(1)}: \u201c{text[plays.end():]}\u201d"
+    return f"\u201c{text}\u201d"
+
+
+def _template_names(template: str) -> list[str]:
+    """The values a template reads ({{vars.time}} -> time, {{#knowledge}} -> knowledge), in order."""
+    try:
+        tokens = check_template(template)
+    except TemplateError:
+        return []
+    names: list[str] = []
+    depth = 0
+    for tag, key in tokens:
+        if tag == "end":
+            depth -= 1
+        elif depth == 0 and tag in ("variable", "no escape", "section", "inverted section"):
+            name = key.split(".", 1)[1] if key.startswith(("vars.", "slots.")) else key
+            if name not in names and name != "input":
+                names.append(name)
+        if tag in ("section", "inverted section"):
+            depth += 1
+    return names
+
+
+def _uses(reads: list[str]) -> str:
+    return f"uses: {', '.join(reads)}" if reads else ""
+
+
+def _history(node: GeneratingNode) -> str:
+    return {"none": "no history", "last_n": f"last {node.history_window} entries",
+            "summarized": f"summary + last {node.history_window}", "full": ""}[node.history_mode]
+
+
+def _settings(*parts: str) -> list[str]:
+    """Settings worth a mention, joined on one line (two when they need it)."""
+    return _wrap(" \u00b7 ".join(p for p in parts if p), 2)
 
 
 def _generating(node: GeneratingNode, asset: Asset) -> list[str]:
-    return [model_label(node, asset), f"{context_label(node)} \u00b7 max {node.max_tokens} tok",
-            f"history {node.history_role} \u00b7 {node.history_mode}"]
+    reads = ([node.input] if node.input else []) + _template_names(node.template)
+    hidden = "hidden step" if node.history_role == "none" else ""
+    tail = _settings(_uses(reads), _history(node), hidden, model_label(node, asset))
+    if node.system_prompt.strip():
+        said = _gist(node.system_prompt)
+    elif node.template.strip():
+        said = f"template: {node.template}"
+    else:
+        said = "no system prompt"
+    return _fill([], said, tail)
 
 
 def _tool_call(node: ToolCall, asset: Asset) -> list[str]:
-    count = len(node.tools)
-    return _generating(node, asset) + [f"{count} tool{'s' if count != 1 else ''} \u00b7 {node.disposition}"]
-
-
-def _summarize(node: Summarize, asset: Asset) -> list[str]:
-    trigger = f"fold at {node.trigger_tokens} tok" if node.trigger_tokens else f"fold every {node.trigger_turns} turns"
-    return [model_label(node, asset), f"{context_label(node)} \u00b7 summary \u2264{node.max_summary_tokens}", trigger]
+    calls = _wrap(f"calls: {', '.join(t.name for t in node.tools)}" if node.tools else "no tools", 2)
+    forgets = "call not replayed" if node.disposition == "omit" else ""
+    tail = _settings(_uses(_template_names(node.template)), forgets, model_label(node, asset))
+    tail = tail[: SUMMARY_LINES - len(calls)]
+    return _fill(calls, _gist(node.system_prompt) if node.system_prompt.strip() else "", tail)
 
 
 def _classify_intent(node: ClassifyIntent, asset: Asset) -> list[str]:
-    return [model_label(node, asset), f"{context_label(node)} \u00b7 slot {node.slot}"]
+    tail = _settings(f"reads: {node.input}" if node.input else "", model_label(node, asset))
+    if not node.intents:
+        return _fill([], "no intents: always fallback", tail)
+    choices = " / ".join([i.name for i in node.intents] + ["fallback"])
+    return _fill([], f"decides: {choices}", tail)
 
 
 def _classify_attributes(node: ClassifyAttributes, asset: Asset) -> list[str]:
-    count = len(node.attributes)
-    return [model_label(node, asset), f"{context_label(node)} \u00b7 {count} attribute{'s' if count != 1 else ''}"]
+    tail = _settings(f"reads: {node.input}" if node.input else "", model_label(node, asset))
+    if not node.attributes:
+        return _fill([], "fills nothing yet", tail)
+    room = SUMMARY_LINES - len(tail)
+    detailed = "fills: " + ", ".join(f"{a.name} ({'/'.join(a.values)})" for a in node.attributes)
+    if len(textwrap.wrap(detailed, SUMMARY_WIDTH)) > room:
+        detailed = "fills: " + ", ".join(a.name for a in node.attributes)
+    return _fill([], detailed, tail)
 
 
 def _retrieve(node: Retrieve, asset: Asset) -> list[str]:
-    source = _short(node.source_file, 24) if node.source_file else f"{len(node.entries)} entries"
-    return [f"top {node.top_k} \u00b7 {source}", "embeddings" if node.embedding_model else "BM25"]
+    facts = f"finds {node.top_k} fact{'s' if node.top_k != 1 else ''}"
+    if node.source_file:
+        found = [f"{facts} in", _short(os.path.basename(node.source_file))]
+        if len(" ".join(found)) <= SUMMARY_WIDTH:
+            found = [" ".join(found)]
+        if node.entries:
+            found.append(f"and {len(node.entries)} written here")
+    else:
+        found = [f"{facts} in {len(node.entries)} written here" if node.entries else "no knowledge yet"]
+    tail = _settings(f"query: {node.query}" if node.query else "",
+                     "by meaning" if node.embedding_model else "",
+                     f"into: {node.slot}" if node.slot != "knowledge" else "")
+    return (found + tail)[:SUMMARY_LINES]
+
+
+def _summarize(node: Summarize, asset: Asset) -> list[str]:
+    every = [f"~{node.trigger_tokens} tokens" if node.trigger_tokens else "",
+             f"{node.trigger_turns} turns" if node.trigger_turns else ""]
+    keep = node.keep_recent_turns
+    kept = {0: "keeps no turn word for word", 1: "keeps last turn word for word"}.get(
+        keep, f"keeps last {keep} turns word for word")
+    model = model_label(node, asset)
+    return [f"folds every {' or '.join(e for e in every if e)}", kept,
+            model or f"summary up to {node.max_summary_tokens} tokens"]
+
+
+def _fitted(lines: SummaryLines) -> SummaryLines:
+    """``lines``, held to SUMMARY_LINES lines of SUMMARY_WIDTH characters whatever the node holds."""
+    return lambda node, asset: [_short(line) for line in lines(node, asset)[:SUMMARY_LINES]]
 
 
 # The built-in types, in palette order within each category.
 BUILTIN_VIEWS: dict[str, NodeView] = {view.type: view for view in (
     NodeView("GenerateAndSpeak", "Generate and Speak", "Reply",
-             "Generates the character's reply to the player.", _generating, id_stem="reply"),  # type: ignore[arg-type]
+             "Generates the character's reply to the player.", _fitted(_generating), id_stem="reply"),  # type: ignore[arg-type]
     NodeView("Generate", "Generate", "Reply",
              "Generates text with a model; the output goes to a slot or the next node, not to the player.",
-             _generating),  # type: ignore[arg-type]
+             _fitted(_generating)),  # type: ignore[arg-type]
     NodeView("ToolCall", "Tool Call", "Tools",
              "Lets the model call one of the declared tools, constrained to its JSON schema.",
-             _tool_call),  # type: ignore[arg-type]
+             _fitted(_tool_call)),  # type: ignore[arg-type]
     NodeView("ClassifyIntent", "Classify Intent (LLM)", "Classify",
              "Picks one of the listed intents for the player's line and branches on it.",
-             _classify_intent),  # type: ignore[arg-type]
+             _fitted(_classify_intent)),  # type: ignore[arg-type]
     NodeView("ClassifyAttributes", "Classify Attributes (LLM)", "Classify",
              "Fills attribute slots, each with one of its allowed values.",
-             _classify_attributes),  # type: ignore[arg-type]
+             _fitted(_classify_attributes)),  # type: ignore[arg-type]
     NodeView("Retrieve", "Retrieve", "Memory",
              "Finds the knowledge entries that best match the line and puts them in a slot.",
-             _retrieve),  # type: ignore[arg-type]
+             _fitted(_retrieve)),  # type: ignore[arg-type]
     NodeView("Summarize", "Summarize", "Memory",
              "Folds older turns into a rolling summary so long conversations keep their thread.",
-             _summarize),  # type: ignore[arg-type]
+             _fitted(_summarize)),  # type: ignore[arg-type]
 )}
 
 

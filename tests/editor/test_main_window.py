@@ -89,7 +89,7 @@ def test_build_edit_undo_save_reopen(window, qtbot, tmp_path, monkeypatch):
     node = doc.node(reply)
     assert (node.context_size, node.max_tokens) == (1024, 96)
     assert node.system_prompt.startswith("You are Mira")
-    assert "ctx 1024" in " ".join(window.canvas.canvas_node(reply).view.summary)
+    assert "as Mira:" in " ".join(window.canvas.canvas_node(reply).view.summary), "the summary follows the edit"
 
     # Undo and redo walk the same edits back and forth.
     saved_text = dumps_asset(doc.asset)
