@@ -7,6 +7,7 @@ a designer's own settings.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -25,13 +26,21 @@ def app_settings() -> QSettings:
 
 
 def recovery_dir() -> Path:
+    """The recovery folder, created when it can be. Never raises: a folder that cannot be made
+    (``PARLEY_STUDIO_RECOVERY`` names a file, or a place that cannot be written) is returned as it
+    is; autosave then says why it cannot write there, and the editor starts all the same."""
     path = os.environ.get(RECOVERY_ENV)
     if path:
         folder = Path(path)
     else:
         base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppLocalDataLocation)
         folder = Path(base or Path.home() / ".parley-studio") / "recovery"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        logging.getLogger("parley.editor").warning(
+            "the recovery folder %s cannot be used (%s); autosave is off until it can be: set %s to a "
+            "folder you can write", folder, exc.strerror or exc, RECOVERY_ENV)
     return folder
 
 
