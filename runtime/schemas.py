@@ -23,9 +23,16 @@ def workflow_asset_schema() -> dict[str, Any]:
     return schema
 
 
+def test_suite_schema() -> dict[str, Any]:
+    from runtime.suites import suite_schema
+
+    return suite_schema()
+
+
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "workflow-asset.schema.json": workflow_asset_schema,
     "turn-diagnostics.schema.json": turn_diagnostics_schema,
+    "test-suite.schema.json": test_suite_schema,
 }
 
 

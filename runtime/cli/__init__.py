@@ -18,6 +18,7 @@ COMMANDS = [
     "runtime.cli.estimate",
     "runtime.cli.models",
     "runtime.cli.chat",
+    "runtime.cli.test",
 ]
 
 
