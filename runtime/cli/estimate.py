@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,12 @@ from runtime.estimator import (
     estimate_asset,
     gpu_memory_bytes,
 )
+from runtime.models import ModelFileError, resolve_model
+from runtime.nodes.base import ModelParams
 from runtime.problems import InputError, Problem
+
+MAX_GPU_MEMORY_GB = 100_000  # 100 TB: beyond any machine, so a larger number is a typo
+MAX_GPU_LAYERS = 100_000  # more than any model has; every number above a model's layer count means all
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    flags = _flag_problems(args)
+    if flags:
+        for message in flags:
+            print(f"parley estimate: error: {message}", file=sys.stderr)
+        return 2
     try:
         asset = load_asset(args.asset)
         settings = Settings(
@@ -74,43 +86,72 @@ def run(args: argparse.Namespace) -> int:
     return 1 if estimate.problems else 0
 
 
+def _max_context() -> int:
+    """The largest context a node may have: the model field's own bound (one place for it)."""
+    for rule in ModelParams.model_fields["context_size"].metadata:
+        if hasattr(rule, "le"):
+            return int(rule.le)
+    return 1_048_576
+
+
+def _flag_problems(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the flags' values, one message each (the asset is not read yet)."""
+    problems: list[str] = []
+    gb = args.gpu_memory
+    if not math.isfinite(gb) or not 0 <= gb <= MAX_GPU_MEMORY_GB:
+        problems.append(f"--gpu-memory {gb:g}: give the GPU's memory in GB, from 0 (no GPU) to {MAX_GPU_MEMORY_GB:,}")
+    if not -1 <= args.gpu_layers <= MAX_GPU_LAYERS:
+        problems.append(f"--gpu-layers {args.gpu_layers}: give -1 (all layers), 0 (none) or a number of layers "
+                        f"up to {MAX_GPU_LAYERS:,}")
+    for item in args.context:
+        try:
+            _context_override(item)
+        except ValueError as exc:
+            problems.append(str(exc))
+    for flag, value in (("--model", args.model), ("--models-dir", args.models_dir), ("ASSET", args.asset)):
+        if value is not None and "\0" in value:
+            problems.append(f"{flag} {value!r}: a path cannot hold a NUL character")
+    return problems
+
+
+def _context_override(item: str) -> tuple[str, int]:
+    """``NODE=TOKENS`` as (node id, tokens). Raises ``ValueError`` with the message to show."""
+    node, sep, value = item.partition("=")
+    node, value = node.strip(), value.strip()
+    largest = _max_context()
+    if not sep or not node or not re.fullmatch(r"[0-9]+", value):
+        raise ValueError(f"--context takes NODE=TOKENS (a node id, '=', a whole number of tokens), not {item!r}")
+    if len(value) > len(str(largest)) or int(value) > largest:
+        raise ValueError(f"--context {item!r}: a context holds 0 (the model's own size) to {largest:,} tokens")
+    return node, int(value)
+
+
 def _context_overrides(items: list[str], source: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
-        node, sep, value = item.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise EstimateError([Problem("error", f"--context takes NODE=TOKENS, not {item!r}", file=source)])
-        out[node.strip()] = int(value)
+        try:
+            node, tokens = _context_override(item)
+        except ValueError as exc:
+            raise EstimateError([Problem("error", str(exc), file=source)]) from None
+        out[node] = tokens
     return out
 
 
 def _resolver(asset_dir: Path, models_dir: str | None, forced: str | None) -> ModelResolver:
-    """Model names: a path relative to the asset, or a file name in the models folder.
+    """Model names: a path relative to the asset, or a file name in the models folder
+    (``--models-dir`` instead, when given).
 
     ``--model`` replaces every node's model; a path given there is relative to the
     working directory, as on any command line.
     """
-    if forced and Path(forced).expanduser().is_file():
-        forced = str(Path(forced).expanduser().resolve())
+    if forced:
+        try:
+            forced = str(resolve_model(forced, Path.cwd(), folder=models_dir))
+        except ModelFileError:
+            pass  # not a file here: each node says where it looked
 
     def resolve(name: str) -> Path:
-        name = forced or name
-        if models_dir is None:
-            try:
-                from runtime.models import resolve_model
-            except ImportError:  # runtime.models is optional for this command
-                pass
-            else:
-                return resolve_model(name, asset_dir)
-        path = Path(name).expanduser()
-        candidates = [path] if path.is_absolute() else [asset_dir / path]
-        if models_dir is not None and not path.is_absolute():
-            candidates.append(Path(models_dir) / path)
-        for c in candidates:
-            if c.is_file():
-                return c
-        looked = ", ".join(str(c) for c in candidates)
-        raise FileNotFoundError(f"model file {name!r} not found (looked in {looked})")
+        return resolve_model(forced or name, asset_dir, folder=models_dir)
 
     return resolve
 
