@@ -30,6 +30,13 @@ from runtime.resources import default_prompt
 CLASSIFY_INTENT_MAX_TOKENS = 32
 INTENT_PORT_PREFIX = "intent:"
 NONE_LABELS = ("none", "none_of_these", "no_intent_matches")
+# When intents take every label above: a hyphen, which no intent name (SLOT_PATTERN) can hold.
+LAST_NONE_LABEL = "none-of-the-above"
+
+
+def none_label(names: list[str]) -> str:
+    """The "none of these" label the classifier may answer with: one no intent is named."""
+    return next((label for label in NONE_LABELS if label not in names), LAST_NONE_LABEL)
 
 
 class Intent(Strict):
@@ -81,7 +88,7 @@ class ClassifyIntent(NodeBase, ModelParams):
         budget = run.budget(run.context_size(model), CLASSIFY_INTENT_MAX_TOKENS, "context_size")
         count = run.counter(model)
         names = [i.name for i in self.intents]
-        none = next(n for n in NONE_LABELS if n not in names)
+        none = none_label(names)
         lines = [f"- {i.name}: {i.description}" if i.description else f"- {i.name}" for i in self.intents]
         lines.append(f"- {none}: none of the above fits")
         system = f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
