@@ -97,7 +97,7 @@ def _screenshot(app, window, out: str, select: str | None, show_docks: Sequence[
 
     for _ in range(3):
         app.processEvents()
-    window.canvas.frame_selection()
+    window.canvas.frame_for_reading()
     if select:
         window.canvas.select([select])
     for name in show_docks:

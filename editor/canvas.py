@@ -52,6 +52,7 @@ NODE_MIME = MIME_TYPE  # NodeGraphQt's viewer only accepts drags of a few format
 NODE_MIME_PREFIX = "parley-node-type:"
 START_KEY, END_KEY = "@start", "@end"
 PIXMAP_CACHE_KB = 192 * 1024
+LEGIBLE_SCALE = 0.85  # at this scale or more the summaries painted on nodes are legible (>= 9 px capitals)
 # Placing a node added without a position: room for a new node of any built-in type (they are
 # at most about 190 x 110 before their lists grow), the space kept around each node, and how far
 # to look for room.
@@ -369,6 +370,20 @@ class Canvas(QObject):
         viewer._update_scene()
         if viewer.get_zoom() > 0.1:
             viewer.reset_zoom(rect.center())
+
+    def frame_for_reading(self) -> None:
+        """How an opened graph is first shown: whole, when that leaves its node summaries legible (a
+        scale of ``LEGIBLE_SCALE``); otherwise at that scale from the START terminal on (a small
+        screen shows the start of the graph, readable, rather than all of it too small to read)."""
+        self.frame_selection()
+        viewer = self.viewer
+        if viewer.transform().m11() >= LEGIBLE_SCALE or self._start is None:
+            return
+        size = viewer.viewport().size()
+        width, height = size.width() / LEGIBLE_SCALE, size.height() / LEGIBLE_SCALE
+        start = self._start.view.sceneBoundingRect()
+        viewer._scene_range = QRectF(start.left() - 30, start.center().y() - height / 2, width, height)
+        viewer._update_scene()
 
     def center_on(self, node_id: str) -> None:
         if node_id in self._nodes:

@@ -161,6 +161,13 @@ class MainWindow(QMainWindow):
         self._after_edit()
         self._update_title()
 
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if not getattr(self, "_framed_once", False):
+            # the canvas has its real size only once the window is laid out: frame the graph then
+            self._framed_once = True
+            QTimer.singleShot(0, self, self.canvas.frame_for_reading)
+
     def resize(self, *size) -> None:
         super().resize(*size)
         if not self.isVisible():
@@ -180,6 +187,8 @@ class MainWindow(QMainWindow):
         if target != self.size():
             # after the tabbed layout has settled, or the old minimum width still holds
             QTimer.singleShot(0, self, lambda: QMainWindow.resize(self, target))
+        # the canvas changed size with the docks: show the graph legibly in its final size
+        QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self.canvas.frame_for_reading))
 
     def _stack_docks(self) -> None:
         last: dict[str, str] = {}
@@ -466,7 +475,7 @@ class MainWindow(QMainWindow):
             doc.undo_stack.resetClean()
         self.properties.show_selection([])
         self._update_title()
-        self.canvas.frame_selection()
+        self.canvas.frame_for_reading()
 
     def new_asset(self) -> None:
         if self.maybe_save():

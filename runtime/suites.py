@@ -38,7 +38,7 @@ from runtime.asset import Asset
 from runtime.asset_file import load_asset
 from runtime.backends.base import Backend, BackendError, ChatMessage, GenerationRequest
 from runtime.diagnostics import TurnDiagnostics
-from runtime.history import load_history
+from runtime.history import ToolExchange, Turn, load_history
 from runtime.problems import InputError, Problem, read_input_text
 
 SUITE_SUFFIXES = (".suite.yaml", ".suite.yml")
@@ -60,14 +60,14 @@ class SuiteError(InputError):
     """A suite file that cannot be read; each problem names the file, line, case and field."""
 
 
-class _Strict(BaseModel):
+class _SuiteModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 # --- the file format ---------------------------------------------------------------------------
 
 
-class ReplyExpect(_Strict):
+class ReplyExpect(_SuiteModel):
     contains: list[str] = Field(default_factory=list, description="Texts the reply must contain (case-insensitive).")
     not_contains: list[str] = Field(default_factory=list, description="Texts the reply must not contain (case-insensitive).")
     regex: str = Field("", description="A regular expression the reply must match (searched, case-insensitive).")
@@ -85,19 +85,19 @@ class ReplyExpect(_Strict):
         return v
 
 
-class ToolExpect(_Strict):
+class ToolExpect(_SuiteModel):
     name: str = Field(description="The tool that must be called.")
     arguments: dict[str, Any] = Field(default_factory=dict, description="Arguments that must be passed (a partial match).")
     arguments_schema: dict[str, Any] | None = Field(None, description="A JSON Schema the arguments must be valid for.")
 
 
-class BudgetExpect(_Strict):
+class BudgetExpect(_SuiteModel):
     max_prompt_tokens: int | None = Field(None, ge=1, description="No node's prompt is longer than this.")
     no_trim: bool = Field(False, description="No node trimmed its history this turn.")
     summary_written: bool | None = Field(None, description="true: a summary was written this turn; false: none was.")
 
 
-class TurnExpect(_Strict):
+class TurnExpect(_SuiteModel):
     path: list[str] | None = Field(None, description="The nodes visited, exactly, in order.")
     visits: list[str] = Field(default_factory=list, description="Nodes the turn must visit.")
     not_visits: list[str] = Field(default_factory=list, description="Nodes the turn must not visit.")
@@ -111,20 +111,20 @@ class TurnExpect(_Strict):
     judge: str = Field("", description="A rubric the judge model grades the reply against.")
 
 
-class TurnScript(_Strict):
+class TurnScript(_SuiteModel):
     say: str = Field(description="The player's line.")
     instructions: str = Field("", description="This turn's {{instructions}}.")
     expect: TurnExpect = Field(default_factory=TurnExpect)
 
 
-class ConversationExpect(_Strict):
+class ConversationExpect(_SuiteModel):
     at_turn: int = Field(ge=1, description="The turn (from 1) this is checked after.")
     reply: ReplyExpect | None = None
     judge: str = ""
     summary_written: bool | None = Field(None, description="true: some summary exists by then.")
 
 
-class Case(_Strict):
+class Case(_SuiteModel):
     name: str = Field(min_length=1)
     variables: dict[str, bool | int | float | str] = Field(default_factory=dict, description="Agent variables to start with.")
     history: str = Field("", description="A dialog history file (beside the suite) the conversation starts from.")
@@ -134,7 +134,7 @@ class Case(_Strict):
     expect: list[ConversationExpect] = Field(default_factory=list, description="Checked after a given turn.")
 
 
-class Suite(_Strict):
+class Suite(_SuiteModel):
     asset: str = Field(description="The workflow asset, relative to the suite file.")
     model: str = Field("", description="Model for nodes without their own (replaces the asset's default model).")
     judge_model: str = Field("", description="The judge's model ('' : the sample model).")
@@ -357,8 +357,9 @@ def _partial(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-def check_turn(expect: TurnExpect, result: TurnResult) -> list[Check]:
-    """Every expectation of a turn except the judge's (which needs a model)."""
+def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check]:
+    """Every expectation of a turn except the judge's (which needs a model). ``turn`` is the turn as the
+    history holds it (its tool exchanges)."""
     checks: list[Check] = []
     diag = result.diagnostics
     path = list(result.path)
@@ -378,7 +379,7 @@ def check_turn(expect: TurnExpect, result: TurnResult) -> list[Check]:
         actual = result.slots.get(slot)
         checks.append(Check("slots", _partial(value, actual), f"slot {slot} = {value!r} (is {actual!r})"))
     if expect.tool is not None:
-        calls = _tool_calls(result)
+        calls = tool_calls(turn)
         match = [c for c in calls if c[0] == expect.tool.name]
         ok = bool(match) and _partial(expect.tool.arguments, match[0][1])
         detail = f"called {', '.join(f'{n}({json.dumps(a)})' for n, a in calls) or 'no tool'}"
@@ -405,17 +406,9 @@ def check_turn(expect: TurnExpect, result: TurnResult) -> list[Check]:
     return checks
 
 
-def _tool_calls(result: TurnResult) -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for n in result.diagnostics.nodes if result.diagnostics is not None else []:
-        if n.type == "ToolCall" and n.output:
-            try:
-                call = json.loads(n.output)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(call, dict) and isinstance(call.get("arguments", {}), dict):
-                out.append((str(call.get("name")), dict(call.get("arguments", {}))))
-    return out
+def tool_calls(turn: Turn) -> list[tuple[str, dict[str, Any]]]:
+    """The tools a turn called, with their arguments (its tool exchanges)."""
+    return [(e.tool, dict(e.arguments)) for e in turn.entries if isinstance(e, ToolExchange)]
 
 
 def _schema_valid(schema: dict[str, Any], value: Any) -> tuple[bool, str]:
@@ -493,7 +486,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                 out.exits[(diag.node, diag.exit)] += 1
                 out.model_seconds += (diag.timings.prompt_ms + diag.timings.generate_ms) / 1000
                 summaries += diag.summary is not None
-            outcome.checks = check_turn(script.expect, result)
+            outcome.checks = check_turn(script.expect, result, agent.history.turns[-1])
             if script.expect.judge:
                 outcome.checks.append(_judge(judge, script.expect.judge, script.say, result.reply))
             for check in (c for c in case.expect if c.at_turn == number):
@@ -719,24 +712,18 @@ def _xml_text(text: str) -> str:
 # --- writing a case from a conversation ----------------------------------------------------------
 
 
-def case_from_turns(name: str, turns: list[TurnDiagnostics], variables: dict[str, Any] | None = None
+def case_from_turns(name: str, turns: list[tuple[TurnDiagnostics, Turn]], variables: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """A case that says the same lines and expects the path they took: the nodes, each classifier's
     exit, the tools called. Replies are not pinned (models vary); add reply checks by hand."""
     out: list[dict[str, Any]] = []
-    for diag in turns:
+    for diag, turn in turns:
         expect: dict[str, Any] = {"path": list(diag.path)}
         exits = {n.node: n.exit for n in diag.nodes if n.exit.startswith("intent:") or n.exit == "fallback_exit"}
         if exits:
             expect["exits"] = exits
-        for n in diag.nodes:
-            if n.type == "ToolCall" and n.output:
-                try:
-                    call = json.loads(n.output)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(call, dict) and "name" in call:
-                    expect["tool"] = {"name": call["name"], "arguments": call.get("arguments", {})}
+        for tool, arguments in tool_calls(turn)[:1]:
+            expect["tool"] = {"name": tool, "arguments": arguments}
         out.append({"say": diag.player, "expect": expect})
     case: dict[str, Any] = {"name": name}
     if variables:

@@ -211,7 +211,8 @@ def test_a_conversation_saved_as_a_case_passes(tmp_path) -> None:
 
     write(tmp_path, GOOD)
     agent = Agent(load_asset(tmp_path / "router.json"), ScriptedBackend())
-    turns = [agent.run_turn(line).diagnostics for line in ("greet me", "shop for a sword")]
+    diags = [agent.run_turn(line).diagnostics for line in ("greet me", "shop for a sword")]
+    turns = list(zip(diags, agent.history.turns))
     suite_path = tmp_path / "saved.suite.yaml"
     name = save_case(suite_path, tmp_path / "router.json", case_from_turns("from the chat", turns))
     assert name == "from the chat"
