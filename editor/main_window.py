@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
     def __init__(self, autosave_ms: int = 30_000, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("ParleyStudio")
+        self._framed_once = False  # the graph is framed for reading once the window is first shown
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
         self.document = Document(new_agent(), parent=self)
         self.canvas = Canvas(self.document, self)
@@ -163,7 +164,7 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        if not getattr(self, "_framed_once", False):
+        if not self._framed_once:
             # the canvas has its real size only once the window is laid out: frame the graph then
             self._framed_once = True
             QTimer.singleShot(0, self, self.canvas.frame_for_reading)
