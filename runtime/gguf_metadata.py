@@ -17,6 +17,7 @@ Results are cached by (path, modification time, size).
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -39,6 +40,15 @@ from gguf import (
 from runtime.problems import InputError, Problem
 
 MAX_ARRAY_KEPT = 4096  # per-layer arrays are kept; vocabularies and merges are not
+# Bounds a crafted header cannot pass: every real model is far inside them. Declared lengths are
+# also checked against the bytes left in the file before anything is read or made.
+MAX_ARRAY_DEPTH = 8  # arrays of arrays; real files nest at most once
+MAX_KEPT_ELEMENTS = 1_000_000  # elements of kept arrays, all keys together
+MAX_KEYS = 65_536  # metadata keys (real models have a few dozen)
+MAX_TENSORS = 1_000_000
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_LAYERS = 4096  # block_count; the largest models have a few hundred
+MAX_ALIGNMENT = 1 << 20
 _CACHE_SIZE = 32
 
 _SCALARS: dict[int, str] = {
@@ -155,6 +165,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
         raise GGUFError(p, "model file not found; check the path or put the file in the models folder") from None
     except OSError as e:
         raise GGUFError(p, f"cannot read the model file: {e.strerror or e}") from None
+    except ValueError:  # a NUL in the name
+        raise GGUFError(p, "not a usable file name (it holds a NUL character)") from None
     if not p.is_file():
         raise GGUFError(p, "not a file; a model is a single .gguf file")
     key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
@@ -197,13 +209,28 @@ def _read_uncached(p: Path, size: int) -> GGUFInfo:
 
 
 class _Header:
-    """Walks the header of an open GGUF file."""
+    """Walks the header of an open GGUF file. Every length the file declares is checked against
+    the bytes left before it is used, so a crafted header fails fast with the key named."""
 
     def __init__(self, buf: mmap.mmap, path: Path) -> None:
         self.buf = buf
         self.path = path
         self.pos = 8
         self.array_lengths: dict[str, int] = {}
+        self.kept_budget = MAX_KEPT_ELEMENTS
+
+    def _fail(self, message: str) -> GGUFError:
+        return GGUFError(self.path, f"{message}; the file is damaged, or it is not a model")
+
+    def _left(self) -> int:
+        return len(self.buf) - self.pos
+
+    def _need(self, count: int, each: int, what: str) -> None:
+        """``count`` items of at least ``each`` bytes must fit in what is left of the file."""
+        left = self._left()
+        if count * each > left:
+            raise self._fail(f"{what} declares {count:,} entries of at least {each} bytes, but only "
+                             f"{max(left, 0):,} bytes are left in the file")
 
     def _u32(self) -> int:
         (v,) = struct.unpack_from("<I", self.buf, self.pos)
@@ -215,80 +242,98 @@ class _Header:
         self.pos += 8
         return v
 
-    def _str(self) -> str:
+    def _str(self, what: str) -> str:
         n = self._u64()
-        if self.pos + n > len(self.buf):
-            raise ValueError("string runs past the end of the file")
+        if n > self._left():
+            raise self._fail(f"{what}: a string of {n:,} bytes runs past the end of the file")
         s = self.buf[self.pos : self.pos + n].decode("utf-8", errors="replace")
         self.pos += n
         return s
 
-    def _skip_str(self) -> None:
+    def _skip_str(self, what: str) -> None:
         (n,) = struct.unpack_from("<Q", self.buf, self.pos)
-        self.pos += 8 + n
+        self.pos += 8
+        if n > self._left():
+            raise self._fail(f"{what}: a string of {n:,} bytes runs past the end of the file")
+        self.pos += n
 
-    def _value(self, vtype: int, key: str) -> Any:
+    def _value(self, vtype: int, key: str, depth: int = 0, keep: bool = True) -> Any:
+        """The value at the current position (None for an array not kept). ``keep`` False walks
+        past it without building anything."""
         fmt = _SCALARS.get(vtype)
         if fmt is not None:
             (v,) = struct.unpack_from(fmt, self.buf, self.pos)
             self.pos += struct.calcsize(fmt)
             return v
         if vtype == GGUFValueType.STRING:
-            return self._str()
-        if vtype == GGUFValueType.ARRAY:
-            itype = self._u32()
-            n = self._u64()
-            keep = n <= MAX_ARRAY_KEPT
             if not keep:
-                self.array_lengths[key] = n
-            ifmt = _SCALARS.get(itype)
-            if ifmt is not None:
-                width = struct.calcsize(ifmt)
-                if not keep:
-                    self.pos += width * n
-                    return None
-                vals = struct.unpack_from(f"<{n}{ifmt[1]}", self.buf, self.pos)
-                self.pos += width * n
-                return list(vals)
-            if itype == GGUFValueType.STRING:
-                if not keep:
-                    for _ in range(n):
-                        self._skip_str()
-                    return None
-                return [self._str() for _ in range(n)]
-            if itype == GGUFValueType.ARRAY:
-                return [self._value(GGUFValueType.ARRAY, key) for _ in range(n)]
-            raise ValueError(f"unknown array element type {itype} in {key!r}")
-        raise ValueError(f"unknown value type {vtype} in {key!r}")
+                self._skip_str(f"metadata key {key!r}")
+                return None
+            return self._str(f"metadata key {key!r}")
+        if vtype != GGUFValueType.ARRAY:
+            raise self._fail(f"metadata key {key!r} has value type {vtype}, which GGUF does not define")
+        if depth >= MAX_ARRAY_DEPTH:
+            raise self._fail(f"metadata key {key!r} nests arrays more than {MAX_ARRAY_DEPTH} deep")
+        itype = self._u32()
+        n = self._u64()
+        ifmt = _SCALARS.get(itype)
+        width = struct.calcsize(ifmt) if ifmt is not None else 8 if itype == GGUFValueType.STRING else 12
+        if ifmt is None and itype not in (GGUFValueType.STRING, GGUFValueType.ARRAY):
+            raise self._fail(f"metadata key {key!r} is an array of value type {itype}, which GGUF does not define")
+        self._need(n, width, f"metadata key {key!r}")
+        keep = keep and n <= MAX_ARRAY_KEPT and n <= self.kept_budget
+        if keep:
+            self.kept_budget -= n
+        elif depth == 0:
+            self.array_lengths[key] = n
+        if ifmt is not None:
+            vals = list(struct.unpack_from(f"<{n}{ifmt[1]}", self.buf, self.pos)) if keep else None
+            self.pos += width * n
+            return vals
+        if not keep:
+            for _ in range(n):
+                self._value(itype, key, depth + 1, keep=False)
+            return None
+        return [self._value(itype, key, depth + 1) for _ in range(n)]
 
     def parse(self, version: int, size: int) -> GGUFInfo:
         n_tensors = self._u64()
         n_kv = self._u64()
+        if n_kv > MAX_KEYS:
+            raise self._fail(f"the header declares {n_kv:,} metadata keys (at most {MAX_KEYS:,} are read)")
+        if n_tensors > MAX_TENSORS:
+            raise self._fail(f"the header declares {n_tensors:,} tensors (at most {MAX_TENSORS:,} are read)")
+        self._need(n_kv, 8 + 4 + 1, "the metadata")  # a key's length, its type, a one-byte value
         metadata: dict[str, Any] = {}
         for _ in range(n_kv):
-            key = self._str()
+            key = self._str(f"metadata key {len(metadata) + 1}'s name")
             vtype = self._u32()
             value = self._value(vtype, key)
             if value is not None:
                 metadata[key] = value
+        self._need(n_tensors, 8 + 4 + 4 + 8, "the tensor list")  # name length, dims, type, offset
         raw_tensors: list[tuple[str, tuple[int, ...], int, int]] = []
-        for _ in range(n_tensors):
-            name = self._str()
+        for index in range(n_tensors):
+            name = self._str(f"tensor {index}'s name")
             n_dims = self._u32()
+            if n_dims > MAX_DIMS:
+                raise self._fail(f"tensor {name!r} has {n_dims:,} dimensions (GGUF allows {MAX_DIMS})")
             dims = struct.unpack_from(f"<{n_dims}Q", self.buf, self.pos)
             self.pos += 8 * n_dims
             ttype = self._u32()
             offset = self._u64()
             raw_tensors.append((name, tuple(int(d) for d in dims), ttype, offset))
-        alignment = int(metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)) or GGUF_DEFAULT_ALIGNMENT
+        alignment = _whole(metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT), "general.alignment", self.path)
+        if not 0 < alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+            raise self._fail(f"general.alignment is {alignment}, not a power of two up to {MAX_ALIGNMENT:,}")
         data_offset = -(-self.pos // alignment) * alignment
         tensors = []
         for name, shape, ttype, offset in raw_tensors:
             try:
                 qtype = GGMLQuantizationType(ttype)
-            except ValueError:
+                block, type_size = GGML_QUANT_SIZES[qtype]
+            except (ValueError, KeyError):
                 raise GGUFError(self.path, f"tensor {name!r} has tensor type {ttype}, which this version does not know") from None
-            block, type_size = GGML_QUANT_SIZES[qtype]
             n_el = 1
             for d in shape:
                 n_el *= d
@@ -299,6 +344,19 @@ class _Header:
         return _interpret(self.path, size, version, metadata, self.array_lengths, tuple(tensors), data_offset, alignment)
 
 
+def _whole(value: Any, key: str, path: Path) -> int:
+    """A metadata value that must be a whole number, or ``GGUFError`` naming the key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise GGUFError(path, f"{key} is {_shown(value)}, not a whole number; the file is damaged")
+    return int(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _per_layer(value: Any, n_layer: int, key: str, path: Path) -> tuple[int, ...] | None:
     """A scalar or per-layer array as one value per layer (llama.cpp's get_key_or_arr)."""
     if value is None:
@@ -306,8 +364,8 @@ def _per_layer(value: Any, n_layer: int, key: str, path: Path) -> tuple[int, ...
     if isinstance(value, list):
         if len(value) != n_layer:
             raise GGUFError(path, f"{key} has {len(value)} entries but the model has {n_layer} layers")
-        return tuple(int(v) for v in value)
-    return (int(value),) * n_layer
+        return tuple(_whole(v, key, path) for v in value)
+    return (_whole(value, key, path),) * n_layer
 
 
 def _interpret(
@@ -327,8 +385,14 @@ def _interpret(
     def key(suffix: str, default: Any = None) -> Any:
         return md.get(f"{arch}.{suffix}", default)
 
-    n_layer = int(key("block_count", 0))
-    n_embd = int(key("embedding_length", 0))
+    def whole(suffix: str, default: Any) -> int:
+        return _whole(key(suffix, default), f"{arch}.{suffix}", path)
+
+    n_layer = whole("block_count", 0)
+    if not 0 <= n_layer <= MAX_LAYERS:
+        raise GGUFError(path, f"{arch}.block_count is {n_layer:,}; a model has 0 to {MAX_LAYERS:,} layers, "
+                        "so the file is damaged")
+    n_embd = whole("embedding_length", 0)
     head_count = _per_layer(key("attention.head_count", 0), n_layer, f"{arch}.attention.head_count", path) or ()
     head_count_kv = (
         _per_layer(key("attention.head_count_kv"), n_layer, f"{arch}.attention.head_count_kv", path) or head_count
@@ -336,16 +400,18 @@ def _interpret(
     # llama.cpp divides by the first layer's head count when the file gives no head size
     n_head0 = head_count[0] if head_count else 0
     default_head = n_embd // n_head0 if n_head0 else 0
-    key_length = int(key("attention.key_length", default_head))
-    value_length = int(key("attention.value_length", default_head))
+    key_length = whole("attention.key_length", default_head)
+    value_length = whole("attention.value_length", default_head)
     pattern = key("attention.sliding_window_pattern")
     if isinstance(pattern, list):
         pattern = tuple(bool(v) for v in pattern)
     elif pattern is not None:
-        pattern = int(pattern)
+        pattern = whole("attention.sliding_window_pattern", pattern)
     vocab = key("vocab_size")
     if vocab is None:
-        vocab = array_lengths.get("tokenizer.ggml.tokens", len(md.get("tokenizer.ggml.tokens", [])))
+        tokens = md.get("tokenizer.ggml.tokens", [])
+        vocab = array_lengths.get("tokenizer.ggml.tokens", len(tokens) if isinstance(tokens, (list, str)) else 0)
+    vocab = _whole(vocab, f"{arch}.vocab_size", path)
     return GGUFInfo(
         path=path,
         file_size=size,
@@ -354,18 +420,18 @@ def _interpret(
         name=str(md.get("general.name", "") or path.stem),
         parameters=sum(t.n_elements for t in tensors),
         quantization=_quantization(md, tensors),
-        context_length=int(key("context_length", 0)),
+        context_length=whole("context_length", 0),
         block_count=n_layer,
         embedding_length=n_embd,
         head_count=head_count,
         head_count_kv=head_count_kv,
         key_length=key_length,
         value_length=value_length,
-        key_length_swa=int(key("attention.key_length_swa", key_length)),
-        value_length_swa=int(key("attention.value_length_swa", value_length)),
-        sliding_window=int(key("attention.sliding_window", 0) or 0),
+        key_length_swa=whole("attention.key_length_swa", key_length),
+        value_length_swa=whole("attention.value_length_swa", value_length),
+        sliding_window=whole("attention.sliding_window", 0),
         sliding_window_pattern=pattern,
-        vocab_size=int(vocab),
+        vocab_size=vocab,
         metadata=md,
         array_lengths=array_lengths,
         tensors=tensors,
@@ -376,9 +442,9 @@ def _interpret(
 
 def _quantization(md: dict[str, Any], tensors: tuple[TensorInfo, ...]) -> str:
     ftype = md.get("general.file_type")
-    if ftype is not None:
+    if isinstance(ftype, int) and not isinstance(ftype, bool):
         try:
-            name = LlamaFileType(int(ftype)).name
+            name = LlamaFileType(ftype).name
             return name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
