@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from runtime.validation import check_file
+from runtime.asset_file import load_asset
+from runtime.history import without_surrogates
+from runtime.problems import AssetError, Problem
+from runtime.templates import template_problems
+from runtime.validation import ModelFiles, validate_asset
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,13 +23,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     errors = 0
     for path in args.assets:
-        problems = check_file(path)
+        problems = _problems(path)
         for problem in problems:
             if problem.severity == "error":
                 errors += 1
             elif args.quiet:
                 continue
-            print(problem, file=sys.stdout)
+            # A lone surrogate from a "\ud800" in the file prints as U+FFFD, never a UnicodeEncodeError.
+            print(without_surrogates(str(problem)), file=sys.stdout)
         if not problems and not args.quiet:
-            print(f"{path}: ok")
+            print(without_surrogates(f"{path}: ok"))
     return 1 if errors else 0
+
+
+def _problems(path: str) -> list[Problem]:
+    """``runtime.validation.check_file``'s problems, and every template that cannot be rendered."""
+    try:
+        asset = load_asset(path)
+    except AssetError as exc:
+        return exc.problems
+    folder = Path(path).parent
+    problems = validate_asset(asset, str(path), asset_dir=folder, models=ModelFiles(folder))
+    # Until validate_asset checks templates itself; the check keeps a problem from being listed twice.
+    return problems + [p for p in template_problems(asset.nodes, str(path)) if p not in problems]
