@@ -93,6 +93,18 @@ def _expand_user(path: Path) -> Path:
                           else "the home folder (~) is not known here") from None
 
 
+def unusable_path(text: str) -> str:
+    """Why ``text`` cannot name a file at all (a NUL, characters the file system cannot encode), or ''.
+    Checked before such a path reaches the OS, which raises ValueError rather than OSError for them."""
+    if "\0" in text:
+        return "it holds a NUL character, which no file name can"
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        return f"it holds {exc.object[exc.start:exc.end]!r}, which no file name can"
+    return ""
+
+
 def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None,
                   folder: str | os.PathLike[str] | None = None) -> Path:
     """The model file ``name`` refers to, as an absolute path.
@@ -108,9 +120,10 @@ def resolve_model(name: str, asset_dir: str | os.PathLike[str] | None = None,
             "no model is set: give the agent a Default Model (or the node a Model Name), "
             "or run `parley models fetch-sample` and use the sample model", ""
         )
-    if "\0" in name:
-        raise ModelNotFound(f"model name {name!r} holds a NUL character, which no file name can; "
-                            "give the model file's name or path", name)
+    unusable = unusable_path(name)
+    if unusable:
+        raise ModelNotFound(f"model name {name!r} is not a file name: {unusable}; give the model file's name or path",
+                            name)
     try:
         path = _expand_user(Path(name))
     except _NoSuchUser as exc:
@@ -443,4 +456,5 @@ __all__ = [
     "models_dir",
     "resolve_model",
     "sample_model_path",
+    "unusable_path",
 ]

@@ -32,6 +32,7 @@ from runtime.history import (
     unknown_node_problems,
     without_surrogates,
 )
+from runtime.models import unusable_path
 from runtime.problems import InputError
 
 
@@ -171,6 +172,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
 def _flag_problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with the flags themselves, one message each; checked before touching any file."""
     problems: list[str] = []
+    for flag, path in (("ASSET", args.asset), ("--script", args.script), ("--history-in", args.history_in),
+                       ("--history-out", args.history_out), ("--diagnostics", args.diagnostics)):
+        unusable = unusable_path(path) if path is not None else ""
+        if unusable:
+            problems.append(f"{flag} {path!r} is not a path: {unusable}")
+    if problems:
+        return problems
     from_turn = getattr(args, "from_turn", None)
     if from_turn is not None:
         if not args.history_in:

@@ -22,7 +22,8 @@ from runtime.estimator import (
     estimate_asset,
     gpu_memory_bytes,
 )
-from runtime.models import ModelFileError, resolve_model
+from runtime.history import without_surrogates
+from runtime.models import ModelFileError, resolve_model, unusable_path
 from runtime.nodes.base import ModelParams
 from runtime.problems import InputError, Problem
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(estimate_json(estimate), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(estimate_table(estimate))
+        sys.stdout.write(without_surrogates(estimate_table(estimate)))  # a model file name that is not UTF-8
     for problem in estimate.problems:
         print(problem, file=sys.stderr)
     return 1 if estimate.problems else 0
@@ -108,9 +109,10 @@ def _flag_problems(args: argparse.Namespace) -> list[str]:
             _context_override(item)
         except ValueError as exc:
             problems.append(str(exc))
-    for flag, value in (("--model", args.model), ("--models-dir", args.models_dir), ("ASSET", args.asset)):
-        if value is not None and "\0" in value:
-            problems.append(f"{flag} {value!r}: a path cannot hold a NUL character")
+    for flag, value in (("ASSET", args.asset), ("--model", args.model), ("--models-dir", args.models_dir)):
+        unusable = unusable_path(value) if value is not None else ""
+        if unusable:
+            problems.append(f"{flag} {value!r} is not a path: {unusable}")
     return problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.history import without_surrogates
 from runtime.models import (
     MODELS_DIR_ENV,
     ModelFileError,
@@ -36,9 +37,9 @@ def run_list(args: argparse.Namespace) -> int:
     folder = models_dir()
     models = list_models(folder)
     if not models:
-        print(f"No models in {folder}. Run `parley models fetch-sample` to get the sample model.")
+        _say(f"No models in {folder}. Run `parley models fetch-sample` to get the sample model.")
         return 0
-    print(f"Models in {folder}:")
+    _say(f"Models in {folder}:")
     rows = [("FILE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "SIZE")]
     for m in models:
         if m.problem:
@@ -50,17 +51,17 @@ def run_list(args: argparse.Namespace) -> int:
             )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1])
+        _say("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1])
     return 0
 
 
 def run_fetch(args: argparse.Namespace) -> int:
     try:
-        path = fetch_sample_model(progress=print)
+        path = fetch_sample_model(progress=_say)
     except ModelFileError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}", file=sys.stderr)
         return 1
-    print(path)
+    _say(path)
     return 0
 
 
@@ -68,23 +69,29 @@ def run_info(args: argparse.Namespace) -> int:
     try:
         path = resolve_model(args.model)
     except ModelFileError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}", file=sys.stderr)
         return 1
     m = model_info(path)
     if m.problem:
-        print(f"{path}: error: {m.problem}", file=sys.stderr)
+        _say(f"{path}: error: {m.problem}", file=sys.stderr)
         return 1
-    print(f"file:            {m.path}")
-    print(f"size:            {m.file_size / 2**20:.1f} MiB")
-    print(f"name:            {m.name}")
-    print(f"architecture:    {m.architecture}")
-    print(f"parameters:      {format_parameters(m.parameters)} ({m.parameters:,})")
-    print(f"quantization:    {m.quantization}")
-    print(f"trained context: {m.context_length} tokens")
-    print(f"chat template:   {'yes' if m.has_chat_template else 'no (not usable for chat nodes)'}")
+    _say(f"file:            {m.path}")
+    _say(f"size:            {m.file_size / 2**20:.1f} MiB")
+    _say(f"name:            {m.name}")
+    _say(f"architecture:    {m.architecture}")
+    _say(f"parameters:      {format_parameters(m.parameters)} ({m.parameters:,})")
+    _say(f"quantization:    {m.quantization}")
+    _say(f"trained context: {m.context_length} tokens")
+    _say(f"chat template:   {'yes' if m.has_chat_template else 'no (not usable for chat nodes)'}")
     return 0
 
 
 def run_path(args: argparse.Namespace) -> int:
-    print(models_dir())
+    _say(models_dir())
     return 0
+
+
+def _say(text: object = "", file=None) -> None:
+    """Print a line; a file name that is not UTF-8 (read as lone surrogates) shows U+FFFD instead of
+    failing on a UTF-8 terminal."""
+    print(without_surrogates(str(text)), file=file or sys.stdout)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runtime.asset_file import load_asset
 from runtime.history import without_surrogates
+from runtime.models import unusable_path
 from runtime.problems import AssetError, Problem
 from runtime.templates import template_problems
 from runtime.validation import ModelFiles, validate_asset
@@ -38,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _problems(path: str) -> list[Problem]:
     """``runtime.validation.check_file``'s problems, and every template that cannot be rendered."""
+    unusable = unusable_path(path)
+    if unusable:
+        return [Problem("error", f"not a path: {unusable}", repr(path))]
     try:
         asset = load_asset(path)
     except AssetError as exc:
