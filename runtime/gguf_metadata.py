@@ -348,8 +348,17 @@ def _whole(value: Any, key: str, path: Path) -> int:
     """A metadata value that must be a whole number, or ``GGUFError`` naming the key."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
-        raise GGUFError(path, f"{key} is {_shown(value)}, not a whole number; the file is damaged")
+        raise GGUFError(path, f"{_key(key)} is {_shown(value)}, not a whole number; the file is damaged")
     return int(value)
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def _key(key: str) -> str:
+    """A metadata key as a message shows it: as it is, or quoted and escaped when the file put
+    something odd in it (a newline, a NUL: the architecture name is the file's own text)."""
+    return key if _PLAIN_KEY.fullmatch(key) else repr(key)
 
 
 def _shown(value: Any) -> str:
@@ -363,7 +372,7 @@ def _per_layer(value: Any, n_layer: int, key: str, path: Path) -> tuple[int, ...
         return None
     if isinstance(value, list):
         if len(value) != n_layer:
-            raise GGUFError(path, f"{key} has {len(value)} entries but the model has {n_layer} layers")
+            raise GGUFError(path, f"{_key(key)} has {len(value)} entries but the model has {n_layer} layers")
         return tuple(_whole(v, key, path) for v in value)
     return (_whole(value, key, path),) * n_layer
 
@@ -390,7 +399,7 @@ def _interpret(
 
     n_layer = whole("block_count", 0)
     if not 0 <= n_layer <= MAX_LAYERS:
-        raise GGUFError(path, f"{arch}.block_count is {n_layer:,}; a model has 0 to {MAX_LAYERS:,} layers, "
+        raise GGUFError(path, f"{_key(arch + '.block_count')} is {n_layer:,}; a model has 0 to {MAX_LAYERS:,} layers, "
                         "so the file is damaged")
     n_embd = whole("embedding_length", 0)
     head_count = _per_layer(key("attention.head_count", 0), n_layer, f"{arch}.attention.head_count", path) or ()

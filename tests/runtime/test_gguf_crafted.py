@@ -108,3 +108,9 @@ def test_more_keys_or_tensors_than_the_file_holds(tmp_path):
 ], ids=["text-block-count", "infinite-context", "array-context", "alignment-3", "unknown-type", "long-string"])
 def test_values_of_the_wrong_kind_name_the_key(tmp_path, kv, message):
     assert message in str(_read(tmp_path, gguf(ARCH, kv)))
+
+
+def test_an_architecture_name_with_a_newline_is_escaped_in_the_message(tmp_path):
+    arch = kv_str("general.architecture", "ll\nama")
+    err = _read(tmp_path, gguf(arch, kv_u64("ll\nama.block_count", 2**40)))
+    assert "'ll\\nama.block_count' is 1,099,511,627,776" in str(err) and "\n" not in str(err)
