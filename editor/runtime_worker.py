@@ -94,6 +94,18 @@ class TurnRecord:
         return None if self.replaced is None else self.diagnostics.reply != self.replaced
 
 
+def turn_record(result: TurnResult, asset: Asset) -> TurnRecord:
+    """The record of a finished turn (with diagnostics) that ran on ``asset``: the live
+    conversation's turns, and the turns of a test run that the Turn Inspector opens."""
+    assert result.diagnostics is not None
+    return TurnRecord(
+        result.diagnostics, asset,
+        parts={node: prompt.parts for node, prompt in result.prompts.items()},
+        context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
+        turn_id=result.turn_id,
+    )
+
+
 # --- the worker (its own thread) -------------------------------------------------------------
 
 
@@ -228,13 +240,7 @@ class RuntimeWorker(QObject):
 
     @staticmethod
     def _record(agent: Agent, result: TurnResult) -> TurnRecord:
-        assert result.diagnostics is not None
-        return TurnRecord(
-            result.diagnostics, agent.asset,
-            parts={node: prompt.parts for node, prompt in result.prompts.items()},
-            context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
-            turn_id=result.turn_id,
-        )
+        return turn_record(result, agent.asset)
 
     @Slot(object)
     def change_history(self, operation: HistoryOperation) -> None:
