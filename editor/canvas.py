@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 from NodeGraphQt import BaseNode, NodeGraph
-from NodeGraphQt.constants import MIME_TYPE, PortTypeEnum
+from NodeGraphQt.constants import MIME_TYPE, PipeEnum, PortTypeEnum
 from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
 from NodeGraphQt.qgraphics.pipe import PipeItem
 from NodeGraphQt.qgraphics.port import PortItem
@@ -34,11 +35,14 @@ from editor.commands import (
 from editor.document import Document
 from editor.node_appearance import (
     INPUT_PORT,
+    NEVER_TAKEN_COLOUR,
     START_PORT,
     TERMINAL_COLOURS,
     AssetNodeItem,
     TerminalItem,
+    VisitBadge,
     apply_appearance,
+    coverage_label_html,
     summary_lines,
 )
 from editor.node_search import NodeSearch
@@ -149,6 +153,8 @@ class Canvas(QObject):
         # Exits whose target node is not on the canvas yet (pasting A before B when A -> B).
         self._waiting: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self._problems: dict[str, list[Problem]] = {}
+        # A test run's counts (node id -> visits, (node id, port) -> times taken), while shown
+        self._coverage: tuple[dict[str, int], dict[tuple[str, str], int]] | None = None
         self._syncing = False
         self.search = NodeSearch(self.viewer)
         self.search.chosen.connect(self._on_search_chosen)
@@ -260,6 +266,7 @@ class Canvas(QObject):
             self._nodes.clear()
             self._waiting.clear()
             self._problems.clear()
+            self._coverage = None  # another asset: the counts were of the old one
             self._start = self.graph.create_node(StartTerminal.type_, name="START", selected=False, push_undo=False)
             self._end = self.graph.create_node(EndTerminal.type_, name="END", selected=False, push_undo=False)
             for terminal, colour in ((self._start, TERMINAL_COLOURS["start"]), (self._end, TERMINAL_COLOURS["end"])):
@@ -448,6 +455,8 @@ class Canvas(QObject):
         apply_appearance(canvas_node.view, node, self.document.asset)
         for port in wanted:
             self._sync_exit(node_id, port)
+        if self._coverage is not None:
+            self._paint_coverage(node_id)
 
     def _on_node_moved(self, node_id: str) -> None:
         canvas_node = self._nodes[node_id]
@@ -769,6 +778,61 @@ class Canvas(QObject):
 
         marks = [m for m in getattr(self, "_path_marks", []) if isValid(m)]
         return [self._key_of(n) for n in self._nodes.values() if any(m.parentItem() is n.view for m in marks)]
+
+    # --- test coverage (the Tests dock) ------------------------------------------------------------
+
+    def show_coverage(self, visits: Mapping[str, int], exits: Mapping[tuple[str, str], int]) -> None:
+        """Show a test run's counts: a "\u00d7N" badge on each node, "\u00d7N" after each exit's label,
+        and never-taken exits (their labels and pipes) in a warning colour, until ``clear_coverage``."""
+        self._coverage = ({k: int(v) for k, v in visits.items()}, {k: int(v) for k, v in exits.items()})
+        for node_id in self._nodes:
+            self._paint_coverage(node_id)
+
+    def clear_coverage(self) -> None:
+        self._coverage = None
+        for node_id in self._nodes:
+            self._paint_coverage(node_id)
+
+    def _paint_coverage(self, node_id: str) -> None:
+        canvas_node = self._nodes[node_id]
+        view = canvas_node.view
+        node = self.document.node(node_id)
+        for out in canvas_node.output_ports():
+            port = out.name()
+            text = view.get_output_text_item(out.view)
+            never = False
+            if self._coverage is None:
+                text.setPlainText(node.exit_label(port))
+            else:
+                count = self._coverage[1].get((node_id, port), 0)
+                text.setHtml(coverage_label_html(node.exit_label(port), count))
+                never = not count
+            for pipe in out.view.connected_pipes:
+                pipe.color = (*NEVER_TAKEN_COLOUR, 255) if never else PipeEnum.COLOR.value
+                pipe.style = PipeEnum.DRAW_TYPE_DASHED.value if never else PipeEnum.DRAW_TYPE_DEFAULT.value
+                pipe.reset()
+        view.draw_node()  # the labels' widths changed
+        badge = next((c for c in view.childItems() if isinstance(c, VisitBadge)), None)
+        if self._coverage is None:
+            if badge is not None and badge.scene() is not None:
+                badge.scene().removeItem(badge)
+            return
+        if badge is None:
+            badge = VisitBadge(view)
+        badge.set_count(self._coverage[0].get(node_id, 0))
+        box = badge.boundingRect()
+        badge.setPos(view.boundingRect().right() - box.width() + 4, -box.height() / 2 - 2)
+
+    def visit_badge(self, node_id: str) -> str:
+        """The coverage badge on a node ("\u00d73"), or "" when none is shown."""
+        badge = next((c for c in self._nodes[node_id].view.childItems() if isinstance(c, VisitBadge)), None)
+        return badge.text if badge is not None else ""
+
+    def exit_label(self, node_id: str, port: str) -> tuple[str, bool]:
+        """An exit's label as the canvas shows it, and whether it is marked as never taken."""
+        out = self._nodes[node_id].outputs()[port]
+        text = self._nodes[node_id].view.get_output_text_item(out.view).toPlainText()
+        return text, self._coverage is not None and not self._coverage[1].get((node_id, port), 0)
 
 
 def context_menu(canvas: Canvas) -> QMenu:

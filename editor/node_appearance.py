@@ -1,4 +1,4 @@
-"""How an asset node is drawn on the canvas: summary, start mark and problem marks.
+"""How an asset node is drawn on the canvas: summary, start mark, problem marks and test coverage.
 
 What each type looks like (label, colour, summary lines) is its ``editor.node_types.NodeView``;
 this module paints it. Nodes show a compact summary of their key settings painted by
@@ -7,10 +7,13 @@ this module paints it. Nodes show a compact summary of their key settings painte
 
 from __future__ import annotations
 
+import html
+
 from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
 from NodeGraphQt.qgraphics.node_base import NodeItem
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtWidgets import QGraphicsItem
 
 from editor.node_types import view_of
 from runtime.asset import Asset, NodeBase
@@ -20,6 +23,9 @@ START_BORDER = (90, 220, 110, 255)
 SEVERITY_COLOURS = {"error": (230, 70, 60), "warning": (235, 170, 40)}
 INPUT_PORT = "in"
 START_PORT = "start"
+# Test coverage: counts in a calm colour; what a run never reached in a warning colour.
+COVERAGE_COLOUR = (120, 200, 230)
+NEVER_TAKEN_COLOUR = (255, 120, 60)
 
 
 def summary_lines(node: NodeBase, asset: Asset) -> list[str]:
@@ -119,6 +125,57 @@ class AssetNodeItem(NodeItem):
             font.setPointSizeF(8)
             painter.setFont(font)
             painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "!")
+        painter.restore()
+
+
+def coverage_label_html(label: str, count: int) -> str:
+    """An exit's label with how often a test run took it; a never-taken exit's is all in the warning colour."""
+    if count:
+        return f"{html.escape(label)} <span style='color:{QColor(*COVERAGE_COLOUR).name()}'>\u00d7{count}</span>"
+    return f"<span style='color:{QColor(*NEVER_TAKEN_COLOUR).name()}'><b>{html.escape(label)} \u00d70</b></span>"
+
+
+class VisitBadge(QGraphicsItem):
+    """How often a test run visited a node: a small "\u00d7N" pill over the node's top-right corner
+    (a child of the node, so it moves with it; never visited: the warning colour)."""
+
+    PAD = 4.0
+
+    def __init__(self, parent: QGraphicsItem) -> None:
+        super().__init__(parent)
+        self.count = 0
+        self._font = QFont()
+        self._font.setBold(True)
+        self._font.setPointSizeF(9)
+        self.setZValue(2)
+
+    @property
+    def text(self) -> str:
+        return f"\u00d7{self.count}"
+
+    def set_count(self, count: int) -> None:
+        self.prepareGeometryChange()
+        self.count = count
+        self.setToolTip(f"Visited {count} time{'s' if count != 1 else ''} in the last test run"
+                        if count else "Never visited in the last test run")
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        metrics = QFontMetricsF(self._font)
+        return QRectF(0, 0, metrics.horizontalAdvance(self.text) + 2 * self.PAD, metrics.height() + 2)
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        rect = self.boundingRect()
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        edge = QColor(*NEVER_TAKEN_COLOUR) if not self.count else QColor(*COVERAGE_COLOUR)
+        painter.setPen(QPen(edge, 1.0))
+        painter.setBrush(edge if not self.count else QColor(25, 45, 60))
+        inner = rect.adjusted(0.5, 0.5, -0.5, -0.5)
+        painter.drawRoundedRect(inner, inner.height() / 2, inner.height() / 2)
+        painter.setFont(self._font)
+        painter.setPen(QColor(20, 20, 20) if not self.count else QColor(*COVERAGE_COLOUR))
+        painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self.text)
         painter.restore()
 
 
