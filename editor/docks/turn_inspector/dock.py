@@ -83,6 +83,9 @@ def trim_text(diag: NodeDiagnostics, summary_through: int = -1) -> str:
     return " ".join(lines)
 
 
+# Turns from elsewhere (test runs) kept in the turn picker, newest last
+EXTERNAL_KEPT = 20
+
 # The canvas's path marking (``Canvas.highlight_path``), passed in so the dock never imports the canvas.
 PathHighlighter = Callable[[list[str]], None]
 
@@ -106,6 +109,18 @@ class TurnInspectorDock(QDockWidget):
         self.compare_picker.setToolTip("Pick a second turn to see what changed in the selected node's prompt")
         top.addWidget(self.compare_picker, 1)
         layout.addLayout(top)
+
+        # A turn from elsewhere (a test run): what it was expected to do, above its path
+        self.note_label = QLabel(self)
+        self.note_label.setObjectName("expectation")
+        self.note_label.setWordWrap(True)
+        self.note_label.setTextFormat(Qt.TextFormat.RichText)
+        self.note_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.note_label.setStyleSheet("QLabel#expectation { background: #2f2a22; border-left: 3px solid #e5c07b;"
+                                      " padding: 3px 6px; }")
+        self.note_label.hide()
+        layout.addWidget(self.note_label)
+        self.external: dict[str, tuple[TurnRecord, str]] = {}  # label -> a record not of this conversation, note
 
         self.path_label = QLabel(self)
         self.path_label.setWordWrap(True)
@@ -153,7 +168,19 @@ class TurnInspectorDock(QDockWidget):
     @property
     def record(self) -> TurnRecord | None:
         turn_id = self.turn_picker.currentData()
+        if isinstance(turn_id, str):
+            return self.external[turn_id][0] if turn_id in self.external else None
         return self.conversation.records.get(turn_id) if turn_id is not None else None
+
+    def show_external(self, record: TurnRecord, label: str, note: str = "") -> None:
+        """Show a turn that is not of the live conversation (a test run's), picked under ``label``, with
+        ``note`` (what it was expected to do; lines starting with \u2717 failed) above its path."""
+        self.external.pop(label, None)
+        self.external[label] = (record, note)
+        while len(self.external) > EXTERNAL_KEPT:
+            del self.external[next(iter(self.external))]
+        self.refresh()
+        self.turn_picker.setCurrentIndex(self.turn_picker.findData(label))
 
     def _path(self) -> list[int]:
         tree = self.conversation.saved.tree
@@ -163,7 +190,8 @@ class TurnInspectorDock(QDockWidget):
         """Fill the pickers: the turns of the current branch, and to compare with, those and every other
         turn recorded (a turn's alternatives first), keeping the picked ones."""
         records = self.conversation.records
-        keep = self.conversation.selected_turn
+        current = self.turn_picker.currentData()
+        keep = current if isinstance(current, str) and current in self.external else self.conversation.selected_turn
         compare = self.compare_picker.currentData()
         for picker in (self.turn_picker, self.compare_picker):
             picker.blockSignals(True)
@@ -175,6 +203,9 @@ class TurnInspectorDock(QDockWidget):
             if turn_id in records:
                 text = _turn_label(index, records[turn_id].diagnostics.player)
                 self.turn_picker.addItem(text, turn_id)
+        live = self.turn_picker.count()
+        for label in self.external:
+            self.turn_picker.addItem(label, label)
         for index, turn_id in enumerate(path):
             alternatives = tree.alternatives(turn_id) if tree is not None else [turn_id]
             for at, other in enumerate(alternatives):
@@ -188,7 +219,8 @@ class TurnInspectorDock(QDockWidget):
                                         turn_id)
         for picker, value in ((self.turn_picker, keep), (self.compare_picker, compare)):
             index = picker.findData(value)
-            picker.setCurrentIndex(index if index >= 0 else (picker.count() - 1 if picker is self.turn_picker else 0))
+            fallback = (live - 1 if live else picker.count() - 1) if picker is self.turn_picker else 0
+            picker.setCurrentIndex(index if index >= 0 else fallback)
             picker.blockSignals(False)
         self._turn_picked()
 
@@ -202,13 +234,15 @@ class TurnInspectorDock(QDockWidget):
         current_node = self.current_node_id()
         self.node_list.blockSignals(True)
         self.node_list.clear()
+        self._show_note()
         if record is None:
             self.path_label.setText("<i>No turn yet: say something in the Conversation dock.</i>")
             self.node_list.blockSignals(False)
             self._show_node_details()
             self._highlight([])
             return
-        self.conversation.select_turn(record.turn_id)
+        if not isinstance(self.turn_picker.currentData(), str):
+            self.conversation.select_turn(record.turn_id)
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
@@ -224,6 +258,18 @@ class TurnInspectorDock(QDockWidget):
         self.node_list.blockSignals(False)
         self._show_node_details()
         self._highlight(d.path)
+
+    def _show_note(self) -> None:
+        label = self.turn_picker.currentData()
+        if not isinstance(label, str) or label not in self.external:
+            self.note_label.hide()
+            return
+        lines = []
+        for line in self.external[label][1].splitlines():
+            colour = "#ff8a7a" if line.startswith("\u2717") else "#8fd18f" if line.startswith("\u2713") else "#dddddd"
+            lines.append(f"<span style='color:{colour}'>{_e(line)}</span>")
+        self.note_label.setText(f"<b>{_e(label)}</b> \u00b7 expected:<br/>" + "<br/>".join(lines))
+        self.note_label.show()
 
     @staticmethod
     def _replying_row(record: TurnRecord) -> int:
@@ -308,6 +354,8 @@ class TurnInspectorDock(QDockWidget):
         record = self.record
         if record is None or not any(p.kind == "summary" for p in record.parts.get(diag.node, [])):
             return -1
+        if isinstance(self.turn_picker.currentData(), str):
+            return -1  # a test run's turn: its earlier turns are not recorded here
         records = self.conversation.records
         earlier = [records[t] for t in self._path()[:record.turn] if t in records]
         covered = [n.summary.covered_through for r in earlier for n in r.diagnostics.nodes if n.summary is not None]
