@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -41,6 +42,8 @@ from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, Tu
 from runtime.history import HistoryError, Reply, SavedDialog, load_history
 from runtime.models import SAMPLE_MODEL, models_dir
 from runtime.nodes import NODE_TYPES
+from runtime.problems import InputError
+from runtime.suites import case_from_turns, save_case
 
 HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
 
@@ -80,6 +83,8 @@ def _shows_output(type_name: str) -> bool:
 
 
 class ConversationDock(QDockWidget):
+    test_case_saved = Signal(str)  # the suite file a case was saved to
+
     def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
                  download: SampleModelDownload | None = None) -> None:
         super().__init__("Conversation", parent)
@@ -108,6 +113,9 @@ class ConversationDock(QDockWidget):
         self.reroll_button = self._tool_button("Re-roll seeds", "Every node keeps a fixed seed, so replays repeat "
                                                "their replies; re-roll to get other replies from now on",
                                                self.reroll_seeds)
+        self.save_test_button = self._tool_button("Save as test\u2026", "Save this conversation as a test case: "
+                                                  "its lines, expecting the path each turn took (Tests dock)",
+                                                  self.save_as_test_case)
         self.mute_button = QToolButton(self)
         self.mute_button.setCheckable(True)
         self.mute_button.setText("Mute")
@@ -118,7 +126,7 @@ class ConversationDock(QDockWidget):
         else:
             self.mute_button.setToolTip("Mute the voice of GenerateAndSpeak replies")
         for w in (self.new_button, self.export_button, self.import_button, self.edit_button,
-                  self.variables_button, self.branches_button, self.reroll_button):
+                  self.variables_button, self.branches_button, self.reroll_button, self.save_test_button):
             tools.addWidget(w)
         tools.addStretch(1)
         tools.addWidget(self.mute_button)
@@ -622,6 +630,48 @@ class ConversationDock(QDockWidget):
         if dialog.exec():
             self.conversation.set_variables(dialog.values())
             self.set_status("Variables changed: " + json.dumps(dialog.values(), ensure_ascii=False))
+
+    def save_as_test_case(self, name: str | None = None) -> str:
+        """Add this branch of the conversation to ``<asset stem>.suite.yaml`` beside the asset as a case that
+        says the same lines and expects the path each turn took (and the variables changed here). Asks for
+        the case's name unless given; returns the name it was saved under, or "" when nothing was saved."""
+        doc = self.conversation.document
+        if not doc.path:
+            self.show_error("Save the asset to a file first: its test cases go into a .suite.yaml file beside it.")
+            return ""
+        history = self.conversation.saved.history.turns
+        count = len(history)
+        records = [self.conversation.record(i) for i in range(count)]
+        turns = [(r.diagnostics, turn) for r, turn in zip(records, history) if r is not None]
+        if not turns:
+            self.show_error("Nothing to save yet: talk to the character first (seeded or imported turns have no "
+                            "recorded path).")
+            return ""
+        if name is None:
+            first = turns[0][0].player
+            name, ok = QInputDialog.getText(self, "Save as test case", "Name of the test case:",
+                                            text=first if len(first) <= 40 else first[:40] + "\u2026")
+            if not ok:
+                return ""
+        if not name.strip():
+            self.show_error("A test case needs a name; nothing was saved.")
+            return ""
+        asset = doc.asset
+        variables = {k: v for k, v in self.conversation.saved.variables.items()
+                     if k in asset.variables and asset.variables[k] != v}
+        suite = Path(doc.path).with_name(f"{Path(doc.path).stem}.suite.yaml")
+        try:
+            saved = save_case(suite, doc.path, case_from_turns(name.strip(), turns, variables))
+        except (InputError, OSError) as exc:
+            self.show_error(f"Could not save the test case to {suite.name}; nothing changed.\n{exc}")
+            return ""
+        skipped = count - len(turns)
+        self.set_status(f"Saved the test case \u201c{saved}\u201d ({len(turns)} turn{'s' if len(turns) != 1 else ''}) "
+                        f"to {suite.name}: run it from the Tests dock."
+                        + (f" {skipped} turn{'s' if skipped != 1 else ''} without a recorded path (seeded or "
+                           "imported) left out." if skipped else ""))
+        self.test_case_saved.emit(str(suite))
+        return saved
 
     def stop_voice(self) -> None:
         """Called by the window as it closes (after the conversation has stopped)."""
