@@ -39,6 +39,7 @@ from editor.docks.palette.dock import PaletteDock
 from editor.docks.problems.dock import ProblemsDock
 from editor.docks.properties.dock import PropertiesDock
 from editor.docks.raw_json.dock import RawJsonDock
+from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
@@ -52,6 +53,7 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
+from editor.suite_run import SuiteRun
 from runtime.asset import Asset
 from runtime.asset_file import load_asset_for_editing, save_asset
 from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
@@ -107,6 +109,8 @@ DOCKS: list[DockSpec] = [
              lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
              lambda w: VramEstimatorDock(w.document, w), tab_with="PropertiesDock"),
+    DockSpec("TestsDock", Qt.DockWidgetArea.BottomDockWidgetArea,
+             lambda w: TestsDock(w.document, w.suite_run, w), tab_with="ProblemsDock"),
 ]
 
 
@@ -124,6 +128,7 @@ class MainWindow(QMainWindow):
         # The window's shared services, passed to the docks that use them.
         self.conversation = LiveConversation(self.document, self)
         self.download = SampleModelDownload(self)
+        self.suite_run = SuiteRun(self)
         self.load_problems: list[Problem] = []
         self.problems: list[Problem] = []
         self.docks: dict[str, QDockWidget] = {}
@@ -365,6 +370,24 @@ class MainWindow(QMainWindow):
         self.palette.add_requested.connect(self.canvas.add_node)
         self.problems_dock.problem_activated.connect(self.show_problem)
         self.properties.input_problems_changed.connect(self._show_problems)
+        tests = self.docks["TestsDock"]
+        tests.turn_opened.connect(self._open_test_turn)
+        tests.coverage_changed.connect(self._show_coverage)
+        self.conversation_dock.test_case_saved.connect(tests.refresh)
+
+    def _open_test_turn(self, record: object, label: str, note: str) -> None:
+        """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do."""
+        inspector = self.docks["TurnInspectorDock"]
+        inspector.show_external(record, label, note)  # type: ignore[attr-defined]
+        inspector.show()
+        inspector.raise_()
+
+    def _show_coverage(self, coverage: object) -> None:
+        """A test run's node and exit counts on the canvas (None: take them off)."""
+        if coverage is None:
+            self.canvas.clear_coverage()
+        else:
+            self.canvas.show_coverage(coverage.visits, coverage.exits)  # type: ignore[attr-defined]
 
     # --- the sample model -----------------------------------------------------------------------
 
@@ -691,6 +714,7 @@ class MainWindow(QMainWindow):
         self.autosave.stop()
         self.conversation.shutdown()  # stops any turn and the runtime thread
         self.download.shutdown()
+        self.suite_run.shutdown()  # stops a test run and its thread
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()

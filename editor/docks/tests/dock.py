@@ -1,0 +1,547 @@
+"""The Tests dock: the suites beside the asset, their cases and, after a run, each turn's checks.
+
+The suites are the ``*.suite.yaml`` files beside the asset that name it (``runtime.suites.find_suites``).
+A run goes through the window's ``SuiteRun`` (its own thread and model copy) on the graph as it is in
+the editor, unsaved edits included; each case's turns appear as they finish. A suite file that
+cannot be read is listed with its problems (file, line, case, field). A click on a turn sends its
+record and checks out (``turn_opened``) for the Turn Inspector; a run's node and exit counts go out as
+``coverage_changed`` for the canvas. The dock never imports another dock or the canvas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QToolButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from editor.document import Document
+from editor.runtime_worker import turn_record
+from editor.suite_run import SuiteRun
+from runtime.asset import Asset
+from runtime.problems import InputError, Problem
+from runtime.suites import (
+    CaseResult,
+    Check,
+    Coverage,
+    LoadedSuite,
+    Report,
+    TurnOutcome,
+    find_suites,
+    load_suite,
+)
+
+PASS, FAIL = "\u2713", "\u2717"
+PASS_COLOUR, FAIL_COLOUR, DIM_COLOUR = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
+ROLE = Qt.ItemDataRole.UserRole
+CaseKey = tuple[str, str]  # suite file name, case name
+
+
+@dataclass
+class SuiteEntry:
+    """A suite file beside the asset: loaded, or the problems that keep it from loading."""
+
+    path: Path
+    loaded: LoadedSuite | None
+    problems: list[Problem]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def problem_text(problem: Problem) -> str:
+    """A suite problem as the dock lists it: file and line first, then the case and field it names."""
+    where = Path(problem.file).name if problem.file else ""
+    if problem.line:
+        where += f", line {problem.line}"
+    return f"{where}: {problem.message}" if where else problem.message
+
+
+def check_line(check: Check) -> str:
+    return f"{PASS if check.passed else FAIL} {check.kind}: {check.message}"
+
+
+def turn_note(outcome: TurnOutcome) -> str:
+    """What a turn was expected to do and what failed, failed checks first (the Turn Inspector shows it)."""
+    lines = [f"{FAIL} the turn failed: {outcome.error}"] if outcome.error else []
+    checks = sorted(outcome.checks, key=lambda c: c.passed)
+    lines += [check_line(c) for c in checks]
+    return "\n".join(lines) if lines else "This turn has no expectations."
+
+
+class TestsDock(QDockWidget):
+    __test__ = False  # not a pytest test class
+
+    turn_opened = Signal(object, str, str)  # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks)
+    coverage_changed = Signal(object)  # runtime.suites.Coverage of the last run, or None: clear it
+
+    def __init__(self, document: Document, run: SuiteRun, parent: QWidget | None = None) -> None:
+        super().__init__("Tests", parent)
+        self.setObjectName("TestsDock")
+        self.document = document
+        self.run = run
+        self.entries: list[SuiteEntry] = []
+        self.results: dict[CaseKey, CaseResult] = {}
+        self.partial: dict[CaseKey, list[TurnOutcome]] = {}  # turns of the cases running, as they finish
+        self.running: set[CaseKey] = set()
+        self.case_items: dict[CaseKey, QTreeWidgetItem] = {}
+        self.coverage: Coverage | None = None
+        self._assets: dict[str, Asset] = {}  # suite file name -> the asset its cases last ran on
+        self._path: str | None = None
+        self._stale = False  # the asset's path changed during a run: list its suites afterwards
+
+        body = QWidget(self)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(3)
+        bar = QHBoxLayout()
+        tip = " on the graph as it is in the editor (unsaved edits included), on a model copy of its own"
+        self.run_all_button = self._button("Run all", "Run every case of every suite" + tip, self.run_all)
+        self.run_selected_button = self._button("Run selected", "Run the selected case (or every case of the "
+                                                "selected suite)" + tip, self.run_selected)
+        self.stop_button = self._button("Stop", "Stop the running turn; the cases not run yet are skipped", self.stop)
+        self.refresh_button = self._button("Refresh", "Read the suite files beside the asset again", self.refresh)
+        self.clear_coverage_button = self._button("Clear coverage", "Take the visit and exit counts off the canvas",
+                                                  self.clear_coverage)
+        for button in (self.run_all_button, self.run_selected_button, self.stop_button, self.refresh_button,
+                       self.clear_coverage_button):
+            bar.addWidget(button)
+        self.progress = QProgressBar(self)
+        self.progress.setMaximumWidth(160)
+        self.progress.setMaximumHeight(16)
+        self.progress.setFormat("%v of %m cases")
+        self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.progress.hide()
+        bar.addWidget(self.progress)
+        bar.addStretch(1)
+        layout.addLayout(bar)
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        layout.addWidget(self.status)
+
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderLabels(["Suite / case / turn", "Result"])
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
+        self.tree.setColumnWidth(1, 230)
+        self.tree.setToolTip("Click a turn to open its prompts in the Turn Inspector")
+        self.tree.itemClicked.connect(self._item_clicked)
+        self.tree.itemActivated.connect(self._item_clicked)
+        layout.addWidget(self.tree, 1)
+        self.setWidget(body)
+
+        run.started.connect(self._started)
+        run.turn_done.connect(self._turn_done)
+        run.case_done.connect(self._case_done)
+        run.finished.connect(self._finished)
+        run.failed.connect(self._failed)
+        run.busy_changed.connect(self._busy)
+        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
+        document.path_changed.connect(self.refresh)
+        document.reset.connect(self.refresh)
+        self.visibilityChanged.connect(self._shown)
+        self._busy(False)
+        self.refresh()
+
+    def _button(self, text: str, tip: str, slot) -> QToolButton:
+        button = QToolButton(self)
+        button.setText(text)
+        button.setToolTip(tip)
+        button.clicked.connect(lambda _c=False: slot())
+        return button
+
+    def set_status(self, text: str, error: bool = False) -> None:
+        self.status.setStyleSheet(f"color: {FAIL_COLOUR.name()};" if error else "")
+        self.status.setText(text)
+        self.status.setToolTip(text)
+
+    # --- the suites beside the asset ----------------------------------------------------------
+
+    def _shown(self, visible: bool) -> None:
+        if visible:
+            self.refresh()
+
+    def refresh(self, *_changed: object) -> None:
+        """List the suites beside the document's file again (results of cases still there are kept)."""
+        if self.run.busy:
+            self._stale = True
+            return
+        self._stale = False
+        path = self.document.path
+        if path != self._path:  # another asset: nothing of the old one's runs applies
+            self._path = path
+            self.results.clear()
+            self._assets.clear()
+            self.coverage = None
+        self.entries = []
+        if path:
+            try:
+                found = find_suites(path)
+            except OSError as exc:
+                found = []
+                self.set_status(f"Could not look for suites beside {Path(path).name}: {exc.strerror or exc}", True)
+            for suite_path in found:
+                self.entries.append(self._load(suite_path))
+        known = {(e.name, c.name) for e in self.entries if e.loaded for c in e.loaded.suite.cases}
+        self.results = {k: v for k, v in self.results.items() if k in known}
+        self._fill()
+
+    @staticmethod
+    def _load(path: Path) -> SuiteEntry:
+        try:
+            return SuiteEntry(path, load_suite(path), [])
+        except InputError as exc:
+            return SuiteEntry(path, None, list(exc.problems))
+        except Exception as exc:  # noqa: BLE001 - a suite file must never take the dock down
+            return SuiteEntry(path, None, [Problem("error", f"could not be read: {type(exc).__name__}: {exc}",
+                                                   str(path))])
+
+    def _fill(self) -> None:
+        self.tree.clear()
+        self.case_items.clear()
+        if not self.document.path:
+            self._placeholder("Save the asset to a file: its tests are the .suite.yaml files beside it that name it.")
+        elif not self.entries:
+            stem = Path(self.document.path).stem
+            self._placeholder(f"No test suites beside {Path(self.document.path).name}. Save a conversation as a test "
+                              f"case from the Conversation dock, or write {stem}.suite.yaml.")
+        for entry in self.entries:
+            item = QTreeWidgetItem(self.tree, [entry.name, ""])
+            item.setData(0, ROLE, ("suite", entry.name))
+            item.setToolTip(0, str(entry.path))
+            if entry.loaded is None:
+                for problem in entry.problems:
+                    child = QTreeWidgetItem(item, [problem_text(problem)])
+                    child.setFirstColumnSpanned(True)
+                    child.setForeground(0, QBrush(FAIL_COLOUR))
+                    child.setToolTip(0, str(problem))
+            else:
+                for case in entry.loaded.suite.cases:
+                    key = (entry.name, case.name)
+                    case_item = QTreeWidgetItem(item, [case.name, ""])
+                    case_item.setData(0, ROLE, ("case", *key))
+                    self.case_items[key] = case_item
+                    self._fill_case(key)
+            self._show_suite_result(item, entry)
+            item.setExpanded(True)
+
+    def _placeholder(self, text: str) -> None:
+        item = QTreeWidgetItem(self.tree, [text])
+        item.setFirstColumnSpanned(True)
+        item.setForeground(0, QBrush(DIM_COLOUR))
+        item.setToolTip(0, text)
+
+    def _entry(self, name: str) -> SuiteEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+    def _case_turns(self, key: CaseKey) -> list:
+        entry = self._entry(key[0])
+        case = next((c for c in entry.loaded.suite.cases if c.name == key[1]), None) if entry and entry.loaded else None
+        return case.turns if case is not None else []
+
+    def _suite_item(self, name: str) -> QTreeWidgetItem | None:
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item.data(0, ROLE) == ("suite", name):
+                return item
+        return None
+
+    def _show_suite_result(self, item: QTreeWidgetItem, entry: SuiteEntry) -> None:
+        if entry.loaded is None:
+            count = len(entry.problems)
+            _set_result(item, f"{FAIL} cannot be read ({count} problem{'s' if count != 1 else ''})", False)
+            return
+        keys = [(entry.name, c.name) for c in entry.loaded.suite.cases]
+        done = [self.results[k] for k in keys if k in self.results]
+        if not done:
+            _set_result(item, f"{len(keys)} case{'s' if len(keys) != 1 else ''}", None)
+            return
+        failed = sum(not r.passed for r in done)
+        text = f"{FAIL} {failed} failed, {len(done) - failed} passed" if failed else f"{PASS} {len(done)} passed"
+        if len(done) < len(keys):
+            text += f", {len(keys) - len(done)} not run"
+        _set_result(item, text, not failed)
+
+    def _fill_case(self, key: CaseKey) -> None:
+        """A case's row and its turns, from its result (or, while it runs, the turns finished so far)."""
+        item = self.case_items.get(key)
+        if item is None:
+            return
+        expanded = item.isExpanded()
+        item.takeChildren()
+        result = self.results.get(key)
+        turns = result.turns if result is not None else self.partial.get(key, [])
+        for outcome in turns:
+            self._turn_item(item, key, outcome)
+        if result is None:
+            if key in self.running:
+                _set_result(item, f"running\u2026 ({len(turns)} turn{'s' if len(turns) != 1 else ''} done)"
+                            if turns else "waiting\u2026", None)
+            else:
+                _set_result(item, "not run", None)
+            item.setToolTip(1, "")
+            item.setExpanded(expanded or bool(turns))
+            return
+        if result.error:
+            child = QTreeWidgetItem(item, [f"{FAIL} {result.error}"])
+            child.setFirstColumnSpanned(True)
+            child.setForeground(0, QBrush(FAIL_COLOUR))
+            child.setToolTip(0, result.error)
+        for number, check in result.conversation:
+            child = QTreeWidgetItem(item, [f"after turn {number}: {check_line(check)}"])
+            child.setFirstColumnSpanned(True)
+            child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
+            child.setToolTip(0, check.message)
+        if result.passed:
+            _set_result(item, f"{PASS} passed \u00b7 {result.seconds:.1f} s", True)
+        elif result.error == "stopped":
+            _set_result(item, f"{FAIL} stopped", False)
+        else:
+            failed_turns = sum(not t.passed for t in result.turns)
+            _set_result(item, f"{FAIL} failed \u00b7 {failed_turns} of {len(self._case_turns(key))} turns", False)
+        item.setToolTip(1, "\n".join(result.failures) or "Every check passed.")
+        item.setExpanded(not result.passed)
+
+    def _turn_item(self, parent: QTreeWidgetItem, key: CaseKey, outcome: TurnOutcome) -> None:
+        line = outcome.line if len(outcome.line) <= 60 else outcome.line[:60] + "\u2026"
+        item = QTreeWidgetItem(parent, [f"Turn {outcome.number}: {line}", ""])
+        item.setData(0, ROLE, ("turn", *key, outcome.number))
+        failed = [c for c in outcome.checks if not c.passed]
+        if outcome.error:
+            _set_result(item, f"{FAIL} did not finish", False)
+        elif failed:
+            _set_result(item, f"{FAIL} {len(failed)} of {len(outcome.checks)} checks failed", False)
+        else:
+            _set_result(item, f"{PASS} passed ({len(outcome.checks)} check{'s' if len(outcome.checks) != 1 else ''})",
+                        True)
+        path = " \u2192 ".join([*outcome.path, "END"]) if outcome.path else "(no path)"
+        reply = outcome.reply if len(outcome.reply) <= 300 else outcome.reply[:300] + "\u2026"
+        item.setToolTip(0, f"Player: {outcome.line}\nPath: {path}\nReply: {reply}\n\n{turn_note(outcome)}"
+                        + ("\n\nClick to open this turn's prompts in the Turn Inspector." if outcome.result else ""))
+        item.setToolTip(1, turn_note(outcome))
+        if outcome.error:
+            child = QTreeWidgetItem(item, [f"{FAIL} {outcome.error}"])
+            child.setFirstColumnSpanned(True)
+            child.setForeground(0, QBrush(FAIL_COLOUR))
+            child.setData(0, ROLE, ("turn", *key, outcome.number))
+        for check in sorted(outcome.checks, key=lambda c: c.passed):
+            child = QTreeWidgetItem(item, [check_line(check)])
+            child.setFirstColumnSpanned(True)
+            child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
+            child.setToolTip(0, check.message)
+            child.setData(0, ROLE, ("turn", *key, outcome.number))
+        item.setExpanded(bool(failed or outcome.error))
+
+    # --- running --------------------------------------------------------------------------------
+
+    def selected_cases(self) -> list[CaseKey]:
+        """The cases the selection names: a case, the case of a turn or check, or every case of a suite."""
+        item = self.tree.currentItem()
+        data = item.data(0, ROLE) if item is not None else None
+        if not data:
+            return []
+        if data[0] == "suite":
+            entry = self._entry(data[1])
+            return [(entry.name, c.name) for c in entry.loaded.suite.cases] if entry and entry.loaded else []
+        return [(data[1], data[2])]
+
+    def run_all(self) -> bool:
+        self.refresh()
+        keys = [(e.name, c.name) for e in self.entries if e.loaded for c in e.loaded.suite.cases]
+        if not keys:
+            self.set_status("Nothing to run: no suite beside the asset could be read." if self.entries
+                            else "Nothing to run: there are no test suites beside the asset.", error=bool(self.entries))
+            return False
+        return self.run_cases(keys)
+
+    def run_selected(self) -> bool:
+        keys = self.selected_cases()
+        if not keys:
+            self.set_status("Select a case (or a suite) to run.")
+            return False
+        self.refresh()  # the files as they are now
+        return self.run_cases(keys)
+
+    def run_cases(self, keys: list[CaseKey]) -> bool:
+        """Run these cases (suite file name, case name) on the worker thread; False if none can run now."""
+        if self.run.busy:
+            self.set_status("A run is going on: stop it first.")
+            return False
+        wanted = set(keys)
+        loaded = []
+        for entry in self.entries:
+            if entry.loaded is None:
+                continue
+            cases = [c for c in entry.loaded.suite.cases if (entry.name, c.name) in wanted]
+            if cases:
+                asset = self._asset_for(entry.loaded)
+                self._assets[entry.name] = asset
+                loaded.append(dataclasses.replace(
+                    entry.loaded, suite=entry.loaded.suite.model_copy(update={"cases": cases}), asset=asset))
+        if not loaded:
+            self.set_status("Those cases are not in the suite files any more: Refresh.", error=True)
+            return False
+        ran = {(s.name, c.name) for s in loaded for c in s.suite.cases}
+        for key in ran:
+            self.results.pop(key, None)
+            self.partial[key] = []
+        self.running = set(ran)
+        asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
+        if not self.run.start(loaded, asset_dir):
+            self.running.clear()
+            self.set_status("Could not start the run (is one going on?).", error=True)
+            return False
+        for key in ran:
+            self._fill_case(key)
+        for entry in self.entries:
+            item = self._suite_item(entry.name)
+            if item is not None:
+                self._show_suite_result(item, entry)
+        return True
+
+    def _asset_for(self, loaded: LoadedSuite) -> Asset:
+        """What a suite's cases run on: the document's graph when the suite tests the open file (so
+        unsaved edits are tested), else the file's."""
+        doc = self.document
+        if doc.path and (loaded.path.parent / loaded.suite.asset).resolve() == Path(doc.path).resolve():
+            asset = doc.asset.model_copy(deep=True)
+            if loaded.suite.model:
+                asset = asset.model_copy(update={"default_model": loaded.suite.model})
+            return asset
+        return loaded.asset
+
+    def stop(self) -> None:
+        if self.run.busy:
+            self.run.stop()
+            self.set_status("Stopping\u2026 the running turn ends within a moment; the other cases are skipped.")
+
+    def _busy(self, busy: bool) -> None:
+        self.run_all_button.setEnabled(not busy)
+        self.run_selected_button.setEnabled(not busy)
+        self.refresh_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+
+    def _started(self, count: int) -> None:
+        self.progress.setRange(0, count)
+        self.progress.setValue(0)
+        self.progress.show()
+        self.set_status(f"Running {count} case{'s' if count != 1 else ''}\u2026")
+
+    def _turn_done(self, case_id: str, outcome: TurnOutcome) -> None:
+        suite, _sep, case = case_id.partition("::")
+        key = (suite, case)
+        self.partial.setdefault(key, []).append(outcome)
+        self._fill_case(key)
+        self.set_status(f"Running \u201c{case}\u201d: turn {outcome.number} "
+                        f"{'passed' if outcome.passed else 'failed'}\u2026")
+
+    def _case_done(self, result: CaseResult) -> None:
+        key = (result.suite, result.case)
+        self.results[key] = result
+        self.partial.pop(key, None)
+        self.running.discard(key)
+        self._fill_case(key)
+        self.progress.setValue(self.progress.value() + 1)
+        entry, item = self._entry(result.suite), self._suite_item(result.suite)
+        if entry is not None and item is not None:
+            self._show_suite_result(item, entry)
+
+    def _finished(self, report: Report) -> None:
+        self._end_run()
+        results = report.results
+        failed = sum(not r.passed for r in results)
+        text = f"{len(results) - failed} passed, {failed} failed in {report.seconds:.1f} s"
+        if self.run.stopping:
+            skipped = sum(r.error == "stopped" for r in results)
+            text = f"Stopped: {text}" + (f" ({skipped} not run)" if skipped else "")
+        ran = [r for r in results if r.turns]
+        asset = self._assets.get(ran[0].suite) if ran else None
+        if asset is not None:
+            coverage = Coverage(asset)
+            for r in ran:
+                coverage.add(r)
+            self.coverage = coverage
+            never = [f"{node}.{port}" for node, port in coverage.never_taken]
+            text += f" \u00b7 coverage {coverage.percent:.0f} %"
+            if never:
+                text += f" \u00b7 never taken: {', '.join(never)}"
+            self.coverage_changed.emit(coverage)
+        self.set_status(text, error=bool(failed))
+        self.setWindowTitle(f"Tests ({failed} failed)" if failed else "Tests")
+        if self._stale:
+            self.refresh()
+
+    def _failed(self, message: str) -> None:
+        self._end_run()
+        self.set_status(f"The run stopped: {message}", error=True)
+        for key in list(self.partial):
+            self._fill_case(key)
+        if self._stale:
+            self.refresh()
+
+    def _end_run(self) -> None:
+        self.progress.hide()
+        running, self.running = self.running, set()
+        self.partial.clear()
+        for key in running:
+            self._fill_case(key)
+
+    def clear_coverage(self) -> None:
+        self.coverage = None
+        self.coverage_changed.emit(None)
+
+    # --- opening a turn in the Turn Inspector ---------------------------------------------------
+
+    def outcome(self, suite: str, case: str, number: int) -> TurnOutcome | None:
+        result = self.results.get((suite, case))
+        turns = result.turns if result is not None else self.partial.get((suite, case), [])
+        return next((t for t in turns if t.number == number), None)
+
+    def open_turn(self, suite: str, case: str, number: int) -> bool:
+        """Send a turn's record and its checks out for the Turn Inspector; False when it has no record."""
+        outcome = self.outcome(suite, case, number)
+        if outcome is None:
+            return False
+        result = outcome.result
+        if result is None or result.diagnostics is None:
+            why = outcome.error or "the asset turns diagnostics off"
+            self.set_status(f"Turn {number} of \u201c{case}\u201d has no prompts to show: {why}", error=True)
+            return False
+        asset = self._assets.get(suite) or self._entry(suite).loaded.asset  # type: ignore[union-attr]
+        self.turn_opened.emit(turn_record(result, asset), f"Test: {case} \u00b7 turn {number}", turn_note(outcome))
+        return True
+
+    def _item_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        data = item.data(0, ROLE)
+        if data and data[0] == "turn":
+            self.open_turn(data[1], data[2], data[3])
+
+
+def _set_result(item: QTreeWidgetItem, text: str, passed: bool | None) -> None:
+    item.setText(1, text)
+    colour = DIM_COLOUR if passed is None else PASS_COLOUR if passed else FAIL_COLOUR
+    item.setForeground(1, QBrush(colour))
+    if passed is False:
+        item.setForeground(0, QBrush(FAIL_COLOUR))
+    else:
+        item.setData(0, Qt.ItemDataRole.ForegroundRole, None)  # the palette's text colour

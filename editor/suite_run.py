@@ -1,0 +1,149 @@
+"""Running conversation test suites from the editor, on a thread of their own.
+
+``SuiteRun`` lives on the UI thread; each run gets a fresh ``QThread`` whose worker calls
+``runtime.suites.run_suites`` and reports every finished turn and case as it happens. The
+service re-emits those reports from the UI thread, so the Tests dock (and pytest-qt) only ever
+sees signals from the UI thread. Stop cancels the running turn and skips the cases not run yet;
+closing the window does the same and waits for the thread. The run has a backend (a model copy)
+of its own, so the test conversation in the Conversation dock is untouched by it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from editor.thread_service import ThreadService
+from runtime.backends.base import Backend
+from runtime.suites import CaseResult, LoadedSuite, Report, TurnOutcome, run_suites
+
+log = logging.getLogger("parley.editor")
+
+BackendFactory = Callable[[], Backend]
+
+
+class _SuiteWorker(QObject):
+    """Runs on the run's thread: one ``run_suites`` call, then the thread ends."""
+
+    turn_done = Signal(str, object)  # suite::case, TurnOutcome
+    case_done = Signal(object)  # CaseResult
+    finished = Signal(object)  # Report
+    failed = Signal(str)
+
+    def __init__(self, loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: threading.Event) -> None:
+        super().__init__()
+        self.loaded = loaded
+        self.make_backend = make_backend
+        self.cancel = cancel
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            report = run_suites(self.loaded, self.make_backend, on_case=self.case_done.emit,
+                                on_turn=self.turn_done.emit, cancel=self.cancel)
+        except Exception as exc:  # a failing case is in the report; this is the run itself failing
+            log.exception("the test run failed")
+            self.failed.emit(f"{type(exc).__name__}: {exc}")
+        else:
+            self.finished.emit(report)
+        finally:
+            QThread.currentThread().quit()
+
+
+class SuiteRun(ThreadService):
+    """The window's test runs (one at a time). Lives on the UI thread; all its signals are emitted there."""
+
+    started = Signal(int)  # how many cases will run
+    turn_done = Signal(str, object)  # suite::case, TurnOutcome (as each turn finishes)
+    case_done = Signal(object)  # CaseResult (as each case finishes)
+    finished = Signal(object)  # Report (the whole run, with coverage); also after Stop
+    failed = Signal(str)  # the run could not go on at all (not a failing case)
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None, make_backend: BackendFactory | None = None) -> None:
+        super().__init__("parley-test-run", parent)
+        self.make_backend = make_backend
+        self.busy = False
+        self.stopping = False
+        self._cancel = threading.Event()
+        self.worker: _SuiteWorker | None = None
+
+    def start(self, loaded: list[LoadedSuite], asset_dir: str = "") -> bool:
+        """Run every case of ``loaded`` (narrow a suite's cases first to run fewer). False when a
+        run is going on or the window closed. Model names resolve next to ``asset_dir``."""
+        if self.busy or self.closed or not loaded:
+            return False
+        self._cancel = threading.Event()
+        self.stopping = False
+        worker = _SuiteWorker(loaded, self.make_backend or _llama_backend(asset_dir), self._cancel)
+        thread = self._new_thread(worker)
+        thread.started.connect(worker.run)
+        # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
+        worker.turn_done.connect(self._on_turn)
+        worker.case_done.connect(self._on_case)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        thread.finished.connect(thread.deleteLater)
+        self.worker = worker
+        self._set_busy(True)
+        self.started.emit(sum(len(s.suite.cases) for s in loaded))
+        thread.start()
+        return True
+
+    def stop(self) -> None:
+        """Cancel the running turn; the cases not run yet end as stopped. ``finished`` follows."""
+        if self.busy:
+            self.stopping = True
+            self._cancel.set()
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self.busy_changed.emit(busy)
+
+    # After shutdown the window is gone: what the ending thread still reports goes nowhere.
+
+    def _on_turn(self, case_id: str, outcome: TurnOutcome) -> None:
+        if not self.closed:
+            self.turn_done.emit(case_id, outcome)
+
+    def _on_case(self, result: CaseResult) -> None:
+        if not self.closed:
+            self.case_done.emit(result)
+
+    def _on_finished(self, report: Report) -> None:
+        if self.closed:
+            return
+        self._end()
+        self.finished.emit(report)
+
+    def _on_failed(self, message: str) -> None:
+        if self.closed:
+            return
+        self._end()
+        self.failed.emit(message)
+
+    def _end(self) -> None:
+        if self.thread is not None:
+            self.thread.wait()  # it has quit already; this only joins it
+            self.thread = self.worker = None
+        self._set_busy(False)
+
+    def _cancel_work(self) -> None:
+        self._cancel.set()
+
+    def _after_shutdown(self) -> None:
+        self.thread = self.worker = None
+        self._set_busy(False)
+
+
+def _llama_backend(asset_dir: str) -> BackendFactory:
+    def make() -> Backend:
+        from runtime.backends.llama import LlamaBackend
+
+        return LlamaBackend(asset_dir or None)
+
+    return make
