@@ -45,7 +45,7 @@ from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.document import Document
 from editor.node_types import categories
-from editor.recovery import Autosave, left_behind
+from editor.recovery import Autosave, offer_left_behind
 from editor.runtime_worker import LiveConversation
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
@@ -162,6 +162,7 @@ class MainWindow(QMainWindow):
         self._download_from_menu = False
         self._wire_download()
         self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
+        self.autosave.failed.connect(lambda message: self.statusBar().showMessage(message, 15000))
         self.canvas.rebuild()
         self._restore_layout()
         self._after_edit()
@@ -585,25 +586,14 @@ class MainWindow(QMainWindow):
         return True
 
     def offer_recovery(self) -> bool:
-        """Offer back the newest recovery file left by a crash; True if one was opened."""
-        for found in left_behind(app_settings.recovery_dir()):
-            name = found.original_path or "an untitled asset"
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(found.saved_at))
-            answer = QMessageBox.question(
-                self, "Recover unsaved changes",
-                f"Parley Studio closed without saving the changes to {name} (autosaved {when}).\n"
-                "Open the recovered version?",
-                QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Ignore,
-                QMessageBox.StandardButton.Open,
-            )
-            if answer == QMessageBox.StandardButton.Open:
-                self.set_asset(found.asset, found.original_path, modified=True)
-                found.file.unlink(missing_ok=True)
-                self.autosave.save_now()
-                return True
-            if answer == QMessageBox.StandardButton.Discard:
-                found.file.unlink(missing_ok=True)
-        return False
+        """Offer back what a crash left (every recovery file, in one question); True if one was opened."""
+        found = offer_left_behind(self, app_settings.recovery_dir())
+        if found is None:
+            return False
+        self.set_asset(found.asset, found.original_path, modified=True)
+        found.file.unlink(missing_ok=True)
+        self.autosave.save_now()
+        return True
 
     # --- editing --------------------------------------------------------------------------------
 

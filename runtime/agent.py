@@ -37,7 +37,15 @@ from runtime.backends.base import Backend
 from runtime.conversation import AgentState, ConversationTree
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
 from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
-from runtime.history import DialogHistory, Entry, HistoryError, Reply, SavedDialog, Turn
+from runtime.history import (
+    DialogHistory,
+    Entry,
+    HistoryError,
+    Reply,
+    SavedDialog,
+    Turn,
+    unknown_node_problems,
+)
 from runtime.nodes.running import (
     NodeRun,
     RecordedPrompt,
@@ -115,6 +123,7 @@ class Agent:
                     field=f"system_prompts.{node_id}")
             for node_id in saved.system_prompts if not self._has_runtime_system_prompt(node_id)
         ]
+        problems += unknown_node_problems(saved, set(self._nodes), source)
         if problems:
             raise HistoryError(problems)
         self.history = saved.history.copy()

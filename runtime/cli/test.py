@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         for node, port in coverage.never_taken:
             print(f"  never taken: {node}.{port}", file=out)
     if args.json:
-        Path(args.json).write_text(json.dumps(report_json(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        # ensure_ascii: a reply may hold a lone surrogate, which UTF-8 cannot write
+        Path(args.json).write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
     if args.junit:
         Path(args.junit).write_text(report_junit(report), encoding="utf-8")
     if not report.passed:
