@@ -73,7 +73,8 @@ def test_chat_example_streams_speaks_and_reuses_the_cache(model, backend):
         assert d.tokens.prompt <= d.tokens.counted + 8
         if i:  # prompts are reused in whole 64-token blocks (reproducible turns)
             assert d.tokens.reused % CANONICAL_BLOCK == 0 and not d.tokens.cold
-            assert d.tokens.reused > 0 or d.tokens.prompt < 2 * CANONICAL_BLOCK
+        if i == 2:  # by now the shared start (system prompt and turn 1) spans whole blocks
+            assert d.tokens.reused > 0
         assert d.input.prompt[-1].content.endswith(line)
         assert d.input.prompt[-1].content.startswith("It is evening. The player's name is Traveller.")
 
