@@ -3,24 +3,37 @@
 Saving writes keys in one stable order and every field explicitly, so that load
 then save gives a byte-identical file and assets diff cleanly in git. Saving is
 atomic: a temporary file beside the target, then a rename, so a crash never
-leaves half an asset behind.
+leaves half an asset behind; a symlink stays a link and the file keeps its mode.
+
+Reading refuses what the model alone would let through or choke on, naming the node and
+field: lone surrogates (not text), numbers too long to convert, true/false or a string
+in a number field, and NaN or infinity. Only regular files up to ``MAX_ASSET_BYTES`` are
+read, so a device or a pipe named by mistake is refused instead of read forever.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
+import math
 import os
-import tempfile
-from collections.abc import Callable
+import re
+import secrets
+import stat
+import time
+import types
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from runtime.asset import ASSET_VERSION, NODE_TYPES, Asset, FieldError
+from runtime.names import REPLACEMENT, SURROGATE, shown_name, utf8, without_surrogates
 from runtime.problems import AssetError, Problem, parse_input_json, read_input_text
 
 # Keys first in this order; any other key keeps the model's order after them.
@@ -68,34 +81,347 @@ def migrate(raw: dict[str, Any], source: str = "<asset>") -> dict[str, Any]:
     if version > ASSET_VERSION:
         raise AssetError([Problem(
             "error",
-            f"this asset is version {version}; this Parley Studio reads up to version {ASSET_VERSION}. Update Parley Studio.",
+            f"this asset is version {_short(version)}; this Parley Studio reads up to version {ASSET_VERSION}. "
+            "Update Parley Studio.",
             source, field="version",
         )])
     while version < ASSET_VERSION:
         if version not in MIGRATIONS:
-            raise AssetError([Problem("error", f"no migration from version {version}", source, field="version")])
+            raise AssetError([Problem("error", f"no migration from version {_short(version)}", source, field="version")])
         raw = MIGRATIONS[version](raw)
         version = raw["version"]
     return raw
 
 
 def parse_asset(text: str, source: str = "<asset>") -> Asset:
-    """Parse and check an asset's JSON text. Raises ``AssetError`` naming every problem."""
-    return asset_from_dict(parse_input_json(text, source, AssetError), source)
+    """Parse and check an asset's JSON text. Raises ``AssetError`` naming every problem: lone
+    surrogates (a ``\\ud800`` escape) are refused here, where the text comes from a file."""
+    raw = parse_asset_json(text, source)
+    found = [_problem(raw, _key_path(path), message, source) for path, message in _surrogates(raw)]
+    try:
+        asset = asset_from_dict(raw, source)  # too-long integers are markers already
+    except AssetError as exc:
+        raise AssetError(found + exc.problems) from None
+    if found:
+        raise AssetError(found)
+    return asset
 
 
 def asset_from_dict(raw: Any, source: str = "<asset>") -> Asset:
+    """``raw`` (an asset's parsed JSON, or data kept in memory such as a recovery file's) as an
+    ``Asset``, or ``AssetError`` naming every problem. Text is taken as it is, lone surrogates
+    included (``parse_asset`` refuses those in files)."""
     if not isinstance(raw, dict):
         raise AssetError([Problem("error", f"an asset is a JSON object, not {type(raw).__name__}", source)])
     raw = migrate(dict(raw), source)
+    if _holds_too_long_int(raw):
+        raw = copy.deepcopy(raw)
+        _mark_too_long(raw)
+    refused = value_problems(raw, source)
+    if refused:
+        # The rest is checked without the refused values, so that a `true` taken as 1 does not
+        # also report what 1 would break.
+        raw = copy.deepcopy(raw)
+        _remove_refused(raw)
     try:
-        return Asset.model_validate(raw)
+        asset = Asset.model_validate(raw)
     except ValidationError as exc:
-        raise AssetError(problems_from_validation(exc, raw, source)) from None
+        raise AssetError(refused + problems_from_validation(exc, raw, source)) from None
+    if refused:
+        raise AssetError(refused)
+    return asset
 
 
 def load_asset(path: str | os.PathLike[str]) -> Asset:
-    return parse_asset(read_input_text(path, AssetError), str(path))
+    return parse_asset(read_asset_text(path), str(path))
+
+
+# --- reading a file ----------------------------------------------------------------------------
+
+# Far above any authored asset (a 50 MB system prompt still fits), far below what takes the
+# machine's memory: /dev/zero or a log file opened by mistake is refused before it is read.
+MAX_ASSET_BYTES = 64 * 1024 * 1024
+
+
+def read_asset_text(path: str | os.PathLike[str]) -> str:
+    """An asset file's text, or ``AssetError`` naming the file: a folder, device, pipe or socket
+    (which could be read forever, or block) and files over ``MAX_ASSET_BYTES`` are refused unread."""
+    source = str(path)
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        info = None  # read_input_text says why it cannot be read
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise AssetError([Problem(
+            "error", f"not a file but {_file_kind(info.st_mode)}: an asset is a .json file", source)])
+    if info is not None and info.st_size > MAX_ASSET_BYTES:
+        raise AssetError([Problem(
+            "error",
+            f"the file is {info.st_size / 2**20:,.0f} MB; an asset is at most {MAX_ASSET_BYTES // 2**20} MB. "
+            "Is it the asset you meant to open? Move long texts (knowledge) into a Retrieve node's source_file.",
+            source,
+        )])
+    return read_input_text(path, AssetError)
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+class _TooLong:
+    """An integer in the JSON with more digits than Python converts (``sys.get_int_max_str_digits``):
+    kept as this marker so the error can name the node and field that hold it."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    @classmethod
+    def of(cls, value: int) -> _TooLong:
+        return cls(int(abs(value).bit_length() * math.log10(2)) + 1)  # its digits, give or take one
+
+    def __repr__(self) -> str:
+        return f"a number of {self.digits:,} digits"
+
+    __str__ = __repr__
+
+
+def _read_int(text: str) -> int | _TooLong:
+    try:
+        return int(text)
+    except ValueError:
+        return _TooLong(len(text.lstrip("-")))
+
+
+def parse_asset_json(text: str, source: str) -> Any:
+    """An asset's JSON text parsed, or ``AssetError`` naming the line and column where it breaks.
+    An integer too long to convert is kept as a marker the value checks report by node and field."""
+    try:
+        return parse_input_json(text, source, AssetError)
+    except ValueError:  # not a JSONDecodeError (parse_input_json reports those): an integer too long
+        pass
+    try:
+        return json.loads(text, parse_int=_read_int)
+    except json.JSONDecodeError as exc:
+        raise AssetError([Problem("error", f"malformed JSON: {exc.msg}", source, line=exc.lineno, column=exc.colno)]) from None
+    except RecursionError:
+        raise AssetError([Problem("error", "malformed JSON: nested too deeply", source)]) from None
+
+
+# --- values the model would take but must not ---------------------------------------------------
+
+# Python converts integers of up to 4,300 digits to text (and back); about this many bits.
+_MAX_INT_BITS = 14_000
+
+
+def _holds_too_long_int(raw: Any) -> bool:
+    """Whether an int too long to convert to text is anywhere in ``raw`` (found at C speed)."""
+    try:
+        json.dumps(raw, default=str)
+    except ValueError:
+        return True
+    except RecursionError:
+        return False  # nested too deeply to write: the model refuses it as it is
+    return False
+
+
+def _mark_too_long(raw: Any) -> None:
+    """Replace every int too long to convert in ``raw`` by a ``_TooLong`` marker, in place. pydantic
+    quotes the values it refuses, and quoting such an int fails (printing a traceback to stderr)."""
+    for path, value in list(_leaves(raw)):
+        if type(value) is int and _too_long(value) and path and path[-1] is not _KEY:
+            holder = _walk(raw, list(path[:-1]))
+            if isinstance(holder, (dict, list)):
+                holder[path[-1]] = _TooLong.of(value)
+
+
+def _surrogates(raw: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """(path, message) for every text (value or key, see ``_KEY``) holding a lone surrogate, in file order."""
+    try:  # the common case, none, found at C speed
+        json.dumps(raw, ensure_ascii=False, default=str).encode("utf-8")
+        return
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        pass
+    for path, value in _leaves(raw):
+        if isinstance(value, str) and not value.isascii():
+            found = SURROGATE.search(value)
+            if found:
+                what = "name" if path and path[-1] is _KEY else "text"
+                yield path, (
+                    f"the {what} holds a lone surrogate ({found.group()!r} at character {found.start()}), which is "
+                    "not text and no UTF-8 file can hold; remove that \\u escape or write the character it was "
+                    "meant to be")
+
+
+_KEY = object()  # a path's last step when the leaf is a dict key, not a value
+
+
+def _key_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
+    return path[:-1] if path and path[-1] is _KEY else path
+
+
+def _leaves(raw: Any) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every scalar in ``raw`` (and every dict key, with ``_KEY`` as its path's last step), in order."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), raw)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            items = list(value.items())
+            for key, item in reversed(items):
+                stack.append(((*path, key), item))
+            for key, _item in items:
+                yield (*path, key, _KEY), key
+        elif isinstance(value, list):
+            stack.extend(((*path, i), item) for i, item in reversed(list(enumerate(value))))
+        else:
+            yield path, value
+
+
+def value_problems(raw: dict[str, Any], source: str = "<asset>") -> list[Problem]:
+    """Values of a (migrated) asset dict the model would accept but must not, naming node and field:
+    in number fields true/false, text, NaN, infinity and numbers too long to convert (also in
+    free-form data, which could not be written back)."""
+    return [_problem(raw, path, message, source) for path, message in _refused_values(raw)]
+
+
+def node_value_problems(node: dict[str, Any], source: str = "<asset>") -> list[Problem]:
+    """``value_problems`` for one node's dict (a pasted node)."""
+    return value_problems({"nodes": [node]}, source)
+
+
+def _refused_values(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    return list(_model_values(Asset, raw, ()))
+
+
+def _model_values(model: type[BaseModel], raw: dict[str, Any], path: tuple[Any, ...]
+                  ) -> Iterator[tuple[tuple[Any, ...], str]]:
+    for key, plan in _field_plans(model).items():
+        value = raw.get(key, None)
+        # Most values are ordinary: find them without a generator.
+        if plan[0] == "number" and (type(value) is float and math.isfinite(value)
+                                    or type(value) is int and value.bit_length() <= _MAX_INT_BITS):
+            continue
+        if value is not None and value != {}:
+            yield from _planned_values(plan, value, (*path, key))
+
+
+# How to check a field's value, by its annotation: ("number", kind, bool allowed), ("any",),
+# ("items", plan) for lists, ("tuple", plans), ("values", plan) for dicts, ("model", model),
+# ("nodes",); None where nothing is checked (text, true/false, choices).
+_Plan = tuple[Any, ...] | None
+
+
+@functools.cache
+def _field_plans(model: type[BaseModel]) -> dict[str, _Plan]:
+    plans = {name: _plan(info.annotation) for name, info in model.model_fields.items()}
+    if model is Asset:
+        plans["nodes"] = ("nodes",)
+    return {name: plan for name, plan in plans.items() if plan is not None}
+
+
+def _plan(annotation: Any) -> _Plan:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return ("any",)
+    if annotation in (int, float):
+        return ("number", annotation, False, False)
+    if origin in (typing.Union, types.UnionType):
+        numbers = [a for a in args if a in (int, float)]
+        return ("number", float if float in numbers else int, bool in args, str in args) if numbers else None
+    if origin is tuple:
+        plans = tuple(_plan(a) for a in args if a is not Ellipsis)
+        return ("tuple", plans, Ellipsis in args) if any(plans) else None
+    if origin is list and args:
+        item = _plan(args[0])
+        return ("items", item) if item else None
+    if origin is dict and len(args) == 2:
+        item = _plan(args[1])
+        return ("values", item) if item else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return ("model", annotation) if _field_plans(annotation) else None
+    return None
+
+
+def _planned_values(plan: tuple[Any, ...], value: Any, path: tuple[Any, ...]
+                    ) -> Iterator[tuple[tuple[Any, ...], str]]:
+    kind = plan[0]
+    if kind == "number":
+        _, number, bool_allowed, text_allowed = plan
+        if value is not None and not (text_allowed and isinstance(value, str)):
+            message = _number_message(number, value, bool_allowed)
+            if message:
+                yield path, message
+    elif kind == "any":  # free-form data (metadata): kept as it is, if it can be written back
+        for leaf_path, leaf in _leaves(value):
+            if _too_long(leaf):
+                yield (*path, *_key_path(leaf_path)), _too_long_message(leaf)
+    elif kind == "tuple" and isinstance(value, list):
+        plans, repeated = plan[1], plan[2]
+        for i, item in enumerate(value):
+            sub = plans[0] if repeated else (plans[i] if i < len(plans) else None)
+            if sub is not None:
+                yield from _planned_values(sub, item, (*path, i))
+    elif kind == "items" and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _planned_values(plan[1], item, (*path, i))
+    elif kind == "values" and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _planned_values(plan[1], item, (*path, key))
+    elif kind == "model" and isinstance(value, dict):
+        yield from _model_values(plan[1], value, path)
+    elif kind == "nodes" and isinstance(value, list):
+        for i, node in enumerate(value):
+            node_model = _node_model(node)
+            if node_model is not None:
+                yield from _model_values(node_model, node, (*path, i))
+
+
+def _node_model(node: Any) -> type[BaseModel] | None:
+    """The model of a raw node's type, or None (not a node, or a type no installed plugin gives)."""
+    kind = node.get("type") if isinstance(node, dict) else None
+    return NODE_TYPES.get(kind) if isinstance(kind, str) else None
+
+
+def _too_long(value: Any) -> bool:
+    return isinstance(value, _TooLong) or (
+        type(value) is int and value.bit_length() > _MAX_INT_BITS)
+
+
+def _too_long_message(value: Any) -> str:
+    size = f"{(value if isinstance(value, _TooLong) else _TooLong.of(value)).digits:,} digits"
+    return f"a number of {size} is too long to read; no field takes numbers that large"
+
+
+def _number_message(kind: type, value: Any, allow_bool: bool) -> str:
+    what = "a whole number" if kind is int else "a number"
+    if _too_long(value):
+        return _too_long_message(value)
+    if isinstance(value, bool):
+        return "" if allow_bool else f"must be {what}, not {str(value).lower()}"
+    if isinstance(value, str):
+        return f"must be {what}, not text ({_short(value)}); write it without quotes"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, not {_short(value)}"
+    return ""
+
+
+def _problem(raw: dict[str, Any], path: tuple[Any, ...], message: str, source: str) -> Problem:
+    """A problem at ``path`` in ``raw``: a node's path names the node by its id and the field below it."""
+    node_id, rest = "", path
+    nodes = raw.get("nodes")
+    if len(path) >= 2 and path[0] == "nodes" and isinstance(path[1], int) and isinstance(nodes, list):
+        node = nodes[path[1]] if 0 <= path[1] < len(nodes) else None
+        given = node.get("id") if isinstance(node, dict) else None
+        valid = isinstance(given, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", given)
+        node_id, rest = (given if valid else f"nodes[{path[1]}]"), path[2:]
+    return Problem("error", message, source, node_id=node_id, field=".".join(shown_name(p) for p in rest))
 
 
 # --- opening a file that fails validation, to fix it ---------------------------------------------
@@ -129,16 +455,21 @@ def load_asset_for_editing(path: str | os.PathLike[str]) -> RepairedAsset:
     marks the document modified, so the repair is kept only if the designer saves.
     """
     source = str(path)
-    raw = parse_input_json(read_input_text(path, AssetError), source, AssetError)
+    remove_stale_temp_files(path)
+    raw = parse_asset_json(read_asset_text(path), source)
     if not isinstance(raw, dict):
         raise AssetError([Problem("error", f"an asset is a JSON object, not {type(raw).__name__}", source)])
     return repair_asset_dict(raw, source)
 
 
 def repair_asset_dict(raw: dict[str, Any], source: str = "<asset>") -> RepairedAsset:
-    """``raw`` (an asset's parsed JSON) as a valid asset; see ``load_asset_for_editing``."""
+    """``raw`` (an asset's parsed JSON) as a valid asset; see ``load_asset_for_editing``. Lone
+    surrogates open as U+FFFD, and refused values (``value_problems``) are removed so their
+    defaults apply, each with a problem naming the node and field."""
     raw = migrate(copy.deepcopy(raw), source)
-    problems: list[Problem] = []
+    if _holds_too_long_int(raw):
+        _mark_too_long(raw)
+    problems: list[Problem] = _repair_values(raw, source)
     tried: set[tuple[tuple[Any, ...], str]] = set()
     for _ in range(_MAX_REPAIRS):
         try:
@@ -154,6 +485,47 @@ def repair_asset_dict(raw: dict[str, Any], source: str = "<asset>") -> RepairedA
 
 
 _MAX_REPAIRS = 1000
+_UNCHANGED = "The file is unchanged until you save."
+
+
+def _repair_values(raw: dict[str, Any], source: str) -> list[Problem]:
+    """Replace lone surrogates in ``raw`` with U+FFFD and remove refused values, in place; a
+    problem for each, in file order."""
+    problems: list[Problem] = []
+    # Deepest first: a key is renamed after the values below it, which are found by its old name.
+    for path, message in reversed(list(_surrogates(raw))):
+        holder = _walk(raw, list(_key_path(path)[:-1]))
+        leaf = _key_path(path)[-1] if _key_path(path) else None
+        if path[-1] is _KEY and isinstance(holder, dict) and leaf in holder:
+            items = list(holder.items())
+            holder.clear()
+            holder.update((without_surrogates(k) if k == leaf else k, v) for k, v in items)
+        elif isinstance(holder, (dict, list)) and isinstance(holder[leaf], str):
+            holder[leaf] = without_surrogates(holder[leaf])
+        problems.append(_problem(raw, _key_path(path), f"{message}. Opened with {REPLACEMENT} in its place. {_UNCHANGED}",
+                                 source))
+    problems.reverse()
+    for path, message, steps, value in _remove_refused(raw):
+        key = steps[-1]
+        default = _default_text(raw, list(steps))
+        done = f"with {shown_name(key)} reset to {default}" if default else f"without {shown_name(key)}"
+        had = f" (the file has {_short(value)})" if steps != path else ""
+        problems.append(_problem(raw, path, f"{message}{had}. Opened {done}. {_UNCHANGED}", source))
+    return problems
+
+
+def _remove_refused(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str, tuple[Any, ...], Any]]:
+    """Remove the refused values (``value_problems``) from ``raw``, in place, each with the innermost
+    key that holds it (a whole position, one variable); (where, why, the key's path, its value)."""
+    removed = []
+    for path, message in _refused_values(raw):
+        steps = list(path)
+        while steps and not isinstance(_walk(raw, steps[:-1]), dict):
+            steps.pop()
+        holder = _walk(raw, steps[:-1]) if steps else None
+        if isinstance(holder, dict) and steps[-1] in holder:
+            removed.append((path, message, tuple(steps), holder.pop(steps[-1])))
+    return removed
 
 
 def _error_path(raw: dict[str, Any], err: dict[str, Any]) -> list[Any]:
@@ -186,7 +558,7 @@ def _node_limit(raw: dict[str, Any], path: list[Any]) -> tuple[int, int] | None:
     if len(path) != 3 or path[0] != "nodes":
         return None
     node = _walk(raw, path[:2])
-    model = NODE_TYPES.get(node.get("type")) if isinstance(node, dict) else None
+    model = _node_model(node)
     if model is None:
         return None
     try:
@@ -205,7 +577,7 @@ def _default_text(raw: dict[str, Any], path: list[Any]) -> str:
     model: Any = Asset if len(path) == 1 else None
     if len(path) == 3 and path[0] == "nodes":
         node = _walk(raw, path[:2])
-        model = NODE_TYPES.get(node.get("type")) if isinstance(node, dict) else None
+        model = _node_model(node)
     info = model.model_fields.get(path[-1]) if model is not None else None
     if info is None:
         return ""
@@ -255,16 +627,17 @@ def problems_from_validation(exc: ValidationError, raw: dict[str, Any], source: 
         if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
             index = loc[1]
             node = nodes[index] if index < len(nodes) else None
-            node_id = str(node.get("id")) if isinstance(node, dict) and node.get("id") else f"nodes[{index}]"
+            given = node.get("id") if isinstance(node, dict) else None
+            node_id = shown_name(given) if isinstance(given, str) and given else f"nodes[{index}]"
             loc = loc[2:]
             # pydantic puts the union member's tag in the path: drop it.
             if loc and isinstance(node, dict) and loc[0] == node.get("type"):
                 loc = loc[1:]
-        field = ".".join(str(p) for p in loc)
+        field = ".".join(shown_name(p) for p in loc)
         original = (err.get("ctx") or {}).get("error")
         if isinstance(original, FieldError):
             field = ".".join(p for p in (field, original.field) if p)
-        message = _friendly(err)
+        message = without_surrogates(_friendly(err))
         problems.append(Problem("error", message, source, node_id=node_id, field=field))
     return problems
 
@@ -286,7 +659,15 @@ def _friendly(err: dict[str, Any]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else repr(value)
+    if isinstance(value, _TooLong):
+        return str(value)
+    if _too_long(value):
+        return str(_TooLong.of(value))
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) else repr(value)
+    except (ValueError, RecursionError):  # an integer too long to write, or nesting too deep
+        text = f"a {type(value).__name__}"
+    text = without_surrogates(text)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -300,37 +681,103 @@ def _ordered(d: dict[str, Any], first: tuple[str, ...], last: tuple[str, ...] = 
     return {k: d[k] for k in head + middle + tail}
 
 
+def _json_dump(model: BaseModel) -> dict[str, Any]:
+    """``model`` as JSON data. pydantic cannot write a lone surrogate in a key of free-form data
+    (metadata): such a model goes through the json module, which keeps it exactly."""
+    try:
+        return model.model_dump(mode="json")
+    except UnicodeEncodeError:
+        return json.loads(json.dumps(model.model_dump(mode="python")))
+
+
 def node_to_dict(node: Any) -> dict[str, Any]:
     """One node as a saved asset writes it (the editor's clipboard uses this too)."""
-    return _ordered(node.model_dump(mode="json"), _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
+    return _ordered(_json_dump(node), _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
 
 
 def asset_to_dict(asset: Asset) -> dict[str, Any]:
-    raw = asset.model_dump(mode="json")
+    raw = _json_dump(asset)
     raw["nodes"] = [_ordered(n, _NODE_KEY_ORDER, _TRAILING_NODE_KEYS) for n in raw["nodes"]]
     return _ordered(raw, _ASSET_KEY_ORDER, ("metadata", "nodes"))
 
 
 def dumps_asset(asset: Asset) -> str:
-    return json.dumps(asset_to_dict(asset), indent=2, ensure_ascii=False) + "\n"
+    """The file's text. Lone surrogates, which no UTF-8 file can hold (an editor field can still
+    receive one), are written as U+FFFD, so saving never fails and the file opens again."""
+    return without_surrogates(json.dumps(asset_to_dict(asset), indent=2, ensure_ascii=False)) + "\n"
+
+
+# A temporary file of an atomic write: ".NAME.XXXXXXXX.tmp" beside NAME (tempfile.mkstemp's names
+# from earlier versions have the same shape). One older than this was left by a killed save.
+_STALE_TEMP_SECONDS = 60
+
+
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")
+
+
+def remove_stale_temp_files(path: str | os.PathLike[str]) -> None:
+    """Remove the temporary files that saves of ``path`` killed midway left beside it (only ours,
+    by their name, and only those a minute old, so a save running elsewhere is left alone)."""
+    target = Path(os.path.realpath(path))
+    pattern = _temp_pattern(target.name)
+    now = time.time()
+    try:
+        with os.scandir(target.parent) as entries:
+            stale = [entry.path for entry in entries if pattern.fullmatch(entry.name)
+                     and entry.is_file(follow_symlinks=False)
+                     and now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TEMP_SECONDS]
+    except OSError:
+        return
+    for name in stale:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` as UTF-8 through a temporary file beside it and a rename.
+
+    A symlink stays a link: the file it points to is replaced. A file keeps its permission bits;
+    a new one gets the usual ones (0666 less the umask). Lone surrogates, which UTF-8 cannot hold,
+    are written as U+FFFD. Temporary files that killed saves left are removed (see
+    ``remove_stale_temp_files``)."""
+    target = Path(os.path.realpath(path))
+    remove_stale_temp_files(target)
+    data = utf8(text)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = None
+    fd, tmp = _create_temp_file(target)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
+            if mode is not None and hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def _create_temp_file(target: Path) -> tuple[int, str]:
+    """A new, empty temporary file beside ``target``, opened for writing; its mode is 0666 less the
+    umask, as any new file's (``tempfile.mkstemp`` makes 0600 files)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name beside {target}")
 
 
 def save_asset(asset: Asset, path: str | os.PathLike[str]) -> None:

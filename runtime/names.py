@@ -1,12 +1,48 @@
-"""The names an asset and a history file share: node ids, slot and variable names, variable values.
+"""The names an asset and a history file share: node ids, slot and variable names, variable values;
+and what counts as text in them.
 
-A leaf module (it imports nothing of the runtime), so the history and the node types can both use it.
+A leaf module (it imports nothing of the runtime), so the history, the node types and the backends
+can all use it.
 """
 
 from __future__ import annotations
+
+import re
 
 ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 SLOT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OPTIONAL_SLOT_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*)?$"
 
 VariableValue = bool | int | float | str
+
+# A lone surrogate (a JSON "\ud800" escape, or a byte that was not UTF-8 read with
+# surrogateescape) is not text: no UTF-8 file, tokenizer or terminal can take it.
+SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, as a UTF-8 decoder treats bytes that
+    are not text. Text without one is returned as it is (the common case costs one scan)."""
+    if text.isascii():
+        return text
+    return SURROGATE.sub(REPLACEMENT, text)
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, lone surrogates as U+FFFD (never a UnicodeEncodeError)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return without_surrogates(text).encode("utf-8")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def shown_name(name: object) -> str:
+    """A node id, key or field as an error location shows it: plain names as they are, anything
+    else (a newline, a NUL, a dot, a lone surrogate, an empty name) quoted and escaped like a
+    Python string."""
+    text = str(name)
+    return text if _PLAIN_NAME.fullmatch(text) else repr(text)
