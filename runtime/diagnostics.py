@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.names import without_surrogates
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -102,7 +104,9 @@ class TurnDiagnostics(_Model):
     warnings: list[str] = Field(default_factory=list)
 
     def to_json_line(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
+        """One line of JSON. Lone surrogates (a line typed in bytes that were not UTF-8, an asset's
+        ``\\ud800``) become U+FFFD, so the line can always be written to a UTF-8 file."""
+        return without_surrogates(json.dumps(self.model_dump(mode="json"), ensure_ascii=False)) + "\n"
 
 
 def turn_diagnostics_schema() -> dict:

@@ -54,6 +54,7 @@ from runtime.backends.context_settings import (
 from runtime.estimator import MIB, Settings, context_cost, model_shape
 from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
 from runtime.models import resolve_model
+from runtime.names import utf8
 
 log = logging.getLogger(__name__)
 llama_log = logging.getLogger("llama_cpp")
@@ -353,7 +354,8 @@ class _LoadedModel:
         if not text:
             return []
         # Same as llama-cpp-python's chat completion: the template adds BOS itself if the model wants it.
-        return self.model.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        # utf8: a lone surrogate (a typed byte that was not UTF-8) is read as U+FFFD, not an error.
+        return self.model.tokenize(utf8(text), add_bos=False, special=special)
 
     def close(self) -> None:
         if self.embedding_context is not None:
