@@ -61,26 +61,37 @@ def _mentioned(options: list[Any], hint: list[str]) -> Any | None:
     return None
 
 
-def example_for_schema(schema: dict[str, Any], hint: list[str]) -> Any:
-    """A value valid for the (simple) JSON Schema, chosen from words the user wrote where it can."""
+def example_for_schema(schema: Any, hint: list[str]) -> Any:
+    """A value valid for the (simple) JSON Schema, chosen from words the user wrote where it can.
+    A schema this cannot read (not an object, an empty enum, a type that is not a name) gives None
+    rather than an error: the reply is made up, not checked."""
+    if not isinstance(schema, dict):
+        return None
     if "const" in schema:
         return schema["const"]
-    if "enum" in schema:
-        found = _mentioned(schema["enum"], hint)
-        return found if found is not None else schema["enum"][0]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        found = _mentioned(enum, hint)
+        return found if found is not None else enum[0]
     for key in ("oneOf", "anyOf"):
-        if key in schema:
-            branches = schema[key]
+        options = schema.get(key)
+        branches = [b for b in options if isinstance(b, dict)] if isinstance(options, list) else []
+        if branches:
             for branch in branches:
-                consts = [p.get("const") for p in branch.get("properties", {}).values() if isinstance(p, dict)]
+                properties = branch.get("properties")
+                values = properties.values() if isinstance(properties, dict) else ()
+                consts = [p.get("const") for p in values if isinstance(p, dict)]
                 if _mentioned([c for c in consts if c is not None], hint) is not None:
                     return example_for_schema(branch, hint)
             return example_for_schema(branches[0], hint)
     kind = schema.get("type", "object")
     if isinstance(kind, list):
-        kind = kind[0]
+        kind = kind[0] if kind else "object"
     if kind == "object":
-        return {name: example_for_schema(sub, hint) for name, sub in schema.get("properties", {}).items()}
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        return {name: example_for_schema(sub, hint) for name, sub in properties.items()}
     if kind == "string":
         return hint[-1] if hint else "something"
     if kind == "integer":

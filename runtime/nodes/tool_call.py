@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from runtime.backends.base import GenerationResult
 from runtime.events import ToolCalled
 from runtime.history import ToolExchange
-from runtime.nodes.base import SLOT_PATTERN, Strict, field_help, require_unique
+from runtime.nodes.base import SLOT_PATTERN, FieldError, Strict, field_help, require_unique
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode
 from runtime.nodes.running import NodeRun, TurnError
@@ -46,7 +46,18 @@ class Tool(Strict):
             raise ValueError("a tool's parameters must be a JSON Schema with type 'object'")
         props = v.get("properties", {})
         if not isinstance(props, dict):
-            raise ValueError("'properties' must be an object mapping names to schemas")
+            raise ValueError("'properties' must be an object mapping names to schemas")  # noqa: TRY004 - pydantic reports ValueErrors only
+        # A property's schema is an object ({} takes any value); `"x": 5` describes nothing the
+        # model could write, and backends that read the schema choked on it.
+        odd = next((name for name, schema in props.items() if not isinstance(schema, dict)), None)
+        if odd is not None:
+            raise FieldError(
+                f"properties.{odd}",
+                f"a property's schema must be a JSON Schema object such as {{\"type\": \"string\"}}, "
+                f"not {json.dumps(props[odd], ensure_ascii=False, default=str)[:40]}")
+        required = v.get("required", [])
+        if not (isinstance(required, list) and all(isinstance(n, str) for n in required)):
+            raise ValueError("'required' must be a list of property names")
         return v
 
 
