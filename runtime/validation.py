@@ -123,7 +123,9 @@ def validate_asset(
 
 
 def _check_reachability(asset: Asset, checks: NodeChecks, error, warning) -> set[str]:
-    """Warn about nodes no turn reaches and fail loops no turn leaves; returns the reachable ids."""
+    """Warn about nodes no turn reaches and fail loops no turn leaves; returns the reachable ids.
+    Two walks, each visiting every node and exit once: forward from the start node, and back
+    from the nodes that can end the turn."""
     by_id = checks.by_id
     stack = [asset.start_node]
     seen = {asset.start_node}
@@ -137,16 +139,10 @@ def _check_reachability(asset: Asset, checks: NodeChecks, error, warning) -> set
         if node.id not in seen:
             warning("unreachable: no path from the start node leads here", node.id)
 
-    # Nodes that can reach END: those with an END exit, then their predecessors.
-    ends = {n.id for n in asset.nodes if any(t == END or t not in by_id for t in n.exits().values())}
-    can_end = set(ends)
-    changed = True
-    while changed:
-        changed = False
-        for node in asset.nodes:
-            if node.id not in can_end and any(t in can_end for t in node.exits().values()):
-                can_end.add(node.id)
-                changed = True
+    # Nodes that can reach END: those with an END exit (or one that names no node, reported
+    # above), then everything that leads to them.
+    ends = [n.id for n in asset.nodes if any(t == END or t not in by_id for t in n.exits().values())]
+    can_end = checks.leading_to(ends)
     for node_id in sorted(n for n in seen if n not in can_end):
         error("every path from this node loops back without reaching END: the turn can never finish", node_id)
     return seen
