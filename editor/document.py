@@ -11,6 +11,7 @@ so a changed node is rebuilt and validated whole: a value the model rejects rais
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ class Document(QObject):
         self._asset = asset if asset is not None else Asset()
         self._path = path or ""
         self.undo_stack = QUndoStack(self)
+        # node id -> its index in asset.nodes, rebuilt after a change that moves nodes: the canvas
+        # and the docks look nodes up by id all the time, and a scan made opening a graph quadratic.
+        self._indexes: dict[str, int] | None = None
 
     def push(self, command: QUndoCommand) -> None:
         """Run an edit and record it for undo. Check values first (``check_*``): a
@@ -87,19 +91,37 @@ class Document(QObject):
 
     def set_asset(self, asset: Asset) -> None:
         self._asset = asset
+        self._indexes = None
         self.reset.emit()
 
     def has_node(self, node_id: str) -> bool:
-        return any(n.id == node_id for n in self._asset.nodes)
+        return self._find(node_id) is not None
 
     def node(self, node_id: str) -> NodeBase:
-        return self._asset.node(node_id)
+        return self._asset.nodes[self.index_of(node_id)]
 
     def index_of(self, node_id: str) -> int:
-        for index, node in enumerate(self._asset.nodes):
-            if node.id == node_id:
-                return index
-        raise KeyError(node_id)
+        index = self._find(node_id)
+        if index is None:
+            raise KeyError(node_id)
+        return index
+
+    def _find(self, node_id: str) -> int | None:
+        nodes = self._asset.nodes
+        if self._indexes is None or len(self._indexes) != len(nodes):
+            self._indexes = {}
+            for index, node in enumerate(nodes):
+                self._indexes.setdefault(node.id, index)  # the first of a repeated id, as a scan finds
+        index = self._indexes.get(node_id)
+        if index is not None and index < len(nodes) and nodes[index].id == node_id:
+            return index
+        if index is not None:  # the list was changed without the document: look again
+            self._indexes = None
+            return self._find_by_scan(node_id)
+        return None
+
+    def _find_by_scan(self, node_id: str) -> int | None:
+        return next((i for i, node in enumerate(self._asset.nodes) if node.id == node_id), None)
 
     def unique_id(self, base: str, taken: set[str] | None = None) -> str:
         """``base`` made unique among the node ids (``reply``, ``reply_2``, ...)."""
@@ -119,11 +141,13 @@ class Document(QObject):
             raise ValueError(f"a node with id {node.id!r} already exists")
         nodes = self._asset.nodes
         nodes.insert(len(nodes) if index is None else index, node)
+        self._indexes = None
         self.node_added.emit(node.id)
 
     def remove_node(self, node_id: str) -> tuple[int, NodeBase]:
         index = self.index_of(node_id)
         node = self._asset.nodes.pop(index)
+        self._indexes = None
         self.node_removed.emit(node_id)
         return index, node
 
@@ -164,6 +188,9 @@ class Document(QObject):
     def set_position(self, node_id: str, position: tuple[float, float]) -> bool:
         node = self.node(node_id)
         position = (float(position[0]), float(position[1]))
+        if not all(math.isfinite(v) for v in position):
+            # The canvas cannot draw a node at NaN or infinity (it raised on every repaint).
+            raise FieldRejected(f"a position must be two finite numbers, not {position}", node_id, "position")
         if tuple(node.position) == position:
             return False
         # Assignment validates the one field only, which is all a move needs (and cheap).
@@ -211,6 +238,8 @@ class Document(QObject):
 
     def _replace(self, node_id: str, node: NodeBase) -> None:
         self._asset.nodes[self.index_of(node_id)] = node
+        if node.id != node_id:
+            self._indexes = None
 
     @staticmethod
     def _validated(model: type[NodeBase], raw: dict[str, Any], node_id: str) -> NodeBase:
