@@ -10,8 +10,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
+
+MAX_WINDOW_SIDE = 16_384  # Qt's own limit on a widget's width and height is 16,777,215; no screen is this big
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """``--size WxH`` as (width, height); argparse reports a bad value and exits with status 2."""
+    found = re.fullmatch(r"\s*(\d{1,9})\s*[xX]\s*(\d{1,9})\s*", text, re.ASCII)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 1500x900 (width x height in pixels)")
+    width, height = int(found[1]), int(found[2])
+    if not (1 <= width <= MAX_WINDOW_SIDE and 1 <= height <= MAX_WINDOW_SIDE):
+        raise argparse.ArgumentTypeError(f"{text!r}: width and height must be 1 to {MAX_WINDOW_SIDE:,} pixels")
+    return width, height
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("asset", nargs="?", metavar="ASSET", help="a workflow asset (.json) to open")
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="render the main window offscreen to OUT.png and exit")
-    parser.add_argument("--size", default="1500x900", metavar="WxH", help="window size for --screenshot")
+    parser.add_argument("--size", default=(1500, 900), type=window_size, metavar="WxH",
+                        help="window size for --screenshot, in pixels (default 1500x900)")
     parser.add_argument("--select", metavar="NODE_ID", help="select this node before the screenshot")
     parser.add_argument("--talk", action="append", default=[], metavar="LINE",
                         help="with --screenshot: say LINE to the character first (repeatable; runs on the model)")
@@ -57,8 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply_theme(app)
     window = MainWindow()
     if args.screenshot:
-        width, height = (int(v) for v in args.size.lower().split("x"))
-        window.resize(width, height)
+        window.resize(*args.size)
     window.show()
     if not args.screenshot:
         window.offer_recovery()
