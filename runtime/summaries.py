@@ -44,6 +44,29 @@ def turn_tokens(turn: Turn, count: TokenCounter) -> int:
     return sum(message_tokens(count(m.content)) for group in replayed_groups(turn) for m in group)
 
 
+class TurnCosts:
+    """``turn_tokens`` of past turns, remembered between runs of one Summarize node (one tokenizer):
+    each turn is counted once, not again on every turn while it waits to be folded. Keep one for
+    the agent's life (``run.cache()``). A turn is known by identity: history turns are never
+    changed in place (an edited turn is a new ``Turn``)."""
+
+    def __init__(self) -> None:
+        # id(turn) -> (the turn, kept so its id is not reused; its entries list; their number; cost)
+        self._known: dict[int, tuple[Turn, list[Entry], int, int]] = {}
+
+    def total(self, turns: list[Turn], count: TokenCounter) -> int:
+        """The cost of ``turns``; only these are remembered for the next call (the others were folded)."""
+        known, self._known = self._known, {}
+        total = 0
+        for turn in turns:
+            found = known.get(id(turn))
+            if found is None or found[0] is not turn or found[1] is not turn.entries or found[2] != len(turn.entries):
+                found = (turn, turn.entries, len(turn.entries), turn_tokens(turn, count))
+            self._known[id(turn)] = found
+            total += found[3]
+        return total
+
+
 def transcript(turns: list[Turn]) -> str:
     """Turns as the summarizer reads them: only what later prompts would replay."""
     lines: list[str] = []
@@ -61,10 +84,21 @@ def transcript(turns: list[Turn]) -> str:
 
 
 def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
-    """The largest ``n`` in ``low..high`` for which ``fits(n)`` holds, by binary search (``fits`` grows
-    false as ``n`` grows); ``low - 1`` when not even ``low`` fits. The answer always fits."""
+    """The largest ``n`` in ``low..high`` for which ``fits(n)`` holds (``fits`` grows false as ``n``
+    grows); ``low - 1`` when not even ``low`` fits. The answer always fits.
+
+    Probes go up from ``low`` in doubling steps, then halve the last step: ``fits(n)`` costs about
+    ``n`` (a transcript of ``n`` turns, a text of ``n`` words), so the search costs about the answer,
+    however large ``high`` is (a history of 100,000 turns pending, of which 20 fit)."""
     if not fits(low):
         return low - 1
+    step = 1
+    while low < high:
+        probe = min(low + step, high)
+        if not fits(probe):
+            high = probe - 1
+            break
+        low, step = probe, step * 2
     while low < high:
         mid = (low + high + 1) // 2
         if fits(mid):
@@ -159,11 +193,13 @@ def run_summarize(
     count: TokenCounter,
     generate: Callable[[GenerationRequest], GenerationResult],
     source: str = "",
+    costs: TurnCosts | None = None,
 ) -> Fold:
-    """Fold pending turns if the trigger is reached. ``turns`` includes the running turn."""
+    """Fold pending turns if the trigger is reached. ``turns`` includes the running turn. With
+    ``costs`` (kept between the node's runs), turns already counted are not counted again."""
     first = previous.covered_through + 1 if previous else 0
     unsummarized = turns[first:]
-    tokens = sum(turn_tokens(t, count) for t in unsummarized)
+    tokens = (costs or TurnCosts()).total(unsummarized, count)
     triggered = bool(
         (node.trigger_tokens and tokens >= node.trigger_tokens)
         or (node.trigger_turns and len(unsummarized) >= node.trigger_turns)
