@@ -155,7 +155,8 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
             )
 
     def check_in_graph(self, checks: NodeChecks) -> None:
-        if self.history_mode == "summarized" and not any(n.WRITES_SUMMARY for n in checks.asset.nodes):
+        if self.history_mode == "summarized" and not checks.once(
+                "summary_writers", lambda: any(n.WRITES_SUMMARY for n in checks.asset.nodes)):
             checks.warning(
                 "history_mode is 'summarized' but no Summarize node writes a summary: this node sees only "
                 "its last history_window entries. Add a Summarize node after the reply, or use 'last_n'.",
@@ -207,7 +208,7 @@ class Generate(GeneratingNode):
             n.id for n in checks.asset.nodes if n.id in checks.reachable and speaks(n)))
         if not speakers or self.id not in checks.once("reached_silently", lambda: checks.reachable_without(speaks)):
             return
-        if any(checks.by_id[n].PLAYER_FACING for n in checks.downstream(self.id)):
+        if self.id in checks.once("player_facing_later", lambda: checks.runs_later(lambda n: n.PLAYER_FACING)):
             return
         named = ", ".join(repr(n) for n in speakers[:3]) + (" and others" if len(speakers) > 3 else "")
         checks.warning(

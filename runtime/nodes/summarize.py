@@ -27,7 +27,7 @@ from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
 from runtime.prompt import message_parts
 from runtime.resources import default_prompt
-from runtime.summaries import run_summarize
+from runtime.summaries import TurnCosts, run_summarize
 
 # Below this much room for the transcript a fold can hold little more than a shortened line.
 SUMMARY_MIN_TRANSCRIPT_TOKENS = 64
@@ -76,6 +76,7 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
         fold = run_summarize(
             self, turns, agent.history.summary, context, count,
             lambda request: run.generate(model, request), agent.asset.name,
+            costs=run.cache().setdefault("turn_costs", TurnCosts()),
         )
         counted = sum(message_tokens(count(m.content)) for m in fold.messages)
         if fold.messages:
@@ -99,11 +100,11 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
 
     def check_in_graph(self, checks: NodeChecks) -> None:
         if self.id in checks.reachable:
-            facing = sorted(n for n in checks.downstream(self.id)
-                            if checks.by_id[n].PLAYER_FACING and n != self.id)
-            if facing:
+            later = checks.once("player_facing_later", lambda: checks.runs_later(lambda n: n.PLAYER_FACING))
+            reply = later.get(self.id)
+            if reply is not None and reply != self.id:
                 checks.warning(
-                    f"Summarize runs before the reply of {', '.join(facing)}: the player waits for the summary. "
+                    f"Summarize runs before the reply of {reply}: the player waits for the summary. "
                     "Place Summarize last, after the reply.",
                     "default_exit",
                 )
@@ -120,12 +121,16 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
                     "context_size",
                 )
         if self.trigger_tokens:
-            for consumer in checks.asset.nodes:
-                budget = consumer.history_budget(checks.model_context(consumer))
-                if budget is not None and self.trigger_tokens >= budget:
-                    checks.warning(
-                        f"trigger_tokens ({self.trigger_tokens}) is at or above the prompt budget of "
-                        f"{consumer.id!r} ({budget}); turns will be trimmed before they are summarized. "
-                        "Set it to 60-70 % of that node's room for history.",
-                        "trigger_tokens",
-                    )
+            # Every node's history budget, smallest first, found once for all Summarize nodes.
+            budgets = checks.once("history_budgets", lambda: sorted(
+                ((budget, index, node.id) for index, node in enumerate(checks.asset.nodes)
+                 if (budget := node.history_budget(checks.model_context(node))) is not None)))
+            for budget, _index, consumer_id in budgets:
+                if self.trigger_tokens < budget:
+                    break
+                checks.warning(
+                    f"trigger_tokens ({self.trigger_tokens}) is at or above the prompt budget of "
+                    f"{consumer_id!r} ({budget}); turns will be trimmed before they are summarized. "
+                    "Set it to 60-70 % of that node's room for history.",
+                    "trigger_tokens",
+                )
