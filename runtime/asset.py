@@ -80,7 +80,7 @@ class Asset(Strict):
     @field_validator("variables")
     @classmethod
     def _variable_names(cls, v: dict[str, VariableValue]) -> dict[str, VariableValue]:
-        bad = [k for k in v if not re.match(SLOT_PATTERN, k)]
+        bad = [k for k in v if not re.fullmatch(SLOT_PATTERN, k)]
         if bad:
             raise ValueError(f"variable names must be identifiers: {', '.join(map(repr, bad))}")
         return v

@@ -185,4 +185,4 @@ def require_unique(names: list[str], what: str) -> None:
 
 
 def is_valid_id(text: str) -> bool:
-    return bool(re.match(ID_PATTERN, text))
+    return bool(re.fullmatch(ID_PATTERN, text))  # fullmatch: "$" alone also matches before a final newline

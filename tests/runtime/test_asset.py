@@ -146,3 +146,14 @@ def test_model_for_uses_agent_default_when_empty():
     a = Asset(default_model="base.gguf", nodes=[Generate(id="g"), Summarize(id="s", model_name="small.gguf")])
     assert a.model_for(a.node("g")) == "base.gguf"
     assert a.model_for(a.node("s")) == "small.gguf"
+
+
+def test_names_with_a_trailing_newline_are_not_identifiers():
+    """`$` matches before a final newline; ids and variable names must match whole."""
+    import pydantic
+
+    from runtime.asset import Asset, is_valid_id
+
+    assert is_valid_id("reply") and not is_valid_id("reply\n")
+    with pytest.raises(pydantic.ValidationError):
+        Asset(variables={"x\n": 1})
