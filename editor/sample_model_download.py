@@ -20,7 +20,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices
 
-from editor.thread_service import ThreadService
+from editor.thread_service import OneRunService
 from runtime import models
 from runtime.asset import Asset
 from runtime.models import SAMPLE_MODEL, FetchCancelled, ModelFileError
@@ -101,7 +101,7 @@ class _DownloadWorker(QObject):
 _running: set[int] = set()
 
 
-class SampleModelDownload(ThreadService):
+class SampleModelDownload(OneRunService):
     """The window's sample model download (one per window, shared by the Models menu and the
     Conversation dock). Lives on the UI thread; all its signals are emitted there."""
 
@@ -109,13 +109,10 @@ class SampleModelDownload(ThreadService):
     progress = Signal(str)  # a line of progress from the runtime ("  40 of 95 MB")
     finished = Signal(str)  # the model's path
     failed = Signal(str, bool)  # message (what went wrong and what to do), cancelled
-    busy_changed = Signal(bool)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__("parley-sample-model-download", parent)
-        self.busy = False
         self.last_message = ""
-        self._cancel = threading.Event()
         self.worker: _DownloadWorker | None = None
 
     def start(self) -> bool:
@@ -140,14 +137,11 @@ class SampleModelDownload(ThreadService):
         thread.start()
         return True
 
-    def _set_busy(self, busy: bool) -> None:
-        if busy != self.busy:
-            self.busy = busy
-            if busy:
-                _running.add(id(self))
-            else:
-                _running.discard(id(self))
-            self.busy_changed.emit(busy)
+    def _busy_now(self, busy: bool) -> None:
+        if busy:
+            _running.add(id(self))
+        else:
+            _running.discard(id(self))
 
     # After shutdown the window is gone: what the ending thread still reports goes nowhere.
 
@@ -169,15 +163,3 @@ class SampleModelDownload(ThreadService):
         self._end()
         self.failed.emit(message, cancelled)
 
-    def _end(self) -> None:
-        if self.thread is not None:
-            self.thread.wait()  # it has quit already; this only joins it
-            self.thread = self.worker = None
-        self._set_busy(False)
-
-    def _cancel_work(self) -> None:
-        self._cancel.set()
-
-    def _after_shutdown(self) -> None:
-        self.thread = self.worker = None
-        self._set_busy(False)

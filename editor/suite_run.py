@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from editor.thread_service import ThreadService
+from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
 from runtime.suites import CaseResult, LoadedSuite, Report, TurnOutcome, run_suites
 
@@ -53,7 +53,7 @@ class _SuiteWorker(QObject):
             QThread.currentThread().quit()
 
 
-class SuiteRun(ThreadService):
+class SuiteRun(OneRunService):
     """The window's test runs (one at a time). Lives on the UI thread; all its signals are emitted there."""
 
     started = Signal(int)  # how many cases will run
@@ -61,15 +61,11 @@ class SuiteRun(ThreadService):
     case_done = Signal(object)  # CaseResult (as each case finishes)
     finished = Signal(object)  # Report (the whole run, with coverage); also after Stop
     failed = Signal(str)  # the run could not go on at all (not a failing case)
-    busy_changed = Signal(bool)
 
     def __init__(self, parent: QObject | None = None, make_backend: BackendFactory | None = None) -> None:
         super().__init__("parley-test-run", parent)
         self.make_backend = make_backend
-        self.busy = False
         self.stopping = False
-        self._cancel = threading.Event()
-        self.worker: _SuiteWorker | None = None
 
     def start(self, loaded: list[LoadedSuite], asset_dir: str = "") -> bool:
         """Run every case of ``loaded`` (narrow a suite's cases first to run fewer). False when a
@@ -99,11 +95,6 @@ class SuiteRun(ThreadService):
             self.stopping = True
             self._cancel.set()
 
-    def _set_busy(self, busy: bool) -> None:
-        if busy != self.busy:
-            self.busy = busy
-            self.busy_changed.emit(busy)
-
     # After shutdown the window is gone: what the ending thread still reports goes nowhere.
 
     def _on_turn(self, case_id: str, outcome: TurnOutcome) -> None:
@@ -126,18 +117,6 @@ class SuiteRun(ThreadService):
         self._end()
         self.failed.emit(message)
 
-    def _end(self) -> None:
-        if self.thread is not None:
-            self.thread.wait()  # it has quit already; this only joins it
-            self.thread = self.worker = None
-        self._set_busy(False)
-
-    def _cancel_work(self) -> None:
-        self._cancel.set()
-
-    def _after_shutdown(self) -> None:
-        self.thread = self.worker = None
-        self._set_busy(False)
 
 
 def _llama_backend(asset_dir: str) -> BackendFactory:

@@ -13,8 +13,9 @@ Subclasses: ``LiveConversation`` (the runtime, one long-lived thread) and
 from __future__ import annotations
 
 import logging
+import threading
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
 log = logging.getLogger("parley.editor")
 
@@ -62,3 +63,39 @@ class ThreadService(QObject):
             if not thread.wait(timeout_ms):
                 log.error("the %s thread did not stop within %d ms", self.thread_name, timeout_ms)
         self._after_shutdown()
+
+
+class OneRunService(ThreadService):
+    """A service that runs one job at a time, each on a fresh thread that quits when its job ends
+    (``SampleModelDownload``, ``SuiteRun``). ``_cancel`` is the running job's stop flag."""
+
+    busy_changed = Signal(bool)
+
+    def __init__(self, thread_name: str, parent: QObject | None = None) -> None:
+        super().__init__(thread_name, parent)
+        self.busy = False
+        self._cancel = threading.Event()
+        self.worker: QObject | None = None
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self.busy:
+            self.busy = busy
+            self._busy_now(busy)
+            self.busy_changed.emit(busy)
+
+    def _busy_now(self, busy: bool) -> None:
+        """What a subclass tracks as a job starts or ends (before ``busy_changed`` is emitted)."""
+
+    def _end(self) -> None:
+        """The job has ended: join its thread (it has quit already) and take the next one."""
+        if self.thread is not None:
+            self.thread.wait()
+            self.thread = self.worker = None
+        self._set_busy(False)
+
+    def _cancel_work(self) -> None:
+        self._cancel.set()
+
+    def _after_shutdown(self) -> None:
+        self.thread = self.worker = None
+        self._set_busy(False)

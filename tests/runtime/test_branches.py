@@ -9,6 +9,7 @@ import pytest
 
 from runtime.agent import Agent
 from runtime.history import HistoryError, Reply, dumps_history, parse_history
+from runtime.templates import TemplateError
 from tests.runtime.conversations import backend
 from tests.runtime.test_behaviour_unchanged import _without_timings, every_node_type_asset, lines
 
@@ -95,7 +96,7 @@ def test_a_failed_regeneration_leaves_the_conversation_as_it_was() -> None:
         a.rewind(7)
     a.asset.node("reply").template = "{{#broken}"
     a._nodes["reply"] = a.asset.node("reply")
-    with pytest.raises(Exception):
+    with pytest.raises(TemplateError):
         a.regenerate(1)
     assert a.export_dialog() == before
 
