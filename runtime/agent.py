@@ -72,6 +72,7 @@ class TurnResult:
     # node id -> its prompt told apart by where each part came from (prompt-building nodes only)
     prompts: dict[str, RecordedPrompt] = field(default_factory=dict)
     turn_id: int = -1  # the turn's id in the conversation tree
+    backend: str = ""  # what ran its model calls (``Backend.label``)
 
 
 class Agent:
@@ -303,10 +304,11 @@ class Agent:
             diagnostics = TurnDiagnostics(
                 turn=index, player=player_line, instructions=instructions, path=run.path, nodes=run.nodes,
                 reply=reply, total_ms=elapsed_ms(started),
-                warnings=[f"{n.node}: {w}" for n in run.nodes for w in n.warnings],
+                warnings=[f"{n.node}: {w}" for n in run.nodes for w in n.warnings], backend=self.backend.label,
             )
         run.emit(TurnFinished(index, reply, list(run.path)))
-        return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id)
+        return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
+                          self.backend.label)
 
     def _run_node(self, node: NodeBase, run: TurnState) -> str:
         """Run one node; returns the id of the node to run next ('' is END)."""

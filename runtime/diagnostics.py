@@ -102,6 +102,8 @@ class TurnDiagnostics(_Model):
     reply: str = ""
     total_ms: float = 0.0
     warnings: list[str] = Field(default_factory=list)
+    backend: str = Field("", description="What ran the turn's model calls: embedded (this computer), or a "
+                         "server's profile name, address, kind and model.")
 
     def to_json_line(self) -> str:
         """One line of JSON. Lone surrogates (a line typed in bytes that were not UTF-8, an asset's

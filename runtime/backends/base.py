@@ -89,6 +89,9 @@ class NodeSession(ABC):
 
 
 class Backend(ABC):
+    #: What runs the model calls, as the Conversation dock and diagnostics name it.
+    label: str = "embedded (llama.cpp on this computer)"
+
     @abstractmethod
     def count_tokens(self, model: str, text: str) -> int:
         """Tokens in ``text`` by the model's own tokenizer (no special tokens added)."""

@@ -51,6 +51,7 @@ from runtime.backends.context_settings import (
     KVType,
     context_params,
 )
+from runtime.backends.grammars import choices_grammar
 from runtime.estimator import MIB, Settings, context_cost, model_shape
 from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
 from runtime.models import resolve_model
@@ -157,31 +158,6 @@ def context_mib(info: GGUFInfo, params: ContextParams) -> float:
 
 
 # --- grammars -----------------------------------------------------------------------------
-
-
-def _gbnf_literal(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def choices_grammar(choices: Sequence[str]) -> str:
-    """A GBNF grammar whose only sentences are the given strings."""
-    if not choices:
-        raise BackendError("a constrained choice needs at least one allowed value")
-    return "root ::= " + " | ".join(_gbnf_literal(c) for c in dict.fromkeys(choices))
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:

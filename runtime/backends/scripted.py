@@ -190,6 +190,8 @@ class ScriptedSession(NodeSession):
 class ScriptedBackend(Backend):
     """Deterministic backend. ``reply(key, request)`` writes replies (``key`` is the node id)."""
 
+    label = "scripted (deterministic test replies)"
+
     def __init__(self, reply: ReplyFunction | None = None, context_size: int = 4096) -> None:
         self._reply = reply or default_reply
         self._context_size = context_size

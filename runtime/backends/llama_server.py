@@ -1,0 +1,362 @@
+"""llama.cpp's own server (``llama-server``) as a backend, with one slot per node.
+
+The server keeps one KV cache per slot. Each node of a conversation is pinned to a slot of its
+own (``id_slot``) and sends ``cache_prompt``, so the server keeps the longest common prefix of
+that node's previous prompt, exactly as the embedded backend keeps one context per node. Start
+the server with at least as many slots (``--parallel N``) as the agent has nodes that call the
+model; with fewer, nodes share slots and re-read more (the Turn Inspector shows it).
+
+Prompts are built here as the embedded backend builds them: the server's chat template
+(``/apply-template``) renders the messages around placeholders, and the pieces are tokenized by
+the server's tokenizer (``/tokenize``) with control tokens parsed in the template's markup only,
+never in what a player typed. The token ids go to ``/completion``. Budgets count with the same
+tokenizer. Classifiers and tool calls send a GBNF grammar or a JSON schema, which the server
+enforces. Replies stream as server-sent events.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from runtime.backends.base import (
+    Backend,
+    BackendError,
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    NodeSession,
+    TokenCallback,
+)
+from runtime.backends.grammars import choices_grammar
+from runtime.backends.http import Cancelled, ServerConnection, ServerRefused
+
+TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
+
+
+@dataclass
+class _Slot:
+    index: int
+    holder: tuple[int, str] | None = None  # (backend id, node key) leasing it
+    last_user: tuple[int, str] | None = None  # who sent the last prompt (its cache holds that prompt)
+    last_used: float = 0.0
+
+
+@dataclass
+class SlotPool:
+    """The slots of one server, shared by every backend in this process that talks to it (a fleet
+    run has several conversations on one server). A node leases a slot for its conversation."""
+
+    total: int
+    slots: list[_Slot] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.slots = [_Slot(i) for i in range(self.total)]
+
+    def lease(self, owner: tuple[int, str]) -> tuple[int, bool]:
+        """The slot for ``owner``; True when it is shared (no free slot was left)."""
+        with self.lock:
+            for slot in self.slots:
+                if slot.holder == owner:
+                    return slot.index, False
+            free = [s for s in self.slots if s.holder is None]
+            if free:
+                # the slot this node used last, if free: its cache may still hold the node's prompt
+                slot = next((s for s in free if s.last_user == owner), min(free, key=lambda s: s.last_used))
+                slot.holder = owner
+                return slot.index, False
+            mine = [s for s in self.slots if s.holder is not None and s.holder[0] == owner[0]]
+            slot = min(mine or self.slots, key=lambda s: s.last_used)
+            return slot.index, True
+
+    def used(self, index: int, owner: tuple[int, str]) -> bool:
+        """Record that ``owner`` sent a prompt to slot ``index``; True when another node had used it last."""
+        with self.lock:
+            slot = self.slots[index]
+            other = slot.last_user is not None and slot.last_user != owner
+            slot.last_user, slot.last_used = owner, time.monotonic()
+            return other
+
+    def release(self, backend_id: int, key: str | None = None) -> None:
+        """Give back the slots of one backend (a conversation), or of one of its nodes."""
+        with self.lock:
+            for slot in self.slots:
+                if slot.holder is not None and slot.holder[0] == backend_id and key in (None, slot.holder[1]):
+                    slot.holder = None
+
+
+_POOLS: dict[str, SlotPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(url: str, total: int) -> SlotPool:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(url)
+        if pool is None or pool.total != total:  # a restarted server may have other slots
+            pool = _POOLS[url] = SlotPool(total)
+        return pool
+
+
+class LlamaServerBackend(Backend):
+    """Every model call goes to the llama.cpp server at ``url``. The asset's model names are not
+    used to pick a model: the server serves the one it was started with (``label`` names it)."""
+
+    kind = "llama.cpp server"
+
+    def __init__(self, url: str, name: str = "", *, api_key: str = "", timeout: float = 120.0) -> None:
+        self.server = ServerConnection(url, name, api_key=api_key, timeout=timeout)
+        self._props: dict[str, Any] | None = None
+        self._props_lock = threading.Lock()
+        self._tokens: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
+        self._tokens_lock = threading.Lock()
+        self._sessions: dict[str, ServerNodeSession] = {}
+        self._lock = threading.Lock()
+
+    # --- what the server is ------------------------------------------------------------------
+
+    def props(self) -> dict[str, Any]:
+        """The server's ``/props`` (read once): its slots, their context size and its model."""
+        with self._props_lock:
+            if self._props is None:
+                props = self.server.get_json("/props")
+                try:
+                    n_ctx = int(props["default_generation_settings"]["n_ctx"])
+                    total = int(props.get("total_slots", 1))
+                except (KeyError, TypeError, ValueError):
+                    raise BackendError(f"{self.server.label}: /props does not describe a llama.cpp server's "
+                                       "slots; is this a llama.cpp server?") from None
+                if n_ctx <= 0 or total <= 0:
+                    raise BackendError(f"{self.server.label}: the server reports {total} slots of {n_ctx} tokens")
+                self._props = props
+            return self._props
+
+    @property
+    def slot_context(self) -> int:
+        return int(self.props()["default_generation_settings"]["n_ctx"])
+
+    @property
+    def total_slots(self) -> int:
+        return int(self.props().get("total_slots", 1))
+
+    @property
+    def served_model(self) -> str:
+        return PurePath(str(self.props().get("model_path", "") or "")).name or "its model"
+
+    @property
+    def label(self) -> str:
+        try:
+            model = self.served_model
+        except BackendError:
+            model = "not reachable"
+        return f"{self.server.label} · {self.kind} · {model}"
+
+    def load_model(self, model: str, progress=None, cancel=None) -> None:
+        self.props()  # reachable, and really a llama.cpp server
+        if progress is not None:
+            progress(1.0)
+
+    def model_context_size(self, model: str) -> int:
+        return self.slot_context
+
+    # --- tokens --------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        if not text:
+            return []
+        key = (text, special)
+        with self._tokens_lock:
+            cached = self._tokens.get(key)
+            if cached is not None:
+                self._tokens.move_to_end(key)
+                return cached
+        answer = self.server.post_json("/tokenize", {"content": text, "add_special": False,
+                                                     "parse_special": special})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise BackendError(f"{self.server.label}: /tokenize did not answer with a list of token ids")
+        with self._tokens_lock:
+            self._tokens[key] = tokens
+            if len(self._tokens) > TOKEN_CACHE_SIZE:
+                self._tokens.popitem(last=False)
+        return tokens
+
+    def count_tokens(self, model: str, text: str) -> int:
+        return len(self.tokenize(text, special=False))
+
+    def prompt_parts(self, messages: Sequence[ChatMessage]) -> list[tuple[str, bool]]:
+        """The rendered prompt as ``(text, is_markup)`` pieces, by the server's chat template (the
+        placeholder method of ``runtime.backends.llama``: contents are data, never control tokens)."""
+        nonce = secrets.token_hex(6)
+        marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+        payload = [_message_json(m, mark) for m, mark in zip(messages, marks)]
+        try:
+            answer = self.server.post_json("/apply-template", {"messages": payload})
+        except ServerRefused as exc:
+            roles = ", ".join(dict.fromkeys(m.role for m in messages))
+            raise BackendError(f"{self.server.label}: the server's chat template could not render the prompt "
+                               f"(roles: {roles}): {exc.detail}") from None
+        text = answer.get("prompt") if isinstance(answer, dict) else None
+        if not isinstance(text, str):
+            raise BackendError(f"{self.server.label}: /apply-template did not answer with a prompt")
+        parts: list[tuple[str, bool]] = []
+        at = 0
+        for i, (m, mark) in enumerate(zip(messages, marks)):
+            found = text.find(mark, at)
+            if found < 0 or text.count(mark) != 1:
+                raise BackendError(
+                    f"{self.server.label}: the server's chat template does not insert message {i + 1} ({m.role}) "
+                    "exactly once and unchanged, so its text cannot be kept apart from the template's control "
+                    "tokens; serve a model whose template inserts each message's content as-is"
+                )
+            parts += [(text[at:found], True), (m.content, False)]
+            at = found + len(mark)
+        parts.append((text[at:], True))
+        return parts
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
+        tokens: list[int] = []
+        for text, is_markup in self.prompt_parts(messages):
+            tokens += self.tokenize(text, special=is_markup)
+        return tokens
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def session(self, key: str, model: str, context_size: int) -> ServerNodeSession:
+        if context_size < 0:
+            raise BackendError(f"node {key!r}: Context Size must be 0 (the model's own) or positive, not {context_size}")
+        slot_ctx = self.slot_context
+        if context_size > slot_ctx:
+            raise BackendError(
+                f"node {key!r}: Context Size {context_size} is larger than a slot of {self.server.label} "
+                f"({slot_ctx} tokens); lower it, set 0 to use the slot's size, or start the server with a "
+                "larger --ctx-size (llama-server divides it between its --parallel slots)"
+            )
+        n_ctx = context_size or slot_ctx
+        with self._lock:
+            existing = self._sessions.get(key)
+            if existing is None or existing.n_ctx != n_ctx:
+                existing = self._sessions[key] = ServerNodeSession(self, key, n_ctx)
+            return existing
+
+    def slot_pool(self) -> SlotPool:
+        return _pool(self.server.url, self.total_slots)
+
+    def release_all(self) -> None:
+        """The next conversation starts fresh: give the slots back (their caches stay on the server
+        and are overwritten by whoever leases them next)."""
+        if self._props is not None:
+            self.slot_pool().release(id(self))
+        with self._lock:
+            self._sessions.clear()
+
+    def close(self) -> None:
+        self.release_all()
+        self.server.close()
+
+
+class ServerNodeSession(NodeSession):
+    """One node's slot on the server."""
+
+    def __init__(self, backend: LlamaServerBackend, key: str, n_ctx: int) -> None:
+        self.backend = backend
+        self.key = key
+        self._n_ctx = n_ctx
+        self.calls = 0
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def release(self) -> None:
+        self.backend.slot_pool().release(id(self.backend), self.key)
+
+    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
+        backend = self.backend
+        label = backend.server.label
+        prompt = backend.prompt_tokens(request.messages)
+        if not prompt:
+            raise BackendError(f"node {self.key!r}: the prompt is empty")
+        if len(prompt) >= self._n_ctx:
+            raise BackendError(
+                f"node {self.key!r}: the prompt is {len(prompt)} tokens but its slot on {label} holds "
+                f"{self._n_ctx}; raise the node's Context Size (up to the slot's) or shorten its system prompt"
+            )
+        max_tokens = min(request.max_tokens, self._n_ctx - len(prompt))
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": max_tokens,
+            "stream": True,
+            "cache_prompt": True,
+            "temperature": max(request.temperature, 0.0),
+            "top_k": 40,
+            "top_p": request.top_p,
+            "min_p": 0.05,
+            "repeat_penalty": 1.0,
+            "samplers": ["top_k", "top_p", "min_p", "temperature"],
+            "seed": request.seed if request.seed >= 0 else -1,
+            "stop": [s for s in request.stop if s],
+        }
+        if request.choices is not None:
+            body["grammar"] = choices_grammar(request.choices)
+            longest = max(len(c.encode("utf-8")) for c in request.choices) + 1
+            body["n_predict"] = max(body["n_predict"], longest)
+        elif request.json_schema is not None:
+            body["json_schema"] = request.json_schema
+        owner = (id(backend), self.key)
+        pool = backend.slot_pool()
+        slot, shared = pool.lease(owner)
+        body["id_slot"] = slot
+        cold = pool.used(slot, owner) or self.calls == 0
+        self.calls += 1
+        text, final = "", None
+        started = time.perf_counter()
+        try:
+            for event in backend.server.stream("/completion", body, cancel):
+                piece = event.get("content", "") if isinstance(event, dict) else ""
+                if not isinstance(piece, str):
+                    raise BackendError(f"{label}: /completion sent content that is not text")
+                if piece:
+                    text += piece
+                    if on_token is not None:
+                        on_token(piece)
+                if isinstance(event, dict) and event.get("stop"):
+                    final = event
+                    break
+        except Cancelled:
+            return GenerationResult(text=text, prompt_tokens=len(prompt), reused=0, evaluated=0, generated=0,
+                                    cold=cold, cancelled=True, finish_reason="cancelled",
+                                    prompt_ms=(time.perf_counter() - started) * 1000)
+        except BackendError:
+            pool.used(slot, ("", ""))  # what the slot holds now is unknown
+            raise
+        if final is None:
+            pool.used(slot, ("", ""))
+            raise BackendError(f"{label}: the answer from /completion ended before the reply was complete")
+        timings = final.get("timings") or {}
+        reused = int(timings.get("cache_n", final.get("tokens_cached", 0)) or 0)
+        evaluated = int(timings.get("prompt_n", max(len(prompt) - reused, 0)) or 0)
+        generated = int(timings.get("predicted_n", 0) or 0)
+        finish = "length" if final.get("stop_type") == "limit" or final.get("truncated") else "stop"
+        if shared:
+            cold = True
+        return GenerationResult(
+            text=text, prompt_tokens=len(prompt), reused=min(reused, len(prompt)), evaluated=evaluated,
+            generated=generated, cold=cold, finish_reason=finish,
+            prompt_ms=float(timings.get("prompt_ms", 0.0) or 0.0),
+            generate_ms=float(timings.get("predicted_ms", 0.0) or 0.0),
+        )
+
+
+def _message_json(message: ChatMessage, content: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": content}
+    if message.name and message.role == "tool":
+        out["name"] = message.name
+    return out
