@@ -37,6 +37,7 @@ from runtime.agent import Agent, TurnResult
 from runtime.asset import Asset
 from runtime.asset_file import load_asset
 from runtime.backends.base import Backend, BackendError, ChatMessage, GenerationRequest
+from runtime.backends.http import ServerUnavailable
 from runtime.diagnostics import TurnDiagnostics
 from runtime.history import ToolExchange, Turn, load_history
 from runtime.problems import InputError, Problem, read_input_text
@@ -305,6 +306,8 @@ class CaseResult:
     model_seconds: float = 0.0  # the model's own prompt reading and generating
     visits: Counter = field(default_factory=Counter)  # node id -> times run
     exits: Counter = field(default_factory=Counter)  # (node id, port) -> times taken
+    server: str = ""  # in a fleet run: the server that ran the conversation
+    moved: list[str] = field(default_factory=list)  # in a fleet run: why it was run again on another server
 
     @property
     def passed(self) -> bool:
@@ -443,6 +446,8 @@ class Judge:
                                                             json_schema=JUDGE_SCHEMA))
             answer = json.loads(result.text)
             verdict, reason = answer["verdict"], str(answer.get("reason", "")).strip()
+        except ServerUnavailable:
+            raise  # the case, not the check, failed (a fleet run moves it to another server)
         except (BackendError, json.JSONDecodeError, KeyError, TypeError) as exc:
             return Check("judge", False, f"{rubric!r}: the judge could not answer ({exc})")
         return Check("judge", verdict == "pass", f"{rubric!r}: {verdict}: {reason or '(no reason given)'}")
@@ -453,8 +458,10 @@ class Judge:
 
 def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | None = None, repeat: int = 0,
              seed: int | None = None, on_turn: Callable[[TurnOutcome], None] | None = None,
-             cancel: threading.Event | None = None) -> CaseResult:
-    """Run one case from a fresh agent. Never raises for a failing case: the reason is in the result."""
+             cancel: threading.Event | None = None, lost_server_raises: bool = False) -> CaseResult:
+    """Run one case from a fresh agent. Never raises for a failing case: the reason is in the result.
+    With ``lost_server_raises``, a server that cannot be reached (``ServerUnavailable``) is raised
+    instead, so a fleet run can run the conversation again on another server."""
     out = CaseResult(loaded.name, case.name, repeat)
     started = time.perf_counter()
     try:
@@ -476,6 +483,8 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                 result = agent.run_turn(script.say, script.instructions, cancel=cancel,
                                         tool_result=_tool_answers(case.tool_results))
             except Exception as exc:  # a failed turn (a backend error, a bad template) fails the case, not the run
+                if lost_server_raises and isinstance(exc, ServerUnavailable):
+                    raise
                 outcome.error = f"the turn failed: {exc}"
                 if on_turn is not None:
                     on_turn(outcome)
@@ -501,6 +510,10 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                 on_turn(outcome)
     except InputError as exc:
         out.error = str(exc)
+    except ServerUnavailable as exc:
+        if lost_server_raises:
+            raise
+        out.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # the case cannot run at all (a broken history file, a backend that failed)
         out.error = f"{type(exc).__name__}: {exc}"
     out.seconds = time.perf_counter() - started
@@ -589,52 +602,104 @@ class Report:
 BackendFactory = Callable[[], Backend]
 
 
-def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory, *, jobs: int = 1, repeat: int = 1,
-               seed: int | None = None, shard: tuple[int, int] | None = None, judge_model: str = "",
+@dataclass
+class Server:
+    """One place to run conversations in a fleet run: a name for reports and a maker of backends."""
+
+    name: str
+    make_backend: BackendFactory
+    lost: str = ""  # why it was given up on, once it was
+
+
+def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Server], *, jobs: int = 1,
+               repeat: int = 1, seed: int | None = None, shard: tuple[int, int] | None = None, judge_model: str = "",
                on_case: Callable[[CaseResult], None] | None = None,
                on_turn: Callable[[str, TurnOutcome], None] | None = None,
                cancel: threading.Event | None = None) -> Report:
-    """Run every case (``repeat`` times each) on ``jobs`` threads, each with a backend of its own."""
+    """Run every case (``repeat`` times each) on ``jobs`` threads, each with a backend of its own.
+
+    ``make_backend`` may be a list of servers (a fleet): thread ``j`` runs its conversations on server
+    ``j`` mod the number of servers, so a conversation stays on one server, its nodes on their slots.
+    A server that cannot be reached mid-conversation is given up on, and the conversation runs again
+    from its start on another server (its result says so in ``moved``); when no server is left, the
+    cases left fail with the reason. Nothing is dropped: every case has a result."""
+    servers = make_backend if isinstance(make_backend, list) else [Server("", make_backend)]
+    fleet = isinstance(make_backend, list)
     work = [(s, c, k) for s in loaded for c in s.suite.cases for k in range(repeat)
             if shard is None or shard_of(s.case_id(c), shard[1]) == shard[0]]
     report = Report(coverage={str(s.path.parent / s.suite.asset): Coverage(s.asset) for s in loaded})
-    local = threading.local()
+    jobs = max(1, min(jobs, len(work) or 1))
     made: list[Backend] = []
-    made_lock = threading.Lock()
+    lock = threading.Lock()
     started = time.perf_counter()
+    results: list[CaseResult | None] = [None] * len(work)
+    queue: list[tuple[int, list[str]]] = [(i, []) for i in range(len(work))]  # (work index, why it moved)
+    bound = [servers[j % len(servers)] for j in range(jobs)]
+    judge = judge_model or _judge_model(loaded)
 
-    def backend() -> tuple[Backend, Judge | None]:
-        if not hasattr(local, "backend"):
-            local.backend = make_backend()
-            with made_lock:
-                made.append(local.backend)
-            name = judge_model or _judge_model(loaded)
-            local.judge = Judge(local.backend, name) if name else None
-        return local.backend, local.judge
+    def rebind(j: int) -> Server | None:
+        with lock:
+            alive = [s for s in servers if not s.lost]
+            if not alive:
+                return None
+            if bound[j].lost:
+                bound[j] = min(alive, key=lambda s: sum(b is s for b in bound))
+            return bound[j]
 
-    def one(item: tuple[LoadedSuite, Case, int]) -> CaseResult:
-        suite, case, k = item
-        try:
-            b, j = backend()
-        except BackendError as exc:
-            return CaseResult(suite.name, case.name, k, error=f"no backend: {exc}")
-        result = run_case(suite, case, b, j, k, seed,
-                          (lambda t, cid=suite.case_id(case): on_turn(cid, t)) if on_turn else None, cancel)
-        b.release_all()  # the next case starts from a fresh conversation: free its caches
+    def worker(j: int) -> None:
+        backends: dict[int, tuple[Backend, Judge | None]] = {}
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index, moved = queue.pop(0)
+            suite, case, k = work[index]
+            server = rebind(j)
+            if server is None:
+                reasons = "; ".join(f"{s.name}: {s.lost}" for s in servers)
+                results[index] = CaseResult(suite.name, case.name, k, error=f"no server left to run it ({reasons})",
+                                            moved=moved)
+                _done(results[index])
+                continue
+            try:
+                if id(server) not in backends:
+                    b = server.make_backend()
+                    with lock:
+                        made.append(b)
+                    backends[id(server)] = (b, Judge(b, judge) if judge else None)
+                b, jdg = backends[id(server)]
+                result = run_case(suite, case, b, jdg, k, seed,
+                                  (lambda t, cid=suite.case_id(case): on_turn(cid, t)) if on_turn else None, cancel,
+                                  lost_server_raises=fleet)
+                b.release_all()  # the next case starts from a fresh conversation: free its caches
+            except ServerUnavailable as exc:
+                with lock:
+                    server.lost = server.lost or str(exc)
+                    why = f"{server.name} failed ({exc}); run again from the start on another server"
+                    queue.insert(0, (index, [*moved, why]))
+                continue
+            except BackendError as exc:
+                result = CaseResult(suite.name, case.name, k, error=f"no backend: {exc}")
+            result.server, result.moved = server.name, moved
+            results[index] = result
+            _done(result)
+
+    def _done(result: CaseResult) -> None:
         if on_case is not None:
             on_case(result)
-        return result
 
     try:
         if jobs <= 1:
-            results = [one(item) for item in work]
+            worker(0)
         else:
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="parley-test") as pool:
-                results = list(pool.map(one, work))
+                for future in [pool.submit(worker, j) for j in range(jobs)]:
+                    future.result()
     finally:
         for b in made:
             b.close()
     for (suite, _case, _k), result in zip(work, results):
+        assert result is not None  # every item ends with a result: run, failed, or no server left
         report.results.append(result)
         report.coverage[str(suite.path.parent / suite.suite.asset)].add(result)
     report.seconds = time.perf_counter() - started
@@ -663,6 +728,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "cases": [{
             "suite": r.suite, "case": r.case, "repeat": r.repeat, "passed": r.passed, "error": r.error,
             "seconds": round(r.seconds, 3), "model_seconds": round(r.model_seconds, 3),
+            "server": r.server, "moved": r.moved,
             "turns": [{"turn": t.number, "say": t.line, "reply": t.reply, "path": t.path, "passed": t.passed,
                        "error": t.error, "checks": [vars(c) for c in t.checks]} for t in r.turns],
             "conversation": [{"after_turn": n, **vars(c)} for n, c in r.conversation],

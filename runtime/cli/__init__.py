@@ -1,4 +1,5 @@
-"""The ``parley`` command line: ``parley validate``, ``parley chat``, ``parley estimate``, ``parley models``.
+"""The ``parley`` command line: ``parley validate``, ``parley chat``, ``parley estimate``, ``parley models``,
+``parley test``, ``parley backends``.
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds
 its parser and sets ``func`` to a function taking the parsed arguments and
@@ -19,6 +20,7 @@ COMMANDS = [
     "runtime.cli.models",
     "runtime.cli.chat",
     "runtime.cli.test",
+    "runtime.cli.backends",
 ]
 
 

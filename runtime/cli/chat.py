@@ -48,26 +48,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-turn", metavar="N", type=int, help="with --history-in: go back to before turn N "
                    "(from 1) and go on from there with --script, or replay the history's lines from turn N")
     p.add_argument("--instructions", default="", help="this-turn instructions for every turn ({{instructions}})")
-    p.add_argument("--backend", choices=("llama", "scripted"), default="llama",
-                   help="llama: the model through llama.cpp (default). scripted: deterministic test replies")
+    p.add_argument("--backend", default="embedded", metavar="NAME|URL",
+                   help="where the model runs: embedded (this computer, the default), a backend profile's name "
+                   "(parley backends list), a server's address (http://HOST:PORT; llama+ or openai+ before it "
+                   "says which kind), or scripted (deterministic test replies)")
     p.set_defaults(func=run)
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
-    """The backend ``args`` ask for. Raises ``BackendError`` when it cannot be made."""
-    if args.backend == "scripted":
-        from runtime.backends.scripted import ScriptedBackend
+    """The backend ``args`` ask for. Raises ``BackendError`` (or ``InputError`` for a broken profiles
+    file) when it cannot be made."""
+    from runtime.backends.profiles import backend_factory
 
-        return ScriptedBackend()
     try:
-        from runtime.backends.llama import LlamaBackend
+        # Model names resolve against the asset's folder, then the models folder (PARLEY_MODELS_DIR).
+        return backend_factory(args.backend, Path(args.asset).parent)()
     except ImportError as exc:
         raise BackendError(
             f"the llama.cpp backend is not available ({exc}); install llama-cpp-python, "
             "or use --backend scripted for deterministic test replies"
         ) from None
-    # Model names resolve against the asset's folder, then the models folder (PARLEY_MODELS_DIR).
-    return LlamaBackend(asset_dir=Path(args.asset).parent)
 
 
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:

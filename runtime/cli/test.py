@@ -12,9 +12,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runtime.backends.base import Backend, BackendError
+from runtime.backends.base import BackendError
 from runtime.problems import InputError
+
+if TYPE_CHECKING:
+    from runtime.suites import Server
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="OUT.json", help="write a JSON report")
     p.add_argument("--min-coverage", type=float, default=None, metavar="P",
                    help="fail when fewer than P %% of the nodes and exits were taken")
-    p.add_argument("--backend", choices=("llama", "scripted"), default="llama",
-                   help="llama: the models through llama.cpp (default). scripted: deterministic test replies")
+    p.add_argument("--backend", default="embedded", metavar="NAME|URL[,...]",
+                   help="where the models run: embedded (this computer, the default), a backend profile's name, "
+                   "a server's address (http://HOST:PORT), or scripted (deterministic test replies). Several, "
+                   "separated by commas, make a fleet: conversations are spread over them, each staying on one "
+                   "server, and one that fails has its conversations run again on another")
     p.set_defaults(func=run)
 
 
@@ -43,6 +50,20 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     if not 1 <= index <= count:
         raise ValueError(f"--shard {text!r}: I must be from 1 to N")
     return index - 1, count
+
+
+def _servers(spec: str) -> list[Server]:
+    """The backends ``--backend`` names (a comma-separated list is a fleet); checked before anything runs."""
+    from runtime.backends.profiles import backend_factory, load_profiles
+    from runtime.suites import Server
+
+    names = [part.strip() for part in spec.split(",")]
+    if any(not n for n in names):
+        raise BackendError(f"--backend {spec!r}: an empty name between commas")
+    if len(set(names)) != len(names):
+        raise BackendError(f"--backend {spec!r}: a server is named twice")
+    profiles = load_profiles() if any(n not in ("embedded", "llama", "scripted") for n in names) else []
+    return [Server(name, backend_factory(name, None, profiles)) for name in names]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,25 +93,25 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         return 2
 
-    def make_backend() -> Backend:
-        if args.backend == "scripted":
-            from runtime.backends.scripted import ScriptedBackend
-
-            return ScriptedBackend()
-        from runtime.backends.llama import LlamaBackend
-
-        return LlamaBackend()
+    try:
+        servers = _servers(args.backend)
+    except (BackendError, InputError) as exc:
+        print(exc, file=err)
+        return 2
 
     def said(result) -> None:
         mark = "PASS" if result.passed else "FAIL"
         run_no = f" (run {result.repeat + 1})" if args.repeat > 1 else ""
-        print(f"{mark} {result.suite}::{result.case}{run_no} [{result.seconds:.1f} s]", file=out)
+        where = f" on {result.server}" if len(servers) > 1 and result.server else ""
+        print(f"{mark} {result.suite}::{result.case}{run_no} [{result.seconds:.1f} s{where}]", file=out)
+        for line in result.moved:
+            print(f"     moved: {line}", file=out)
         for line in result.failures:
             print(f"     {line}", file=out)
         out.flush()
 
     try:
-        report = run_suites(loaded, make_backend, jobs=args.jobs, repeat=args.repeat, seed=args.seed, shard=shard,
+        report = run_suites(loaded, servers if len(servers) > 1 else servers[0].make_backend, jobs=args.jobs, repeat=args.repeat, seed=args.seed, shard=shard,
                             on_case=said)
     except BackendError as exc:
         print(exc, file=err)

@@ -1,0 +1,113 @@
+"""``parley backends``: the backend profiles (inference servers) saved in the user's settings.
+
+``parley backends list`` shows them; ``parley backends add NAME URL [--kind ...]`` saves one;
+``parley backends remove NAME`` deletes one; ``parley backends check NAME|URL`` contacts the
+server and says what it serves. Keys are never saved: ``--api-key-env VAR`` names the variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pydantic import ValidationError
+
+from runtime.backends.base import BackendError
+from runtime.problems import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("backends", help="inference servers to run agents on (backend profiles)")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs.add_parser("list", help="the saved profiles and where they are kept").set_defaults(func=list_profiles)
+    add = verbs.add_parser("add", help="save a profile (replaces one of the same name)")
+    add.add_argument("name")
+    add.add_argument("url", help="the server's address, such as http://10.0.0.5:8080")
+    add.add_argument("--kind", choices=("llama-server", "openai"), default=None,
+                     help="llama-server: llama.cpp's server (a slot per node); openai: any OpenAI-compatible "
+                     "server. Default: ask the server")
+    add.add_argument("--api-key-env", default="", metavar="VAR", help="the environment variable holding the key")
+    add.add_argument("--model", default="", help="openai: the served model's name (default: the only one)")
+    add.add_argument("--context-size", type=int, default=0, help="openai: the model's context, if the server "
+                     "does not say")
+    add.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server's next byte")
+    add.set_defaults(func=add_profile)
+    rm = verbs.add_parser("remove", help="delete a saved profile")
+    rm.add_argument("name")
+    rm.set_defaults(func=remove_profile)
+    check = verbs.add_parser("check", help="contact a server and say what it serves")
+    check.add_argument("backend", metavar="NAME|URL")
+    check.set_defaults(func=check_backend)
+
+
+def list_profiles(args: argparse.Namespace) -> int:
+    from runtime.backends.profiles import load_profiles, profiles_path
+
+    try:
+        profiles = load_profiles()
+    except InputError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"# {profiles_path()}")
+    print("embedded · llama.cpp on this computer (the default)")
+    for p in profiles:
+        key = f" · key from ${p.api_key_env}" if p.api_key_env else ""
+        print(f"{p.description}{key}")
+    return 0
+
+
+def add_profile(args: argparse.Namespace) -> int:
+    from runtime.backends.profiles import BackendProfile, _ask_kind, load_profiles, save_profiles
+
+    try:
+        profiles = load_profiles()
+        kind = args.kind or _ask_kind(args.url)
+        profile = BackendProfile(name=args.name, kind=kind, url=args.url, api_key_env=args.api_key_env,
+                                 model=args.model, context_size=args.context_size, timeout=args.timeout)
+    except (InputError, BackendError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        print(f"{'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+        return 2
+    kept = [p for p in profiles if p.name != profile.name]
+    print(f"saved {profile.description} in {save_profiles([*kept, profile])}")
+    return 0
+
+
+def remove_profile(args: argparse.Namespace) -> int:
+    from runtime.backends.profiles import load_profiles, save_profiles
+
+    try:
+        profiles = load_profiles()
+    except InputError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    kept = [p for p in profiles if p.name != args.name]
+    if len(kept) == len(profiles):
+        print(f"no profile named {args.name!r}", file=sys.stderr)
+        return 2
+    save_profiles(kept)
+    print(f"removed {args.name}")
+    return 0
+
+
+def check_backend(args: argparse.Namespace) -> int:
+    from runtime.backends.profiles import backend_factory
+
+    try:
+        backend = backend_factory(args.backend)()
+        try:
+            backend.load_model("")
+            print(backend.label)
+            print(f"context: {backend.model_context_size('')} tokens per node")
+            slots = getattr(backend, "total_slots", None)
+            if slots is not None:
+                print(f"slots: {slots} (one per node of a conversation keeps each node's cache)")
+        finally:
+            backend.close()
+    except (InputError, BackendError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0

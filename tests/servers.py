@@ -1,0 +1,113 @@
+"""Real inference servers on 127.0.0.1 for tests and benchmarks (no mocked HTTP).
+
+- llama.cpp's server: ``llama-server`` built from the llama.cpp that llama-cpp-python vendors
+  (``packaging/build_llama_server.py``; built on first use, about 5 minutes, then cached).
+- An OpenAI-compatible server: llama-cpp-python's own (``python -m llama_cpp.server``, from
+  PyPI with the ``server`` extra).
+
+Both serve the sample model. Each runs as a child process on a free port and is stopped (and
+waited for) when its ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "packaging"))
+import build_llama_server  # noqa: E402  (packaging/ is not a package)
+
+sys.path.pop(0)
+
+STARTUP_SECONDS = 60
+
+
+@dataclass
+class RunningServer:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+    def kill(self) -> None:
+        """Die at once, as a crashed server would."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llama_server_binary() -> Path:
+    return build_llama_server.build(log=lambda m: print(m, file=sys.stderr))
+
+
+@contextlib.contextmanager
+def llama_server(model: Path, log_dir: Path, *, slots: int = 4, context: int = 2048, threads: int = 1,
+                 port: int | None = None) -> Iterator[RunningServer]:
+    """llama.cpp's server with ``slots`` slots of ``context`` tokens each."""
+    port = port or free_port()
+    command = [str(llama_server_binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "--parallel", str(slots), "--ctx-size", str(context * slots), "--threads", str(threads),
+               "--threads-batch", str(threads), "--no-webui", "--no-warmup", "--no-kv-unified"]
+    with _running(command, f"http://127.0.0.1:{port}", "/health", log_dir / f"llama-server-{port}.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def openai_server(model: Path, log_dir: Path, *, context: int = 2048, threads: int = 1,
+                  port: int | None = None) -> Iterator[RunningServer]:
+    """llama-cpp-python's OpenAI-compatible server."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+               "--port", str(port), "--n_ctx", str(context), "--n_threads", str(threads),
+               "--n_threads_batch", str(threads)]
+    with _running(command, f"http://127.0.0.1:{port}", "/v1/models", log_dir / f"openai-server-{port}.log") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _running(command: list[str], url: str, ready_path: str, log: Path) -> Iterator[RunningServer]:
+    from runtime.backends.base import BackendError
+    from runtime.backends.http import ServerConnection, wait_until_ready
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = RunningServer(url, process, log)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited ({process.returncode}) while starting:\n{server.output()}")
+            try:
+                wait_until_ready(ServerConnection(url, timeout=5), ready_path, 0.5)
+                break
+            except BackendError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not start in {STARTUP_SECONDS} s:\n{server.output()}") from None
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
