@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
 )
 
 from editor import settings as app_settings
+from editor.backend_choice import EMBEDDED_TITLE, BackendChoice
+from editor.backends_dialog import open_backends_dialog
 from editor.canvas import Canvas, add_action, context_menu
 from editor.commands import (
     MacroCommand,
@@ -102,13 +104,13 @@ DOCKS: list[DockSpec] = [
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: ConversationDock(w.conversation, w, w.download)),
+             lambda w: ConversationDock(w.conversation, w, w.download, w.backends)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: TurnInspectorDock(w.conversation, w.canvas.highlight_path, w), tab_with="ProblemsDock"),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: VramEstimatorDock(w.document, w), tab_with="PropertiesDock"),
+             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends), tab_with="PropertiesDock"),
     DockSpec("TestsDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: TestsDock(w.document, w.suite_run, w), tab_with="ProblemsDock"),
 ]
@@ -126,9 +128,11 @@ class MainWindow(QMainWindow):
         self.canvas = Canvas(self.document, self)
         self.setCentralWidget(self.canvas.widget)
         # The window's shared services, passed to the docks that use them.
-        self.conversation = LiveConversation(self.document, self)
+        self.backends = BackendChoice(self)  # where the agent runs (the user's settings, not the asset)
+        self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker())
         self.download = SampleModelDownload(self)
         self.suite_run = SuiteRun(self)
+        self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []
         self.problems: list[Problem] = []
         self.docks: dict[str, QDockWidget] = {}
@@ -318,6 +322,14 @@ class MainWindow(QMainWindow):
         self.models_menu = bar.addMenu("&Models")
         self.models_menu.addActions([self.download_sample_action, self.open_models_action])
 
+        self.backend_menu = bar.addMenu("&Backend")
+        self.backend_group = QActionGroup(self)
+        self.backend_group.setExclusive(True)
+        self.backends_action = QAction("&Backends\u2026", self)
+        self.backends_action.setStatusTip("Add, edit, remove and check the servers agents can run on")
+        self.backends_action.triggered.connect(lambda _c=False: self.edit_backends())
+        self._fill_backend_menu()
+
         view = bar.addMenu("&View")
         view.addActions([self.frame_action, self.layout_action])
         view.addSeparator()
@@ -375,6 +387,56 @@ class MainWindow(QMainWindow):
         tests.turn_opened.connect(self._open_test_turn)
         tests.coverage_changed.connect(self._show_coverage)
         self.conversation_dock.test_case_saved.connect(tests.refresh)
+        self.backends.changed.connect(self._backend_changed)
+        self.backends.profiles_changed.connect(self._fill_backend_menu)
+
+    # --- the backend ----------------------------------------------------------------------------
+
+    def _backend_maker(self):
+        try:
+            return self.backends.maker()
+        except Exception as exc:  # noqa: BLE001 - a choice checked a moment ago; never stop the window
+            self.statusBar().showMessage(f"The backend cannot be used: {exc}", 15_000)
+            return None
+
+    def _backend_changed(self) -> None:
+        """The next turn (and the next test run) runs on the backend chosen now."""
+        self.conversation.use_backend(self._backend_maker())
+        self._fill_backend_menu()
+        self.statusBar().showMessage(f"Backend: {self.backends.description}", 6000)
+
+    def _fill_backend_menu(self) -> None:
+        menu = self.backend_menu
+        menu.clear()
+        for action in self.backend_group.actions():
+            self.backend_group.removeAction(action)
+            action.deleteLater()
+        entries = [(EMBEDDED_TITLE, "embedded", "Run the agent on this computer (llama.cpp)")]
+        entries += [(p.name, p.name, p.description) for p in self.backends.profiles]
+        for title, spec, tip in entries:
+            action = QAction(title, self.backend_group)
+            action.setCheckable(True)
+            action.setChecked(spec == self.backends.spec)
+            action.setStatusTip(tip)
+            action.setData(spec)
+            action.triggered.connect(lambda _c=False, s=spec: self.choose_backend(s))
+            menu.addAction(action)
+        if self.backends.load_error:
+            broken = menu.addAction("(backends.json could not be read: see Backends\u2026)")
+            broken.setEnabled(False)
+        menu.addSeparator()
+        menu.addAction(self.backends_action)
+
+    def choose_backend(self, spec: str) -> bool:
+        problem = self.backends.choose(spec)
+        if problem:
+            self._fill_backend_menu()  # the check mark goes back to the backend in use
+            QMessageBox.warning(self, "Backend not changed", f"Cannot run on {spec}: {problem}")
+            return False
+        return True
+
+    def edit_backends(self) -> bool:
+        return open_backends_dialog(self.backends, self)
 
     def _open_test_turn(self, record: object, label: str, note: str) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do."""

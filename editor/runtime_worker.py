@@ -1,8 +1,9 @@
 """The embedded runtime on a worker thread, and the live test conversation the docks share.
 
-``RuntimeWorker`` lives on its own ``QThread`` and owns the ``Agent`` and the
-``LlamaBackend``: every llama.cpp call happens on that one thread, so a context is
-never touched from two. ``LiveConversation`` lives on the UI thread; it sends the
+``RuntimeWorker`` lives on its own ``QThread`` and owns the ``Agent`` and its backend
+(the embedded ``LlamaBackend``, or a server the designer picked in the backend picker): every
+model call happens on that one thread, so a context is never touched from two. Switching the
+backend keeps the conversation; the next turn runs on the new one. ``LiveConversation`` lives on the UI thread; it sends the
 worker requests through queued signals and re-emits everything the worker reports
 from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever see
 signals from the UI thread.
@@ -119,11 +120,14 @@ class RuntimeWorker(QObject):
     history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
     history_rejected = Signal(str)  # why a history operation changed nothing
     tool_needed = Signal(str, str, object)  # node id, tool name, arguments
+    turn_backend = Signal(int, str)  # a finished turn's id, and the label of the backend that ran it
+    backend_failed = Signal(str)  # the backend picked could not be made; the previous one stays
 
     def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None) -> None:
         super().__init__()
         self._answers = answers
         self._make_backend = make_backend
+        self._asset_dir = ""
         self.backend: Backend | None = None
         self.agent: Agent | None = None
 
@@ -141,6 +145,7 @@ class RuntimeWorker(QObject):
     @Slot(object, str, bool)
     def use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
         """Build the agent for ``asset``; keep the history unless ``restart``."""
+        self._asset_dir = asset_dir
         try:
             backend = self._backend(asset_dir)
         except BackendError as exc:
@@ -159,6 +164,30 @@ class RuntimeWorker(QObject):
             agent.variables = {**asset.variables, **changed}
         self.agent = agent
         self.history_changed.emit(agent.export_dialog())
+
+    @Slot(object)
+    def use_backend(self, make_backend: Callable[[], Backend] | None) -> None:
+        """Run the next turns on a backend made by ``make_backend`` (None: the embedded runtime). The
+        agent keeps its conversation; the old backend is closed (its models and caches freed). If the
+        new one cannot be made, the old one stays and ``backend_failed`` says why."""
+        old_maker, old = self._make_backend, self.backend
+        self._make_backend = make_backend
+        if old is None:
+            return  # made at the first turn
+        self.backend = None
+        try:
+            backend = self._backend(self._asset_dir)
+        except BackendError as exc:
+            self._make_backend, self.backend = old_maker, old
+            self.backend_failed.emit(str(exc))
+            return
+        old.close()
+        if self.agent is not None:
+            saved = self.agent.export_dialog()
+            agent = Agent(self.agent.asset, backend, self._asset_dir or None)
+            agent.import_dialog(saved)
+            agent.variables = dict(self.agent.variables)
+            self.agent = agent
 
     def _load_models(self, asset: Asset, cancel: threading.Event) -> None:
         """Load every model the asset uses that is not loaded yet, reporting each one's progress
@@ -234,7 +263,8 @@ class RuntimeWorker(QObject):
             log.exception("turn failed")
             self.turn_failed.emit(TurnFailure(f"{type(exc).__name__}: {exc}"))
             return
-        # The history first, so the chat view has the turn when the turn's record arrives.
+        # Which backend ran it, then the history, so the chat view has both when the turn's record arrives.
+        self.turn_backend.emit(result.turn_id, result.backend)
         self.history_changed.emit(agent.export_dialog())
         self.turn_finished.emit(self._record(agent, result) if result.diagnostics is not None else None)
 
@@ -343,11 +373,13 @@ class LiveConversation(ThreadService):
     turn_selected = Signal(int)  # the turn (its id in the conversation tree) the inspector and raw JSON show
     restarted = Signal()
     replay_changed = Signal()  # a replay started, moved on or ended (see ``replay_state``)
+    backend_failed = Signal(str)  # the backend picked could not be made (the previous one stays)
 
     # to the worker (queued)
     _use_asset = Signal(object, str, bool)
     _run_turn = Signal(object, str, object)
     _change_history = Signal(object)
+    _use_backend = Signal(object)
     _stop_worker = Signal()
 
     def __init__(self, document, parent: QObject | None = None,
@@ -355,6 +387,7 @@ class LiveConversation(ThreadService):
         super().__init__("parley-runtime", parent)
         self.document = document
         self.records: dict[int, TurnRecord] = {}  # turn id -> its record (every branch's)
+        self.turn_backends: dict[int, str] = {}  # turn id -> the label of the backend that ran it
         self.replaying: Replay | None = None
         self.saved = SavedDialog()
         self.busy = False
@@ -371,6 +404,7 @@ class LiveConversation(ThreadService):
         self._use_asset.connect(self.worker.use_asset)
         self._run_turn.connect(self.worker.run_turn)
         self._change_history.connect(self.worker.change_history)
+        self._use_backend.connect(self.worker.use_backend)
         self._stop_worker.connect(self.worker.stop)
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
         self.worker.loading.connect(self._on_loading)
@@ -380,6 +414,8 @@ class LiveConversation(ThreadService):
         self.worker.history_changed.connect(self._on_history)
         self.worker.history_rejected.connect(self._on_rejected)
         self.worker.tool_needed.connect(self._on_tool_needed)
+        self.worker.turn_backend.connect(self._on_turn_backend)
+        self.worker.backend_failed.connect(self._on_backend_failed)
 
         document.reset.connect(self.restart)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
@@ -410,6 +446,21 @@ class LiveConversation(ThreadService):
         self.turn_started.emit(line)
         self._run_turn.emit(go, instructions, self._cancel)
         return True
+
+    def use_backend(self, make_backend: Callable[[], Backend] | None) -> bool:
+        """Run the next turns on a backend made by ``make_backend`` (None: the embedded runtime). The
+        conversation so far stays; a running turn finishes on the backend it started on."""
+        if self.closed:
+            return False
+        if self.thread.isRunning():
+            self._use_backend.emit(make_backend)  # queued after any running turn
+        else:
+            self.worker._make_backend = make_backend  # the thread has not started: nothing runs there yet
+        return True
+
+    def backend_of(self, turn_id: int) -> str:
+        """The label of the backend that ran turn ``turn_id`` ("" for seeded or imported turns)."""
+        return self.turn_backends.get(turn_id, "")
 
     # --- branches ---------------------------------------------------------------------------
 
@@ -489,6 +540,7 @@ class LiveConversation(ThreadService):
         if self.busy:
             self.stop()
         self.records.clear()
+        self.turn_backends.clear()
         self.selected_turn = -1
         self.held = []
         self.stop_replay()
@@ -545,6 +597,7 @@ class LiveConversation(ThreadService):
 
     def import_history(self, saved: SavedDialog, source: str) -> bool:
         self.records.clear()
+        self.turn_backends.clear()
         self.stop_replay()
         return self.change_history(lambda agent: agent.import_dialog(saved, source))
 
@@ -610,6 +663,8 @@ class LiveConversation(ThreadService):
         known = saved.tree.nodes if saved.tree is not None else {}
         for turn_id in [t for t in self.records if t not in known]:
             del self.records[turn_id]
+        for turn_id in [t for t in self.turn_backends if t not in known]:
+            del self.turn_backends[turn_id]
         self.history_changed.emit(saved)
 
     def _on_rejected(self, message: str) -> None:
@@ -617,6 +672,12 @@ class LiveConversation(ThreadService):
 
     def _on_tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
         self.tool_needed.emit(node_id, tool, arguments)
+
+    def _on_turn_backend(self, turn_id: int, label: str) -> None:
+        self.turn_backends[turn_id] = label
+
+    def _on_backend_failed(self, message: str) -> None:
+        self.backend_failed.emit(message)
 
     # --- shutting down ----------------------------------------------------------------------
 

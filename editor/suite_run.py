@@ -4,8 +4,10 @@
 ``runtime.suites.run_suites`` and reports every finished turn and case as it happens. The
 service re-emits those reports from the UI thread, so the Tests dock (and pytest-qt) only ever
 sees signals from the UI thread. Stop cancels the running turn and skips the cases not run yet;
-closing the window does the same and waits for the thread. The run has a backend (a model copy)
-of its own, so the test conversation in the Conversation dock is untouched by it.
+closing the window does the same and waits for the thread. The run has a backend (a model copy,
+or its own connection to the server the designer picked) of its own, so the test conversation in
+the Conversation dock is untouched by it. Runs use the backend picked for the window
+(``backend_factory``, set by the window from its ``BackendChoice``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from runtime.suites import CaseResult, LoadedSuite, Report, TurnOutcome, run_sui
 log = logging.getLogger("parley.editor")
 
 BackendFactory = Callable[[], Backend]
+# asset folder -> a maker of the backends a run uses (the window's backend choice)
+BackendFactoryFor = Callable[[str], BackendFactory]
 
 
 class _SuiteWorker(QObject):
@@ -64,7 +68,8 @@ class SuiteRun(OneRunService):
 
     def __init__(self, parent: QObject | None = None, make_backend: BackendFactory | None = None) -> None:
         super().__init__("parley-test-run", parent)
-        self.make_backend = make_backend
+        self.make_backend = make_backend  # a fixed maker (tests); else ``backend_factory``'s, else embedded
+        self.backend_factory: BackendFactoryFor | None = None
         self.stopping = False
 
     def start(self, loaded: list[LoadedSuite], asset_dir: str = "") -> bool:
@@ -74,7 +79,7 @@ class SuiteRun(OneRunService):
             return False
         self._cancel = threading.Event()
         self.stopping = False
-        worker = _SuiteWorker(loaded, self.make_backend or _llama_backend(asset_dir), self._cancel)
+        worker = _SuiteWorker(loaded, self._maker(asset_dir), self._cancel)
         thread = self._new_thread(worker)
         thread.started.connect(worker.run)
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
@@ -88,6 +93,13 @@ class SuiteRun(OneRunService):
         self.started.emit(sum(len(s.suite.cases) for s in loaded))
         thread.start()
         return True
+
+    def _maker(self, asset_dir: str) -> BackendFactory:
+        if self.make_backend is not None:
+            return self.make_backend
+        if self.backend_factory is not None:
+            return self.backend_factory(asset_dir)
+        return _llama_backend(asset_dir)
 
     def stop(self) -> None:
         """Cancel the running turn; the cases not run yet end as stopped. ``finished`` follows."""

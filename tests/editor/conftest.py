@@ -15,9 +15,10 @@ from PySide6.QtCore import QThread, QTimer
 
 @pytest.fixture(autouse=True)
 def private_settings(tmp_path, monkeypatch):
-    """Settings and recovery files in a temporary folder, never the designer's own."""
+    """Settings, backend profiles and recovery files in a temporary folder, never the designer's own."""
     monkeypatch.setenv("PARLEY_STUDIO_SETTINGS", str(tmp_path / "settings" / "parley-studio.ini"))
     monkeypatch.setenv("PARLEY_STUDIO_RECOVERY", str(tmp_path / "recovery"))
+    monkeypatch.setenv("PARLEY_BACKENDS", str(tmp_path / "settings" / "backends.json"))
     return tmp_path
 
 

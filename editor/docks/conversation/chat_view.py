@@ -1,5 +1,5 @@
 """The chat transcript: player lines, each reply with the node that wrote it, tool calls inline,
-and summaries where they folded. Finished turns are drawn from the agent's dialog history;
+summaries where they folded, and which backend ran each turn once a conversation has run on a server. Finished turns are drawn from the agent's dialog history;
 the running turn is appended piece by piece as tokens stream in."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
+from editor.backend_choice import EMBEDDED_LABEL
 from runtime.asset import Asset
 from runtime.history import Reply, SavedDialog, ToolExchange
 
@@ -27,6 +28,7 @@ STYLE = """
   .same { color: #8fd18f; font-size: small; }
   .changed { color: #e5c07b; font-size: small; font-weight: bold; }
   a.act { color: #7fb2e5; text-decoration: none; font-size: small; }
+  .via { color: #7d7d7d; font-size: small; }
 """
 
 # Links in a turn's header: ``turn:ACTION:INDEX`` (INDEX from 0, the turn's place in the branch), and
@@ -83,9 +85,25 @@ def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None 
     return " &nbsp;".join(parts) + f" &nbsp; {actions}"
 
 
-def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None) -> str:
-    """The finished turns of the current branch as HTML (summaries after the turn they fold through)."""
+def shown_backends(saved: SavedDialog, backends: dict[int, str] | None) -> dict[int, str]:
+    """Turn index -> the backend line to show under it. Only once a turn of this branch ran on a
+    server (or on another backend than the rest): a conversation wholly on this computer shows none."""
+    tree = saved.tree
+    if not backends or tree is None:
+        return {}
+    labels = {i: backends.get(turn_id, "") for i, turn_id in enumerate(tree.path())}
+    used = {label for label in labels.values() if label}
+    if not used or used == {EMBEDDED_LABEL}:
+        return {}
+    return {i: label for i, label in labels.items() if label}
+
+
+def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
+                    backends: dict[int, str] | None = None) -> str:
+    """The finished turns of the current branch as HTML (summaries after the turn they fold through);
+    ``backends`` (turn id -> backend label) adds a quiet "via ..." line under each turn's replies."""
     rows: list[str] = []
+    via = shown_backends(saved, backends)
     summaries = {}
     for summary in saved.history.summaries:
         summaries.setdefault(summary.covered_through, []).append(summary)
@@ -100,6 +118,8 @@ def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, 
             elif isinstance(entry, ToolExchange):
                 rows.append(f"<p class='tool'>\u2692 {_e(node_label(asset, entry.node))} called "
                             f"{_e(tool_text(entry.tool, entry.arguments))} \u2192 {_e(entry.result)}</p>")
+        if index in via:
+            rows.append(f"<p class='via' title='{html.escape(via[index], quote=True)}'>via {_e(via[index])}</p>")
         for summary in summaries.get(index, []):
             by = f" by {_e(node_label(asset, summary.node))}" if summary.node else ""
             rows.append(f"<p class='summary'>\u2261 Summary{by}: folded {summary.folded_turns} turn"
@@ -116,9 +136,10 @@ class ChatView(QTextBrowser):
         self.setPlaceholderText("Say something to the character below. Each reply shows the node that wrote it.")
         self._streaming_node = ""
 
-    def show_history(self, saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None) -> None:
+    def show_history(self, saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
+                     backends: dict[int, str] | None = None) -> None:
         self._streaming_node = ""
-        self.setHtml(transcript_html(saved, asset, changed))
+        self.setHtml(transcript_html(saved, asset, changed, backends))
         self._scroll_to_end()
 
     def _append(self, html_text: str) -> None:

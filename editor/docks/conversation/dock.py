@@ -1,4 +1,8 @@
-"""The Conversation dock: a test conversation with the graph, on the embedded runtime."""
+"""The Conversation dock: a test conversation with the graph, on the embedded runtime or a server.
+
+The backend picker at its top chooses where the agent runs (this computer, or a saved server
+profile); the choice belongs to the editor's settings, never to the asset. Once a conversation has
+run on a server, each turn says which backend ran it."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDockWidget,
     QFileDialog,
     QFrame,
@@ -26,6 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
+from editor.backends_dialog import open_backends_dialog
 from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
 from editor.docks.conversation.history_dialogs import EditTurnDialog, HistoryEditor, VariablesDialog
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
@@ -38,6 +45,7 @@ from editor.sample_model_download import (
     with_copy_hint,
 )
 from runtime.agent import turn_reply
+from runtime.backends.profiles import EMBEDDED
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.history import HistoryError, Reply, SavedDialog, load_history
 from runtime.models import SAMPLE_MODEL, models_dir
@@ -86,16 +94,40 @@ class ConversationDock(QDockWidget):
     test_case_saved = Signal(str)  # the suite file a case was saved to
 
     def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
-                 download: SampleModelDownload | None = None) -> None:
+                 download: SampleModelDownload | None = None, backends: BackendChoice | None = None) -> None:
         super().__init__("Conversation", parent)
         self.conversation = conversation
         self.download = download if download is not None else SampleModelDownload(self)
+        self.backends = backends if backends is not None else BackendChoice(self)
+        self.backend_in_use = ""  # the label of the backend the latest turn on the chosen one ran on
         self.turn_line = ""  # the line of the turn running or last run: a failed turn gives it back
         self.voice = text_to_speech()
         self.spoken: list[str] = []  # sentences handed to the voice, newest last
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
+
+        # Where the agent runs: always in view while talking
+        picker = QHBoxLayout()
+        backend_caption = QLabel("Backend", self)
+        backend_caption.setToolTip("Where the agent runs. Kept in your settings, never in the asset.")
+        picker.addWidget(backend_caption)
+        self.backend_combo = QComboBox(self)
+        self.backend_combo.setObjectName("backend_combo")
+        self.backend_combo.setToolTip("Where the agent runs: this computer, or a server saved in Backends… "
+                                      "The next turn runs on the choice; the conversation so far stays.")
+        self.backend_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        picker.addWidget(self.backend_combo)
+        self.backends_button = self._tool_button("Backends…", "Add, edit, remove and check server profiles",
+                                                 self.edit_backends)
+        picker.addWidget(self.backends_button)
+        self.backend_label = QLabel(self)
+        self.backend_label.setObjectName("backend_label")
+        self.backend_label.setStyleSheet("color: #8a8a8a;")
+        self.backend_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.backend_label.setMinimumWidth(40)
+        picker.addWidget(self.backend_label, 1)
+        layout.addLayout(picker)
 
         tools = QHBoxLayout()
         self.new_button = self._tool_button("New", "Start a new conversation on the graph as it is now",
@@ -265,6 +297,13 @@ class ConversationDock(QDockWidget):
         c.tool_needed.connect(self._tool_needed)
         c.restart_offered.connect(self._offer_restart)
         c.restarted.connect(self._restarted)
+        c.backend_failed.connect(self._backend_failed)
+        self.backends.profiles_changed.connect(self._fill_backends)
+        self.backends.changed.connect(self._backend_changed)
+        self.backend_combo.activated.connect(self._backend_picked)
+        self._fill_backends()
+        if self.backends.note:
+            self.show_error(self.backends.note)
         d = self.download
         d.started.connect(self._download_started)
         d.progress.connect(self._download_progress)
@@ -318,9 +357,13 @@ class ConversationDock(QDockWidget):
             self.load_progress.hide()
             self.tool_panel.hide()
             # The finished (or failed) turn is in the agent's history now: draw it from there.
-            self.chat.show_history(self.conversation.saved, self.asset, self._changed())
+            self._redraw()
 
     def _loading(self, model: str, percent: int, number: int, count: int) -> None:
+        if self.backends.remote:  # nothing loads here: the server is asked what it serves
+            self.set_status(f"Contacting {self.backends.spec}\u2026" if percent < 100
+                            else f"{self.backends.spec} answered; thinking\u2026")
+            return
         if percent >= 100 and number == count:
             self.load_progress.hide()
             self.set_status(f"Loaded {model}; thinking\u2026" if count == 1 else f"Loaded {count} models; thinking\u2026")
@@ -372,8 +415,13 @@ class ConversationDock(QDockWidget):
             return
         d = record.diagnostics
         path = " \u2192 ".join([*d.path, "END"])
+        remote = d.backend and d.backend != EMBEDDED_LABEL
         self.set_status(f"Turn {d.turn + 1}: {path} in {d.total_ms / 1000:.1f} s"
+                        + (f" on {self.backends.spec}" if remote and self._is_chosen(d.backend) else "")
                         + (f" \u00b7 {len(d.warnings)} warning(s)" if d.warnings else ""))
+        if d.backend and self._is_chosen(d.backend):
+            self.backend_in_use = d.backend
+            self._show_backend_label()
 
     def _turn_failed(self, failure: TurnFailure) -> None:
         if not self.line.text() and self.turn_line:
@@ -384,10 +432,80 @@ class ConversationDock(QDockWidget):
         missing = []
         if failure.missing_model is not None:
             missing = missing_models(self.asset, self.conversation.document.asset_dir) or [failure.missing_model]
-        if missing:
+        if missing and not self.backends.remote:
             self.offer_models(missing, failure.message)
+        elif self.backends.remote:
+            where = self.backends.spec
+            named = where in failure.message
+            self.show_error(f"The turn did not run{'' if named else f' on {where}'}: {failure.message}\n"
+                            "The conversation is as it was before this turn; your line is back in the box. "
+                            "Send it again, or pick another backend above.")
         else:
             self.show_error(failure.message)
+
+    # --- the backend --------------------------------------------------------------------------
+
+    def _fill_backends(self) -> None:
+        """The picker's entries: this computer, then every saved profile."""
+        combo = self.backend_combo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("Embedded (this computer)", EMBEDDED)
+        combo.setItemData(0, EMBEDDED_LABEL, Qt.ItemDataRole.ToolTipRole)
+        for profile in self.backends.profiles:
+            combo.addItem(profile.name, profile.name)
+            combo.setItemData(combo.count() - 1, profile.description, Qt.ItemDataRole.ToolTipRole)
+        combo.setCurrentIndex(max(0, combo.findData(self.backends.spec)))
+        combo.blockSignals(False)
+        self._show_backend_label()
+
+    def _show_backend_label(self) -> None:
+        """The backend the next turn runs on, as exactly as known: the label of the latest turn that
+        ran on it (with its model), else what the profile says."""
+        choice = self.backends
+        text = self.backend_in_use if self._is_chosen(self.backend_in_use) else choice.description
+        if choice.load_error:
+            self.backend_label.setText("backends.json could not be read: see Backends\u2026")
+            self.backend_label.setToolTip(choice.load_error)
+            self.backend_label.setStyleSheet("color: #ff8080;")
+            return
+        self.backend_label.setStyleSheet("color: #8a8a8a;")
+        self.backend_label.setText(text)
+        self.backend_label.setToolTip(f"The next turn runs on {text}")
+
+    def _is_chosen(self, label: str) -> bool:
+        """Whether a turn's backend label is the chosen backend's."""
+        if not label:
+            return False
+        profile = self.backends.profile
+        if profile is None:
+            return label == EMBEDDED_LABEL
+        return label.startswith((f"{profile.name} (", f"{profile.name} \u00b7"))
+
+    def _backend_picked(self, index: int) -> None:
+        spec = self.backend_combo.itemData(index)
+        if spec is None or spec == self.backends.spec:
+            return
+        problem = self.backends.choose(str(spec))
+        if problem:
+            self.backend_combo.setCurrentIndex(max(0, self.backend_combo.findData(self.backends.spec)))
+            self.show_error(f"Cannot run on {spec}: {problem}")
+
+    def _backend_changed(self) -> None:
+        self.backend_combo.setCurrentIndex(max(0, self.backend_combo.findData(self.backends.spec)))
+        self.backend_in_use = ""
+        self._show_backend_label()
+        if self.backends.note:
+            self.show_error(self.backends.note)
+            return
+        busy = " once the running turn has finished" if self.conversation.busy else ""
+        self.set_status(f"The next turn runs on {self.backends.description}{busy}; the conversation so far stays.")
+
+    def _backend_failed(self, message: str) -> None:
+        self.show_error(f"Could not switch the backend ({message}); turns still run on the previous one.")
+
+    def edit_backends(self) -> None:
+        open_backends_dialog(self.backends, self)
 
     # --- missing models -----------------------------------------------------------------------
 
@@ -445,8 +563,12 @@ class ConversationDock(QDockWidget):
 
     def _show_history(self, saved: SavedDialog) -> None:
         if not self.conversation.busy:
-            self.chat.show_history(saved, self.asset, self._changed())
+            self._redraw(saved)
         self._fill_branches()
+
+    def _redraw(self, saved: SavedDialog | None = None) -> None:
+        self.chat.show_history(saved or self.conversation.saved, self.asset, self._changed(),
+                               self.conversation.turn_backends)
 
     def _changed(self) -> dict[int, bool]:
         """Turn id -> whether a replay changed its reply (every replay of this conversation)."""

@@ -1,4 +1,8 @@
-"""The VRAM Estimator dock: the graph's RAM and VRAM needs from ``runtime.estimator``, on every edit."""
+"""The VRAM Estimator dock: the graph's RAM and VRAM needs from ``runtime.estimator``, on every edit.
+
+The estimate is always for running the graph on this computer. When the agent runs on a server
+(the backend picker), the dock says so, and which backend each turn of the conversation ran on.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
+from editor.runtime_worker import LiveConversation
 from runtime.estimator import (
     GPU_PRESETS_GB,
     KV_TYPES,
@@ -46,6 +52,24 @@ def legend_html(entries: list[tuple[str, QColor]]) -> str:
     return " &nbsp; ".join(
         f"<span style='color:{colour.name()}'>\u25a0</span>&nbsp;{html.escape(name).replace(' ', '&nbsp;')}"
         for name, colour in entries)
+
+
+def turn_ranges(labels: list[str]) -> list[tuple[int, int, str]]:
+    """Consecutive turns (from 1) that ran on the same backend: (first, last, label); turns with no
+    label (seeded, imported) are left out."""
+    out: list[tuple[int, int, str]] = []
+    for number, label in enumerate(labels, 1):
+        if not label:
+            continue
+        if out and out[-1][2] == label and out[-1][1] == number - 1:
+            out[-1] = (out[-1][0], number, label)
+        else:
+            out.append((number, number, label))
+    return out
+
+
+def backend_short(label: str) -> str:
+    return "this computer" if label == EMBEDDED_LABEL else label
 
 
 def mib(n: int) -> str:
@@ -144,9 +168,12 @@ class MemoryChart(QWidget):
 
 
 class VramEstimatorDock(QDockWidget):
-    def __init__(self, document, parent: QWidget | None = None) -> None:
+    def __init__(self, document, parent: QWidget | None = None, conversation: LiveConversation | None = None,
+                 backends: BackendChoice | None = None) -> None:
         super().__init__("VRAM Estimator", parent)
         self.document = document
+        self.conversation = conversation
+        self.backends = backends
         self.estimate: Estimate | None = None
         self.updates = 0
         body = QWidget(self)
@@ -183,6 +210,16 @@ class VramEstimatorDock(QDockWidget):
         controls.addStretch(1)
         layout.addLayout(controls)
 
+        # Where the turns ran, when that is not (only) this computer
+        self.backend_note = QLabel(self)
+        self.backend_note.setObjectName("backend_note")
+        self.backend_note.setTextFormat(Qt.TextFormat.RichText)
+        self.backend_note.setWordWrap(True)
+        self.backend_note.setStyleSheet("QLabel#backend_note { background: #1c3346; color: #d8e4ee; border-radius: 3px; "
+                                        "padding: 4px; }")
+        self.backend_note.hide()
+        layout.addWidget(self.backend_note)
+
         self.verdict = QLabel(self)
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setWordWrap(True)
@@ -211,7 +248,43 @@ class VramEstimatorDock(QDockWidget):
         for signal in (self.custom_gb.valueChanged, self.gpu_layers.valueChanged, self.kv_type.currentIndexChanged,
                        document.undo_stack.indexChanged, document.reset, document.path_changed):
             signal.connect(self.update_estimate)
+        if backends is not None:
+            backends.changed.connect(self.show_backends)
+        if conversation is not None:
+            conversation.history_changed.connect(self.show_backends)
+            conversation.turn_finished.connect(self.show_backends)
+            conversation.restarted.connect(self.show_backends)
         self.update_estimate()
+        self.show_backends()
+
+    def turn_backends(self) -> list[str]:
+        """The backend label of each turn of the conversation's current branch ("" when unknown)."""
+        c = self.conversation
+        tree = c.saved.tree if c is not None else None
+        if tree is None:
+            return []
+        return [c.backend_of(turn_id) for turn_id in tree.path()]  # type: ignore[union-attr]
+
+    def show_backends(self, *_changed: object) -> None:
+        """Say where the agent runs when it is not (only) this computer: the estimate is for this
+        computer, and the turns' memory was on the server. Hidden when everything ran here."""
+        lines: list[str] = []
+        choice = self.backends
+        if choice is not None and choice.remote:
+            lines.append(f"This estimate is for running the graph <b>on this computer</b>. The agent now runs on "
+                         f"<b>{html.escape(choice.spec)}</b> ({html.escape(choice.description)}): its memory is on "
+                         "the server, not here.")
+        ranges = turn_ranges(self.turn_backends())
+        if any(label != EMBEDDED_LABEL for _first, _last, label in ranges):
+            parts = []
+            for first, last, label in ranges:
+                turns = f"Turn {first}" if first == last else f"Turns {first}\u2013{last}"
+                parts.append(f"{turns} ran on {html.escape(backend_short(label))}")
+            if not lines:
+                lines.append("This estimate is for running the graph <b>on this computer</b>.")
+            lines.append("<span style='color:#a9c4d8'>" + "; ".join(parts) + ".</span>")
+        self.backend_note.setText("<br/>".join(lines))
+        self.backend_note.setVisible(bool(lines))
 
     def _gpu_picked(self) -> None:
         self.custom_gb.setEnabled(self.gpu.currentText() == CUSTOM)
