@@ -10,7 +10,9 @@ stored.
 
 from __future__ import annotations
 
+import gc
 import math
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -64,6 +66,11 @@ NEW_NODE_SIZE = (200.0, 120.0)
 NODE_GAP = 40.0
 SEARCH_RINGS = 12
 PIPE_CLICK_DISTANCE = 2.0  # NodeGraphQt's: a press and release closer than this is a click on a pipe
+# A larger graph is drawn in steps (about 0.5 ms a node): the nodes nearest the start at once, the
+# rest a slice at a time while the window already takes input (see Canvas.rebuild).
+PROGRESSIVE_ABOVE = 1000
+FIRST_BATCH = 300
+SLICE_SECONDS = 0.02
 
 
 class AssetCanvasNode(BaseNode):
@@ -131,6 +138,7 @@ class Canvas(QObject):
     """Keeps a NodeGraph in step with a Document and turns gestures into commands."""
 
     selection_changed = Signal(list)  # asset ids of the selected nodes
+    built = Signal()  # every node of the asset is on the canvas (after a progressive rebuild)
     file_dropped = Signal(str)
     text_dropped = Signal(str, tuple)  # text, scene position (pasted nodes)
 
@@ -148,6 +156,13 @@ class Canvas(QObject):
         self.graph.register_nodes([*CANVAS_CLASSES.values(), StartTerminal, EndTerminal])
         self.viewer = self.graph.viewer()
         self._nodes: dict[str, AssetCanvasNode] = {}
+        # Nodes of the document not drawn yet (a large graph is drawn a slice at a time), in the
+        # order they will be drawn; everything that needs one draws it at once (_ensure).
+        self._pending: dict[str, None] = {}
+        self._build_timer = QTimer(self)
+        self._build_timer.setInterval(0)
+        self._build_timer.timeout.connect(self._build_slice)
+        self._froze = False  # whether this canvas moved the objects it made out of garbage collection
         self._start: StartTerminal | None = None
         self._end: EndTerminal | None = None
         # Exits whose target node is not on the canvas yet (pasting A before B when A -> B).
@@ -252,12 +267,24 @@ class Canvas(QObject):
     # --- building ----------------------------------------------------------------------------
 
     def rebuild(self) -> None:
-        """Throw the canvas away and draw the document's asset afresh."""
+        """Throw the canvas away and draw the document's asset afresh.
+
+        A graph of more than ``PROGRESSIVE_ABOVE`` nodes is drawn in steps: the ``FIRST_BATCH``
+        nodes nearest the start now, then the rest nearest first, a slice of ``SLICE_SECONDS`` at a
+        time from the event loop, so the window shows the graph and takes input at once. A node not
+        drawn yet is drawn at once when anything asks for it (``canvas_node``, ``select``, ...);
+        ``finish_building`` draws them all; ``built`` is emitted when the last one is drawn."""
         self._syncing = True
+        self._build_timer.stop()
+        self._pending.clear()
+        if self._froze:  # the old canvas's objects may be collected again
+            gc.unfreeze()
+            self._froze = False
         scene = self.viewer.scene()
         # Indexing each item as it arrives asks every port and label for its bounds
         # again and again (Python calls); index the finished scene once instead.
         scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        progressive = False
         try:
             for pipe in self.viewer.all_pipes():
                 pipe.delete()
@@ -272,6 +299,15 @@ class Canvas(QObject):
             for terminal, colour in ((self._start, TERMINAL_COLOURS["start"]), (self._end, TERMINAL_COLOURS["end"])):
                 terminal.set_color(*colour)
             asset = self.document.asset
+            if len(asset.nodes) > PROGRESSIVE_ABOVE:
+                progressive = True
+                self._pending = dict.fromkeys(self._drawing_order())
+                for node_id in list(self._pending)[:FIRST_BATCH]:
+                    self._ensure(node_id)
+                self._place_terminals()
+                self._sync_start()
+                self._build_timer.start()
+                return
             for node in asset.nodes:
                 self._create(node.id)
             self._place_terminals()
@@ -280,8 +316,69 @@ class Canvas(QObject):
                     self._sync_exit(node.id, port)
             self._sync_start()
         finally:
-            scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+            if not progressive:  # else when the last slice is drawn
+                scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
             self._syncing = False
+        self.built.emit()
+
+    def _drawing_order(self) -> list[str]:
+        """Node ids nearest the start node first (the first view of a large graph shows the start)."""
+        asset = self.document.asset
+        anchor = self.document.node(asset.start_node).position if self.document.has_node(asset.start_node) \
+            else (min(n.position[0] for n in asset.nodes), min(n.position[1] for n in asset.nodes))
+        ax, ay = anchor
+
+        def distance(node: NodeBase) -> float:
+            return (node.position[0] - ax) ** 2 + (node.position[1] - ay) ** 2
+
+        return [n.id for n in sorted(asset.nodes, key=distance)]
+
+    @property
+    def building(self) -> bool:
+        """Whether some nodes of the document are not drawn yet."""
+        return bool(self._pending)
+
+    def _build_slice(self) -> None:
+        """Draw pending nodes for ``SLICE_SECONDS``; the last slice indexes the scene."""
+        started = time.perf_counter()
+        self._syncing = True
+        try:
+            while self._pending and time.perf_counter() - started < SLICE_SECONDS:
+                self._ensure(next(iter(self._pending)))
+        finally:
+            self._syncing = False
+        if not self._pending:
+            self._finish()
+
+    def finish_building(self) -> None:
+        """Draw every node not drawn yet, now."""
+        if not self._pending and not self._build_timer.isActive():
+            return
+        self._syncing = True
+        try:
+            while self._pending:
+                self._ensure(next(iter(self._pending)))
+        finally:
+            self._syncing = False
+        self._finish()
+
+    def _finish(self) -> None:
+        self._build_timer.stop()
+        self.viewer.scene().setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+        # A large canvas is millions of Python objects that live as long as it does; Python's full
+        # garbage collection walked them all every few edits (a 0.2 s pause at 5,000 nodes). Keep
+        # them out of it until the canvas is rebuilt.
+        gc.freeze()
+        if not self._froze:
+            self.destroyed.connect(lambda *_: gc.unfreeze())
+        self._froze = True
+        self.built.emit()
+
+    def _ensure(self, node_id: str) -> None:
+        """Draw a node that is pending, with its exits and the pipes waiting for it."""
+        if node_id in self._pending:
+            del self._pending[node_id]
+            self._on_node_added(node_id)
 
     def _create(self, node_id: str) -> AssetCanvasNode:
         node = self.document.node(node_id)
@@ -300,6 +397,10 @@ class Canvas(QObject):
         canvas_node.view.is_start = self.document.asset.start_node == node_id
         self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)
         self._nodes[node_id] = canvas_node
+        if node_id in self._problems:  # marked before the node was drawn
+            self._paint_problems(node_id, self._problems[node_id])
+        if self._coverage is not None:
+            self._paint_coverage(node_id)
         return canvas_node
 
     def _add_exit_port(self, canvas_node: AssetCanvasNode, node: NodeBase, port: str) -> None:
@@ -325,6 +426,7 @@ class Canvas(QObject):
     # --- lookups -----------------------------------------------------------------------------
 
     def canvas_node(self, node_id: str) -> AssetCanvasNode:
+        self._ensure(node_id)
         return self._nodes[node_id]
 
     def _key_of(self, canvas_node: BaseNode) -> str:
@@ -354,11 +456,13 @@ class Canvas(QObject):
     def select(self, node_ids: list[str]) -> None:
         self.graph.clear_selection()
         for node_id in node_ids:
+            self._ensure(node_id)
             if node_id in self._nodes:
                 self._nodes[node_id].set_selected(True)
         self.selection_changed.emit(self.selected_ids())
 
     def select_all(self) -> None:
+        self.finish_building()
         self.select(self.document.asset.node_ids())
 
     def frame_selection(self) -> None:
@@ -371,6 +475,10 @@ class Canvas(QObject):
         rect = chosen[0].view.sceneBoundingRect()
         for node in chosen[1:]:
             rect = rect.united(node.view.sceneBoundingRect())
+        if not self.graph.selected_nodes():  # the whole graph: with the nodes not drawn yet
+            for node_id in self._pending:
+                x, y = self.document.node(node_id).position
+                rect = rect.united(QRectF(x, y, *NEW_NODE_SIZE))
         rect.adjust(-40, -40, 40, 40)
         viewer = self.viewer
         viewer._scene_range = rect
@@ -393,6 +501,7 @@ class Canvas(QObject):
         viewer._update_scene()
 
     def center_on(self, node_id: str) -> None:
+        self._ensure(node_id)
         if node_id in self._nodes:
             self.graph.center_on([self._nodes[node_id]])
 
@@ -405,7 +514,7 @@ class Canvas(QObject):
         return center.x(), center.y()
 
     def node_size(self, key: str) -> tuple[float, float]:
-        item = self._terminal(key) if key.startswith("@") else self._nodes[key]
+        item = self._terminal(key) if key.startswith("@") else self.canvas_node(key)
         return item.view.width, item.view.height
 
     def _terminal(self, key: str) -> BaseNode:
@@ -426,6 +535,10 @@ class Canvas(QObject):
             self._sync_start()
 
     def _on_node_removed(self, node_id: str) -> None:
+        if node_id in self._pending:  # never drawn: nothing to take away
+            del self._pending[node_id]
+            self._problems.pop(node_id, None)
+            return
         canvas_node = self._nodes.pop(node_id)
         for port in canvas_node.input_ports() + canvas_node.output_ports():
             for pipe in list(port.view.connected_pipes):
@@ -437,6 +550,8 @@ class Canvas(QObject):
         self._problems.pop(node_id, None)
 
     def _on_node_changed(self, node_id: str, _field: str) -> None:
+        if node_id in self._pending:
+            return  # drawn from the document as it is then
         canvas_node = self._nodes[node_id]
         node = self.document.node(node_id)
         wanted = list(node.exits())
@@ -459,12 +574,21 @@ class Canvas(QObject):
             self._paint_coverage(node_id)
 
     def _on_node_moved(self, node_id: str) -> None:
+        if node_id in self._pending:
+            return
         canvas_node = self._nodes[node_id]
         x, y = self.document.node(node_id).position
         if tuple(canvas_node.pos()) != (x, y):
             canvas_node.set_pos(x, y)
 
     def _on_node_renamed(self, old: str, new: str) -> None:
+        if old in self._pending:
+            self._pending = {new if k == old else k: None for k in self._pending}
+            if old in self._waiting:
+                self._waiting[new] = self._waiting.pop(old)
+            if old in self._problems:
+                self._problems[new] = self._problems.pop(old)
+            return
         canvas_node = self._nodes.pop(old)
         canvas_node.asset_id = new
         canvas_node.view.asset_id = new
@@ -480,7 +604,8 @@ class Canvas(QObject):
             self._sync_start()
         if field in ("start_node", "default_model"):
             for node in self.document.asset.nodes:
-                apply_appearance(self._nodes[node.id].view, node, self.document.asset)
+                if node.id in self._nodes:
+                    apply_appearance(self._nodes[node.id].view, node, self.document.asset)
 
     def _on_terminal_moved(self, name: str) -> None:
         pos = self.document.terminal_position(name)
@@ -667,6 +792,10 @@ class Canvas(QObject):
         (the nearest free place in the columns beside them), or else nearest the view's centre."""
         taken = [n.view.sceneBoundingRect().adjusted(-NODE_GAP / 2, -NODE_GAP / 2, NODE_GAP / 2, NODE_GAP / 2)
                  for n in self.graph.all_nodes()]
+        for node_id in self._pending:  # not drawn yet: about a new node's size
+            x, y = self.document.node(node_id).position
+            taken.append(QRectF(x - NODE_GAP / 2, y - NODE_GAP / 2, NEW_NODE_SIZE[0] + NODE_GAP,
+                                NEW_NODE_SIZE[1] + NODE_GAP))
         w, h = size
         step_x, step_y = w + NODE_GAP, h + NODE_GAP
         selected = [n.view.sceneBoundingRect() for n in self.graph.selected_nodes()]
@@ -694,6 +823,7 @@ class Canvas(QObject):
     def auto_layout(self) -> None:
         """Lay the graph out in layers from the start node; one undo step."""
         doc = self.document
+        self.finish_building()
         keys = [START_KEY, *doc.asset.node_ids(), END_KEY]
         edges = []
         if doc.asset.start_node:
@@ -723,28 +853,31 @@ class Canvas(QObject):
         """Mark nodes that have errors or warnings; their tooltips list them."""
         by_node: dict[str, list[Problem]] = defaultdict(list)
         for problem in problems:
-            if problem.node_id in self._nodes:
+            if problem.node_id in self._nodes or problem.node_id in self._pending:
                 by_node[problem.node_id].append(problem)
         for node_id in set(self._problems) | set(by_node):
             if node_id not in self._nodes:
-                continue
+                continue  # a node not drawn yet is marked when it is drawn
             found = by_node.get(node_id, [])
             if self._problems.get(node_id, []) == found:
                 continue
-            view = self._nodes[node_id].view
-            view.problem_severity = (
-                "error" if any(p.severity == "error" for p in found) else "warning" if found else None
-            )
-            node = self.document.node(node_id)
-            tip = f"<b>{node.display_title}</b> ({node.type}, id {node_id})"
-            for p in found:
-                tip += f"<br/>{p.severity}: {p.field + ': ' if p.field else ''}{p.message}"
-            view.setToolTip(tip)
-            view.update()
+            self._paint_problems(node_id, found)
         self._problems = dict(by_node)
 
+    def _paint_problems(self, node_id: str, found: list[Problem]) -> None:
+        view = self._nodes[node_id].view
+        view.problem_severity = (
+            "error" if any(p.severity == "error" for p in found) else "warning" if found else None
+        )
+        node = self.document.node(node_id)
+        tip = f"<b>{node.display_title}</b> ({node.type}, id {node_id})"
+        for p in found:
+            tip += f"<br/>{p.severity}: {p.field + ': ' if p.field else ''}{p.message}"
+        view.setToolTip(tip)
+        view.update()
+
     def problem_severity(self, node_id: str) -> str | None:
-        return self._nodes[node_id].view.problem_severity
+        return self.canvas_node(node_id).view.problem_severity
 
     # --- a turn's path (the Turn Inspector) -------------------------------------------------------
 
@@ -762,6 +895,7 @@ class Canvas(QObject):
         for step, node_id in enumerate(node_ids, 1):
             steps[node_id].append(str(step))
         for node_id, numbers in steps.items():
+            self._ensure(node_id)
             if node_id not in self._nodes:
                 continue
             view = self._nodes[node_id].view
@@ -825,12 +959,12 @@ class Canvas(QObject):
 
     def visit_badge(self, node_id: str) -> str:
         """The coverage badge on a node ("\u00d73"), or "" when none is shown."""
-        badge = next((c for c in self._nodes[node_id].view.childItems() if isinstance(c, VisitBadge)), None)
+        badge = next((c for c in self.canvas_node(node_id).view.childItems() if isinstance(c, VisitBadge)), None)
         return badge.text if badge is not None else ""
 
     def exit_label(self, node_id: str, port: str) -> tuple[str, bool]:
         """An exit's label as the canvas shows it, and whether it is marked as never taken."""
-        out = self._nodes[node_id].outputs()[port]
+        out = self.canvas_node(node_id).outputs()[port]
         text = self._nodes[node_id].view.get_output_text_item(out.view).toPlainText()
         return text, self._coverage is not None and not self._coverage[1].get((node_id, port), 0)
 

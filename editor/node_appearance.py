@@ -58,6 +58,22 @@ class AssetNodeItem(NodeItem):
         self.problem_severity: str | None = None
         self._icon_item.setVisible(False)
         self.setCacheMode(NodeItem.CacheMode.DeviceCoordinateCache)
+        self._placed_before_scene = False
+
+    def pre_init(self, viewer, pos=None) -> None:
+        # Lay the node out and place it before it enters the scene. Moving an item that is in a
+        # scene makes Qt visit every port of the scene (they ask for scene-position changes), so
+        # laying out each node after adding it made building a large canvas quadratic.
+        self.draw_node()
+        if pos:
+            self.setPos(float(pos[0]), float(pos[1]))
+        self._placed_before_scene = True
+
+    def post_init(self, viewer=None, pos=None) -> None:
+        if self._placed_before_scene:
+            self._placed_before_scene = False  # a port added later lays the node out again
+            return
+        super().post_init(viewer, pos)
 
     @NodeItem.layout_direction.setter
     def layout_direction(self, value: int = 0) -> None:

@@ -94,11 +94,24 @@ def _short(text: str, limit: int = SUMMARY_WIDTH) -> str:
     return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
 
 
+# More text than a summary can show is cut to this many characters before it is wrapped: a 50 MB
+# system prompt was split into words and wrapped whole on every repaint of its node.
+SUMMARY_TEXT_LIMIT = 4 * SUMMARY_LINES * SUMMARY_WIDTH
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    """``text`` cut to ``SUMMARY_TEXT_LIMIT`` characters, and whether it was."""
+    return (text, False) if len(text) <= SUMMARY_TEXT_LIMIT else (text[:SUMMARY_TEXT_LIMIT], True)
+
+
 def _wrap(text: str, lines: int) -> list[str]:
     """``text`` on at most ``lines`` lines, broken between words, cut with an ellipsis."""
     if lines <= 0:
         return []
+    text, cut = _cut(text)
     wrapped = textwrap.wrap(" ".join(text.split()), SUMMARY_WIDTH, max_lines=lines, placeholder=ELLIPSIS)
+    if cut and wrapped and not wrapped[-1].endswith(ELLIPSIS):  # the rest was cut off before wrapping
+        wrapped[-1] = _short(wrapped[-1] + " " + ELLIPSIS)
     if wrapped and wrapped[-1].endswith(ELLIPSIS):  # "nosy.\u2026" reads as "nosy\u2026"
         wrapped[-1] = re.sub(r"[\s.,;:!?]+" + ELLIPSIS + "$", ELLIPSIS, wrapped[-1])
     return wrapped
@@ -125,7 +138,8 @@ def _gist(prompt: str) -> str:
     """What a prompt tells the model, quoted. A first sentence that names the character ("You are
     Brann, ...") becomes "as Brann:": every reply node of one character starts with it, and what
     tells them apart comes after it."""
-    text = " ".join(prompt.split())
+    prompt, cut = _cut(prompt)
+    text = " ".join(prompt.split()) + (" " + ELLIPSIS if cut else "")
     plays = _PLAYS.match(text)
     if plays:
         return f"as {plays.group(1)}: \u201c{text[plays.end():]}\u201d"

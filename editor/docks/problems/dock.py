@@ -28,8 +28,11 @@ class ProblemsDock(QDockWidget):
         self.problems: list[Problem] = []
 
     def set_problems(self, problems: list[Problem]) -> None:
+        if problems == self.problems and self.tree.topLevelItemCount() == len(problems):
+            return  # most edits change no problem; refilling hundreds of rows took longer than validating
         self.problems = list(problems)
         self.tree.clear()
+        items = []
         for problem in self.problems:
             where = ".".join(p for p in (problem.node_id, problem.field) if p) or (
                 f"line {problem.line}" if problem.line else "agent")
@@ -37,7 +40,8 @@ class ProblemsDock(QDockWidget):
             item.setForeground(0, QBrush(QColor(*SEVERITY_COLOURS[problem.severity])))
             item.setToolTip(2, f"{problem}")
             item.setData(0, Qt.ItemDataRole.UserRole, (problem.node_id, problem.field))
-            self.tree.addTopLevelItem(item)
+            items.append(item)
+        self.tree.addTopLevelItems(items)
         errors = sum(p.severity == "error" for p in self.problems)
         warnings = len(self.problems) - errors
         self.setWindowTitle(f"Problems ({errors} error{'s' if errors != 1 else ''}, "

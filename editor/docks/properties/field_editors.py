@@ -406,16 +406,45 @@ class BoolEditor(FieldEditor):
                 self.check.setChecked(bool(value))
 
 
+LAZY_CHOICES = 200  # more computed choices than this (exits in a large graph) are listed when used
+
+
+class _LazyComboBox(QComboBox):
+    """A combo box that asks for its whole list (``before_use``) only when the person uses it:
+    opens it, types in it or turns the wheel over it."""
+
+    def __init__(self, before_use: Callable[[], None], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._before_use = before_use
+
+    def showPopup(self) -> None:
+        self._before_use()
+        super().showPopup()
+
+    def keyPressEvent(self, event) -> None:
+        self._before_use()
+        super().keyPressEvent(event)
+
+    def wheelEvent(self, event) -> None:
+        self._before_use()
+        super().wheelEvent(event)
+
+
 class ChoiceEditor(FieldEditor):
-    """A combo box over fixed choices (a Literal) or choices computed when shown (exits)."""
+    """A combo box over fixed choices (a Literal) or choices computed when shown (exits).
+
+    Computed choices past ``LAZY_CHOICES`` are listed only when the combo box is used; until then
+    it holds just the current value: refilling thousands of exit targets on every edit of a large
+    graph took longer than validating it."""
 
     def __init__(self, choices: list[tuple[str, Any]] | Callable[[], list[tuple[str, Any]]],
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.combo = QComboBox(self)
+        self.combo = _LazyComboBox(self._fill, self)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self._choices = choices
         self._value: Any = None
+        self._filled = True  # whether the combo box lists every choice
         self.combo.activated.connect(self._picked)
         self._finish(self.combo)
         self.refresh_choices()
@@ -424,8 +453,30 @@ class ChoiceEditor(FieldEditor):
         choices = self._choices() if callable(self._choices) else self._choices
         with QSignalBlocker(self.combo):
             self.combo.clear()
+            self._filled = not callable(self._choices) or len(choices) <= LAZY_CHOICES
+            if self._filled:
+                for label, value in choices:
+                    self.combo.addItem(label, value)
+            else:
+                label = next((label for label, value in choices if value == self._value), None)
+                if label is not None:
+                    self.combo.addItem(label, self._value)
+            self._select(self._value)
+
+    @property
+    def filled(self) -> bool:
+        return self._filled
+
+    def _fill(self) -> None:
+        """List every choice now (the combo box is about to be used)."""
+        if self._filled:
+            return
+        choices = self._choices() if callable(self._choices) else self._choices
+        with QSignalBlocker(self.combo):
+            self.combo.clear()
             for label, value in choices:
                 self.combo.addItem(label, value)
+            self._filled = True
             self._select(self._value)
 
     def _select(self, value: Any) -> None:
@@ -448,6 +499,9 @@ class ChoiceEditor(FieldEditor):
     def set_value(self, value: Any) -> None:
         self._value = value
         if self.combo.currentData() != value or self.combo.currentIndex() < 0:
+            if not self._filled:  # the label of the new value is among the choices not listed
+                self.refresh_choices()
+                return
             with QSignalBlocker(self.combo):
                 self._select(value)
 

@@ -92,8 +92,10 @@ class MemoryChart(QWidget):
     def legend(self) -> list[tuple[str, QColor]]:
         """Every segment kind of both bars, in bar order: (what it is, its colour)."""
         out: list[tuple[str, QColor]] = []
+        seen: set[tuple[str, int]] = set()  # a list scan here took seconds for thousands of nodes
         for name, _size, colour in self.segments("vram") + self.segments("ram"):
-            if (name, colour) not in out:
+            if (name, colour.rgba()) not in seen:
+                seen.add((name, colour.rgba()))
                 out.append((name, colour))
         return out
 
