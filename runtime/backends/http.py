@@ -121,17 +121,18 @@ class ServerConnection:
         watcher = None
         try:
             try:
+                conn.connect()
+                if cancel is not None:  # from now on, Stop shuts the socket (also while waiting for headers)
+                    watcher = threading.Thread(target=_close_on_cancel, args=(conn, cancel, done),
+                                               name="parley-http-cancel", daemon=True)
+                    watcher.start()
                 response = self._send(conn, "POST", path, body, accept="text/event-stream")
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 if cancel is not None and cancel.is_set():
                     raise Cancelled() from None
                 raise self._unavailable(path, exc) from None
             if response.status >= 400:
                 raise self._refused(path, response.status, response.read())
-            if cancel is not None:
-                watcher = threading.Thread(target=_close_on_cancel, args=(conn, cancel, done),
-                                           name="parley-http-cancel", daemon=True)
-                watcher.start()
             yield from self._events(path, response, cancel)
         finally:
             done.set()

@@ -35,7 +35,7 @@ from runtime.backends.base import (
     TokenCallback,
 )
 from runtime.backends.grammars import choices_grammar
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused
+from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
 
 TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
 
@@ -339,7 +339,7 @@ class ServerNodeSession(NodeSession):
             raise
         if final is None:
             pool.used(slot, ("", ""))
-            raise BackendError(f"{label}: the answer from /completion ended before the reply was complete")
+            raise ServerUnavailable(f"{label}: the answer from /completion ended before the reply was complete")
         timings = final.get("timings") or {}
         reused = int(timings.get("cache_n", final.get("tokens_cached", 0)) or 0)
         evaluated = int(timings.get("prompt_n", max(len(prompt) - reused, 0)) or 0)

@@ -35,7 +35,7 @@ from runtime.backends.base import (
     NodeSession,
     TokenCallback,
 )
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused
+from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 BYTES_PER_TOKEN_ESTIMATE = 4
@@ -180,6 +180,7 @@ class OpenAIBackend(Backend):
     def session(self, key: str, model: str, context_size: int) -> OpenAISession:
         if context_size < 0:
             raise BackendError(f"node {key!r}: Context Size must be 0 (the model's own) or positive, not {context_size}")
+        self.served_model()  # the server is there, and serves the profile's model
         limit = self.model_context_size(model)
         if context_size > limit:
             raise BackendError(f"node {key!r}: Context Size {context_size} is larger than {self.root.label}'s model "
@@ -297,7 +298,7 @@ class OpenAISession(NodeSession):
                                     cancelled=True, finish_reason="cancelled",
                                     prompt_ms=(time.perf_counter() - started) * 1000)
         if finish is None:
-            raise BackendError(f"{label}: the answer from /v1/chat/completions ended before the reply was "
+            raise ServerUnavailable(f"{label}: the answer from /v1/chat/completions ended before the reply was "
                                "complete (no finish_reason)")
         if request.choices is not None:
             text = _choice(text, request.choices, label)
