@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from editor.document import Document
 from runtime.asset import Asset
 from runtime.asset_file import asset_from_dict, asset_to_dict, atomic_write_text
-from runtime.problems import AssetError
+from runtime.problems import InputError, read_input_text
 
 SUFFIX = ".recovery.json"
 log = logging.getLogger("parley.editor")
@@ -128,9 +128,9 @@ def left_behind(directory: Path) -> list[Recovery]:
         if pid.isdigit() and int(pid) == os.getpid():
             continue
         try:
-            record = json.loads(file.read_text(encoding="utf-8"))
+            record = json.loads(read_input_text(file, InputError))  # a regular file of bounded size
             asset = asset_from_dict(record["asset"], str(file))
-        except (OSError, ValueError, KeyError, TypeError, RecursionError, AssetError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, InputError):
             continue  # unreadable: leave it for a person to look at, never delete it silently
         # The asset is what matters; a damaged path or time still offers it back.
         original = record.get("original_path")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,9 @@ from runtime.nodes.running import (
 from runtime.problems import Problem
 
 log = logging.getLogger("parley.runtime")
+# Token counts an agent remembers (message texts by model), the least recently used forgotten
+# first: clearing them all at once made the next turn recount every message of a long history.
+TOKEN_COUNT_CACHE = 200_000
 
 __all__ = ["Agent", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
 
@@ -85,7 +89,7 @@ class Agent:
         self.system_prompts: dict[str, str] = {}  # node id -> system prompt set at runtime
         self.windows: dict[str, int] = {}  # node id -> window start (only moves forward)
         self._nodes = {n.id: n for n in asset.nodes}
-        self._token_counts: dict[tuple[str, str], int] = {}
+        self._token_counts: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._node_caches: dict[str, dict[str, Any]] = {}  # node id -> what it keeps across turns
         self._running = threading.Lock()
         self.seed_salt = 0  # added to every fixed seed; re-rolling seeds changes it
@@ -334,13 +338,18 @@ class Agent:
 
     def token_counter(self, model: str) -> Callable[[str], int]:
         """Token counts by ``model``'s tokenizer, cached (the same texts are counted every turn)."""
+        counts = self._token_counts
+
         def count(text: str) -> int:
             key = (model, text)
-            if key not in self._token_counts:
-                if len(self._token_counts) > 200_000:
-                    self._token_counts.clear()
-                self._token_counts[key] = self.backend.count_tokens(model, text)
-            return self._token_counts[key]
+            found = counts.get(key)
+            if found is not None:
+                counts.move_to_end(key)  # least recently used first: a long history keeps its counts
+                return found
+            found = counts[key] = self.backend.count_tokens(model, text)
+            if len(counts) > TOKEN_COUNT_CACHE:
+                counts.popitem(last=False)
+            return found
 
         return count
 

@@ -34,7 +34,14 @@ from pydantic import BaseModel, ValidationError
 
 from runtime.asset import ASSET_VERSION, NODE_TYPES, Asset, FieldError
 from runtime.names import REPLACEMENT, SURROGATE, shown_name, utf8, without_surrogates
-from runtime.problems import AssetError, Problem, parse_input_json, read_input_text
+from runtime.problems import (
+    MAX_INPUT_BYTES,
+    AssetError,
+    Problem,
+    file_kind,
+    parse_input_json,
+    read_input_text,
+)
 
 # Keys first in this order; any other key keeps the model's order after them.
 _NODE_KEY_ORDER = (
@@ -138,9 +145,7 @@ def load_asset(path: str | os.PathLike[str]) -> Asset:
 
 # --- reading a file ----------------------------------------------------------------------------
 
-# Far above any authored asset (a 50 MB system prompt still fits), far below what takes the
-# machine's memory: /dev/zero or a log file opened by mistake is refused before it is read.
-MAX_ASSET_BYTES = 64 * 1024 * 1024
+MAX_ASSET_BYTES = MAX_INPUT_BYTES
 
 
 def read_asset_text(path: str | os.PathLike[str]) -> str:
@@ -161,19 +166,10 @@ def read_asset_text(path: str | os.PathLike[str]) -> str:
             "Is it the asset you meant to open? Move long texts (knowledge) into a Retrieve node's source_file.",
             source,
         )])
-    return read_input_text(path, AssetError)
+    return read_input_text(path, AssetError, MAX_ASSET_BYTES)
 
 
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
+_file_kind = file_kind
 
 
 class _TooLong:
@@ -292,8 +288,11 @@ def value_problems(raw: dict[str, Any], source: str = "<asset>") -> list[Problem
 
 
 def node_value_problems(node: dict[str, Any], source: str = "<asset>") -> list[Problem]:
-    """``value_problems`` for one node's dict (a pasted node)."""
-    return value_problems({"nodes": [node]}, source)
+    """``value_problems`` for one node's dict (a pasted node), and its lone surrogates: what a file
+    with that node would be refused for."""
+    raw = {"nodes": [node]}
+    found = [_problem(raw, _key_path(path), message, source) for path, message in _surrogates(raw)]
+    return found + value_problems(raw, source)
 
 
 def _refused_values(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from runtime.asset import END, NODE_TYPES, NodeBase, is_valid_id
-from runtime.asset_file import node_to_dict, problems_from_validation
-from runtime.history import shown_name
+from runtime.asset_file import node_to_dict, node_value_problems, parse_asset_json, problems_from_validation
+from runtime.names import shown_name
 from runtime.problems import AssetError, Problem
 
 SOURCE = "clipboard"
@@ -26,12 +26,14 @@ def nodes_to_text(nodes: Iterable[NodeBase]) -> str:
 
 
 def nodes_from_text(text: str) -> list[NodeBase]:
-    """The nodes in clipboard text. Raises ``AssetError`` naming each bad node and field."""
+    """The nodes in clipboard text. Raises ``AssetError`` naming each bad node and field: the same
+    values are refused as when an asset file is opened (true or text in a number field, NaN,
+    numbers too long to convert, lone surrogates)."""
     try:
-        raw = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        message = f"not node JSON: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-        raise AssetError([Problem("error", message, SOURCE)]) from None
+        raw = parse_asset_json(text, SOURCE)
+    except AssetError as exc:
+        raise AssetError([Problem("error", f"not node JSON: {p.message.removeprefix('malformed JSON: ')}", SOURCE,
+                                  line=p.line, column=p.column) for p in exc.problems]) from None
     if isinstance(raw, dict) and isinstance(raw.get("nodes"), list):
         items = raw["nodes"]
     elif isinstance(raw, list):
@@ -55,6 +57,10 @@ def nodes_from_text(text: str) -> list[NodeBase]:
                 "a node needs a 'type'" if kind is None else f"a node's type is a name, not {json.dumps(kind)[:60]}")
             problems.append(Problem("error", f"{what}; expected one of {', '.join(NODE_TYPES)}", SOURCE,
                                     node_id=label, field="type"))
+            continue
+        refused = node_value_problems(item, SOURCE)
+        if refused:
+            problems.extend(Problem("error", p.message, SOURCE, node_id=label, field=p.field) for p in refused)
             continue
         try:
             nodes.append(cls.model_validate(item))

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
-from runtime.names import ID_PATTERN, SLOT_PATTERN, VariableValue
+from runtime.names import (  # noqa: F401  (REPLACEMENT and without_surrogates: kept importable from here)
+    ID_PATTERN,
+    REPLACEMENT,
+    SLOT_PATTERN,
+    SURROGATE,
+    VariableValue,
+    shown_name,
+    without_surrogates,
+)
 from runtime.problems import InputError, Problem, parse_input_json, read_input_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,25 +46,6 @@ HISTORY_VERSION = 2
 
 class HistoryError(InputError):
     """A dialog history file that cannot be read; every problem names the file and field."""
-
-
-# A lone surrogate (a JSON "\\ud800" escape, or a byte that was not UTF-8 read with
-# surrogateescape) is not text: no UTF-8 file can hold it.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_\-]+")
-
-
-def without_surrogates(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, as a UTF-8 decoder treats bytes that are not text."""
-    return _SURROGATE.sub(REPLACEMENT, text)
-
-
-def shown_name(name: object) -> str:
-    """A node id, key or field as an error location shows it: plain names as they are, anything
-    else (a newline, a NUL, a dot, an empty name) quoted and escaped like a Python string."""
-    text = str(name)
-    return text if _PLAIN_NAME.fullmatch(text) else repr(text)
 
 
 # --- the history, as the runtime uses it ------------------------------------------------------
@@ -422,14 +411,14 @@ def _surrogate_problems(raw: Any, source: str) -> list[Problem]:
     while stack and len(problems) < _MAX_REPORTED:
         value, path = stack.pop()
         if isinstance(value, str):
-            found = _SURROGATE.search(value)
+            found = SURROGATE.search(value)
             if found:
                 problems.append(_surrogate_problem(found, "text", path, source))
         elif isinstance(value, dict):
             for key, item in reversed(value.items()):
                 stack.append((item, (*path, key)))
             for key in value:
-                found = _SURROGATE.search(key) if isinstance(key, str) else None
+                found = SURROGATE.search(key) if isinstance(key, str) else None
                 if found:
                     problems.append(_surrogate_problem(found, "key", (*path, key), source))
         elif isinstance(value, list):

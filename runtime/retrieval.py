@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rank_bm25 import BM25Okapi
 
-from runtime.problems import InputError, Problem
+from runtime.problems import InputError, Problem, input_file_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime.nodes.retrieve import Retrieve
@@ -190,6 +190,9 @@ def load_knowledge(node: Retrieve, asset_dir: str | os.PathLike[str] | None, sou
     if asset_dir is None:
         raise fail("source_file is relative to the asset's folder, but the asset was not loaded from a file; save it first")
     path = Path(asset_dir) / node.source_file
+    refused = input_file_problem(path)
+    if refused:  # a device or pipe could be read forever or block
+        raise fail(f"cannot read the knowledge file {path}: {refused}")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except OSError as exc:

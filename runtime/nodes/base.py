@@ -13,11 +13,15 @@ Capabilities other nodes ask about are class attributes (``PLAYER_FACING``,
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+import types
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.budget import TOKENS_PER_MESSAGE
 from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, VariableValue
@@ -42,14 +46,63 @@ class FieldError(ValueError):
         self.field = field
 
 
+def _number_check(annotation: Any) -> tuple[bool, bool] | None:
+    """How ``Strict`` checks a field: (a number field, True is a value of it) for numbers and
+    optional numbers, (a tuple of numbers, False) for positions; None for anything else."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (int, float):
+        return True, False
+    if origin in (typing.Union, types.UnionType) and any(a in (int, float) for a in args):
+        return True, bool in args
+    if origin is tuple and args and all(a in (int, float) or a is Ellipsis for a in args):
+        return False, False
+    return None
+
+
+def _refused_number(value: Any, name: str) -> str:
+    if type(value) is bool:
+        return f"{name} must be a number, not {str(value).lower()}"
+    if type(value) is float and not math.isfinite(value):
+        return f"{name} must be a finite number, not {value}"
+    return ""
+
+
 class Strict(BaseModel):
+    """Base of every asset model: unknown keys are errors, assignments are validated, and number
+    fields refuse true/false and NaN or infinity however the model is built (from a file, which
+    asset_file checks first, or from Python objects: a paste, the editor, a plugin, a test)."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_or_nan_numbers(cls, data: Any) -> Any:
+        # A model validator, not a field one: it also sees assignments (the whole record, with the
+        # new value), and a "before" field validator may not touch a discriminator ('type').
+        if isinstance(data, dict):
+            for name, (number, bool_allowed) in _number_checks(cls).items():
+                value = data.get(name)
+                if number:
+                    message = "" if bool_allowed and type(value) is bool else _refused_number(value, name)
+                elif type(value) in (tuple, list):
+                    message = next((m for m in (_refused_number(v, name) for v in value) if m), "")
+                else:
+                    message = ""
+                if message:
+                    raise FieldError(name, message)
+        return data
 
     @classmethod
     def new_record(cls, number: int) -> dict[str, Any]:
         """What the ``number``-th new record of this model starts as in a list editor (a value the
         model accepts; records with required fields override this)."""
         return cls().model_dump()
+
+
+@functools.cache
+def _number_checks(model: type[BaseModel]) -> dict[str, tuple[bool, bool]]:
+    checks = {name: _number_check(info.annotation) for name, info in model.model_fields.items()}
+    return {name: check for name, check in checks.items() if check is not None}
 
 
 def field_help(text: str, group: str = "General", **extra: Any) -> dict[str, Any]:
