@@ -349,3 +349,32 @@ def test_check_connection_says_why_a_server_is_not_reached(dialog, qtbot):
     assert d.check_button.isEnabled()
     _type(d.url_edit, "nope")
     assert not d.check_connection() and "Fix the fields" in d.check_result.text()
+
+
+def test_editing_the_chosen_profile_applies_to_the_next_turn_and_removing_it_falls_back(
+        profiles_file, window, qtbot):
+    assert window.choose_backend("gpu-box")
+    d = BackendsDialog(window.backends, window)
+    qtbot.addWidget(d)
+    d.select("gpu-box")
+    _type(d.url_edit, "http://10.0.0.7:8080")
+    with qtbot.waitSignal(window.backends.changed):
+        assert d.save()
+    made = window.conversation.worker._make_backend()
+    try:
+        assert made.server.url == "http://10.0.0.7:8080", "the edited profile is what the next turn uses"
+    finally:
+        made.close()
+    assert "10.0.0.7" in window.conversation_dock.backend_label.text()
+
+    d = BackendsDialog(window.backends, window)
+    qtbot.addWidget(d)
+    d.select("gpu-box")
+    d.remove_profile()
+    with qtbot.waitSignal(window.backends.changed):
+        assert d.save()
+    dock = window.conversation_dock
+    assert window.backends.spec == "embedded" and window.conversation.worker._make_backend is None
+    assert combo_entries(dock.backend_combo) == [("Embedded (this computer)", "embedded"), ("vllm", "vllm")]
+    assert "gpu-box" in dock.status.text() and "this computer" in dock.status.text()
+    assert [a.text() for a in window.backend_menu.actions() if a.isChecked()] == ["Embedded (this computer)"]
