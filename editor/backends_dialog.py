@@ -358,9 +358,10 @@ class BackendsDialog(QDialog):
         self.model_edit.setEnabled(openai)
         self.context_spin.setEnabled(openai)
         self.openai_note.setVisible(not openai)
-        self._show_errors(self.problems(row))
+        problems = self.problems(row)
+        self._show_errors(problems)
         env = draft["api_key_env"]
-        if not env:
+        if not env or "api_key_env" in problems:
             self.key_state.setText("")
             self.key_state.hide()
         else:
