@@ -59,12 +59,13 @@ def llama_server_binary() -> Path:
 
 @contextlib.contextmanager
 def llama_server(model: Path, log_dir: Path, *, slots: int = 4, context: int = 2048, threads: int = 1,
-                 port: int | None = None) -> Iterator[RunningServer]:
-    """llama.cpp's server with ``slots`` slots of ``context`` tokens each."""
+                 threads_batch: int | None = None, port: int | None = None) -> Iterator[RunningServer]:
+    """llama.cpp's server with ``slots`` slots of ``context`` tokens each, generating on ``threads``
+    threads and reading prompts on ``threads_batch`` (default: the same)."""
     port = port or free_port()
     command = [str(llama_server_binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
                "--parallel", str(slots), "--ctx-size", str(context * slots), "--threads", str(threads),
-               "--threads-batch", str(threads), "--no-webui", "--no-warmup", "--no-kv-unified"]
+               "--threads-batch", str(threads_batch or threads), "--no-webui", "--no-warmup", "--no-kv-unified"]
     with _running(command, f"http://127.0.0.1:{port}", "/health", log_dir / f"llama-server-{port}.log") as server:
         yield server
 
