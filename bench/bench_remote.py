@@ -25,19 +25,19 @@ import threading
 import time
 from pathlib import Path
 
-from conversation import ROOT, player_lines, sample_model, write_results
+from conversation import ROOT, sample_model, write_results
 
 sys.path.insert(0, str(ROOT))
-from bench_suites import suite_file  # noqa: E402
+from bench_suites import suite_file
 
-from runtime.agent import Agent  # noqa: E402
-from runtime.asset_file import load_asset  # noqa: E402
-from runtime.backends.base import ChatMessage, GenerationRequest  # noqa: E402
-from runtime.backends.llama import LlamaBackend  # noqa: E402
-from runtime.backends.llama_server import LlamaServerBackend  # noqa: E402
-from runtime.backends.openai_server import OpenAIBackend  # noqa: E402
-from runtime.suites import Server, load_suite, run_suites  # noqa: E402
-from tests.servers import llama_server  # noqa: E402
+from runtime.agent import Agent
+from runtime.asset_file import load_asset
+from runtime.backends.base import ChatMessage, GenerationRequest
+from runtime.backends.llama import LlamaBackend
+from runtime.backends.llama_server import LlamaServerBackend
+from runtime.backends.openai_server import OpenAIBackend
+from runtime.suites import Server, load_suite, run_suites
+from tests.servers import llama_server
 
 ROUTER = ROOT / "resources" / "examples" / "intent_router.json"
 ROUTER_LINES = ["Excuse me, how do I get to the market square?", "Lovely weather we are having today.",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "packaging"))
-import build_llama_server  # noqa: E402  (packaging/ is not a package)
+import build_llama_server
 
 sys.path.pop(0)
 
