@@ -56,6 +56,7 @@ class GenerationResult:
     finish_reason: Literal["stop", "length", "cancelled"] = "stop"
     prompt_ms: float = 0.0
     generate_ms: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # for the node's diagnostics (a remote model that differs, ...)
 
 
 TokenCallback = Callable[[str], None]

@@ -228,6 +228,15 @@ class LlamaServerBackend(Backend):
 
     # --- sessions ------------------------------------------------------------------------------
 
+    def model_warning(self, model: str) -> str:
+        """What to tell a node whose asset names another model than the server serves ("" when the same)."""
+        served = self.served_model
+        wanted = PurePath(model.replace("\\", "/")).name if model else ""
+        if not wanted or wanted == served:
+            return ""
+        return (f"the asset names the model {wanted}, but {self.server.label} serves {served}: the server's "
+                "model answered")
+
     def session(self, key: str, model: str, context_size: int) -> ServerNodeSession:
         if context_size < 0:
             raise BackendError(f"node {key!r}: Context Size must be 0 (the model's own) or positive, not {context_size}")
@@ -243,6 +252,7 @@ class LlamaServerBackend(Backend):
             existing = self._sessions.get(key)
             if existing is None or existing.n_ctx != n_ctx:
                 existing = self._sessions[key] = ServerNodeSession(self, key, n_ctx)
+            existing.model_warning = self.model_warning(model)
             return existing
 
     def slot_pool(self) -> SlotPool:
@@ -269,6 +279,7 @@ class ServerNodeSession(NodeSession):
         self.key = key
         self._n_ctx = n_ctx
         self.calls = 0
+        self.model_warning = ""
 
     @property
     def n_ctx(self) -> int:
@@ -345,13 +356,17 @@ class ServerNodeSession(NodeSession):
         evaluated = int(timings.get("prompt_n", max(len(prompt) - reused, 0)) or 0)
         generated = int(timings.get("predicted_n", 0) or 0)
         finish = "length" if final.get("stop_type") == "limit" or final.get("truncated") else "stop"
+        warnings = [self.model_warning] if self.model_warning else []
         if shared:
             cold = True
+            warnings.append(f"no free slot on {label} ({pool.total} slots): this node shares slot {slot} and "
+                            "re-reads its prompt; start the server with a --parallel of at least the number of "
+                            "nodes that call the model (per conversation run at once)")
         return GenerationResult(
             text=text, prompt_tokens=len(prompt), reused=min(reused, len(prompt)), evaluated=evaluated,
             generated=generated, cold=cold, finish_reason=finish,
             prompt_ms=float(timings.get("prompt_ms", 0.0) or 0.0),
-            generate_ms=float(timings.get("predicted_ms", 0.0) or 0.0),
+            generate_ms=float(timings.get("predicted_ms", 0.0) or 0.0), warnings=warnings,
         )
 
 

@@ -156,6 +156,7 @@ class NodeRun:
                 evaluated=result.evaluated, generated=result.generated, cold=result.cold,
             )
             diag.timings = NodeTimings(prompt_ms=result.prompt_ms, generate_ms=result.generate_ms)
+            diag.warnings += result.warnings
             if result.finish_reason == "length":
                 diag.warnings.append(f"the output was cut at max_tokens ({result.generated} tokens)")
 

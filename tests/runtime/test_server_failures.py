@@ -35,6 +35,7 @@ class Misbehaving(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     mode = "ok"
+    slots = 4
     stall = threading.Event()
 
     def log_message(self, *args) -> None:  # quiet
@@ -50,7 +51,7 @@ class Misbehaving(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/props":
-            self._json(200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 4,
+            self._json(200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": type(self).slots,
                              "model_path": "/models/fake.gguf"})
         elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": "fake", "max_model_len": 4096}]})
@@ -114,6 +115,7 @@ class Misbehaving(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[str]:
     Misbehaving.mode = "ok"
+    Misbehaving.slots = 4
     Misbehaving.stall = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving)
     server.daemon_threads = True
@@ -237,3 +239,18 @@ def test_cancel_closes_a_stalled_request_at_once(fake_server) -> None:
     result = session.generate(GenerationRequest([ChatMessage("user", "hi")], 8), cancel=cancel)
     assert result.cancelled and result.finish_reason == "cancelled"
     assert time.monotonic() - started < 5  # not the 30 s timeout (bench_remote measures how soon)
+
+
+def test_a_node_hears_when_the_server_serves_another_model_or_has_too_few_slots(fake_server) -> None:
+    Misbehaving.slots = 1
+    backend = LlamaServerBackend(fake_server, "small-box")
+    agent = Agent(load_asset(ROOT / "resources" / "examples" / "intent_router.json"), backend,
+                  str(ROOT / "resources" / "examples"))
+    Misbehaving.mode = "ok"
+    result = agent.run_turn("Hello there")
+    first, second = result.diagnostics.nodes[:2]
+    assert any("names the model SmolLM2-135M-Instruct.Q4_1.gguf, but small-box" in w and "serves fake.gguf" in w
+               for w in first.warnings)
+    assert not any("no free slot" in w for w in first.warnings)
+    assert any("no free slot on small-box" in w and "(1 slots)" in w for w in second.warnings)
+    assert second.tokens.cold
