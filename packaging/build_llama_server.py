@@ -66,7 +66,10 @@ def build(jobs: int | None = None, log=print) -> Path:
                         f"llama-cpp-python=={version()}", "-d", str(work)], check=True)
         sdist = next(work.glob("llama_cpp_python-*.tar.gz"))
         with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse links and paths out of the folder
+                tar.extractall(work, filter="data")
+            else:
+                tar.extractall(work)
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         log(f"building llama-server from {source.relative_to(work)} ...")
         subprocess.run(["cmake", "-S", str(source), "-B", str(source / "build"), *CMAKE_FLAGS],
