@@ -306,7 +306,7 @@ class CaseResult:
     model_seconds: float = 0.0  # the model's own prompt reading and generating
     visits: Counter = field(default_factory=Counter)  # node id -> times run
     exits: Counter = field(default_factory=Counter)  # (node id, port) -> times taken
-    server: str = ""  # in a fleet run: the server that ran the conversation
+    server: str = ""  # what ran the conversation: a fleet's server name, else the backend's label
     moved: list[str] = field(default_factory=list)  # in a fleet run: why it was run again on another server
 
     @property
@@ -680,7 +680,7 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                 continue
             except BackendError as exc:
                 result = CaseResult(suite.name, case.name, k, error=f"no backend: {exc}")
-            result.server, result.moved = server.name, moved
+            result.server, result.moved = server.name or b.label, moved
             results[index] = result
             _done(result)
 

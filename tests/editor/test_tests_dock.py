@@ -125,6 +125,10 @@ def test_run_all_shows_each_turn_and_a_failing_case_does_not_stop_the_others(doc
     assert checks[1].startswith("\u2713 path: path classify > hello")
     assert [r for _t, r in rows(greets)] == ["\u2713 passed (2 checks)", "\u2713 passed (1 check)"]
     assert "1 passed, 1 failed" in dock.status.text() and dock.windowTitle() == "Tests (1 failed)"
+    # which backend ran the cases: in the summary and each case's tooltip
+    backend = report.results[0].server
+    assert backend and f"in {report.seconds:.1f} s on {backend}" in dock.status.text()
+    assert greets.toolTip(0).endswith(f"ran on {backend}")
 
 
 def test_a_failed_turn_opens_in_the_turn_inspector_with_its_checks(dock, qtbot, window):

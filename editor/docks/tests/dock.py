@@ -312,6 +312,8 @@ class TestsDock(QDockWidget):
             child.setFirstColumnSpanned(True)
             child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
             child.setToolTip(0, check.message)
+        if result.server:
+            item.setToolTip(0, f"{result.case}\nran on {result.server}")
         if result.passed:
             _set_result(item, f"{PASS} passed \u00b7 {result.seconds:.1f} s", True)
         elif result.error == "stopped":
@@ -471,6 +473,9 @@ class TestsDock(QDockWidget):
         results = report.results
         failed = sum(not r.passed for r in results)
         text = f"{len(results) - failed} passed, {failed} failed in {report.seconds:.1f} s"
+        where = {r.server for r in results if r.server}
+        if len(where) == 1:
+            text += f" on {where.pop()}"
         if self.run.stopping:
             skipped = sum(r.error == "stopped" for r in results)
             text = f"Stopped: {text}" + (f" ({skipped} not run)" if skipped else "")
