@@ -62,7 +62,7 @@ from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.models import default_model_name
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
-from runtime.validation import ModelFiles, validate_asset
+from runtime.validation import ModelFiles, Validator
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
 
@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []
         self.problems: list[Problem] = []
+        self._validator = Validator()
         self.docks: dict[str, QDockWidget] = {}
         # The right column (properties, conversation) runs the full height; the bottom docks stop at it.
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -515,7 +516,10 @@ class MainWindow(QMainWindow):
     def _after_edit(self, *_ignored: object) -> None:
         """Run after every edit, undo and redo: validate and show the results."""
         doc = self.document
-        self.problems = validate_asset(doc.asset, doc.path, asset_dir=doc.asset_dir, models=ModelFiles(doc.asset_dir))
+        # The validator keeps what an edit left unchanged (each node's own rules, the graph's walks):
+        # the same problems as validate_asset, in a fraction of the time on a large graph.
+        self.problems = self._validator.validate(doc.asset, doc.path, asset_dir=doc.asset_dir,
+                                                 models=ModelFiles(doc.asset_dir))
         self._show_problems()
 
     def _show_problems(self, *_ignored: object) -> None:

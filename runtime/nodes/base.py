@@ -155,6 +155,9 @@ class NodeBase(Strict):
     STREAMS_TO_CHAT: ClassVar[bool] = False
     # Its system prompt can be changed between turns (Agent.set_system_prompt).
     RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = False
+    # Its ``check`` reads files (a knowledge file), so it runs on every validation; other types'
+    # ``check`` results are kept while the node is unchanged (``runtime.validation.Validator``).
+    CHECK_READS_FILES: ClassVar[bool] = False
 
     @property
     def type_name(self) -> str:
@@ -224,7 +227,10 @@ class NodeBase(Strict):
         raise NotImplementedError(f"node type {self.type_name} does not say how it runs")
 
     def check(self, checks: NodeChecks) -> None:
-        """Report this node's own problems (``checks.error`` / ``checks.warning``)."""
+        """Report this node's own problems (``checks.error`` / ``checks.warning``): from its own fields
+        only (and ``checks.asset_dir``), since the editor keeps the result while the node is unchanged.
+        A rule that reads files sets ``CHECK_READS_FILES``; one that needs other nodes or the model
+        files belongs in ``check_in_graph``."""
 
     def check_in_graph(self, checks: NodeChecks) -> None:
         """Report problems that depend on the rest of the graph (after reachability is known)."""

@@ -169,7 +169,7 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
                 "lower it or set context_size",
                 "max_tokens",
             )
-        budget = self.prompt_budget(model_size)
+        budget = checks.node_value(self, ("prompt_budget", model_size), lambda: self.prompt_budget(model_size))
         if budget is not None and self.system_prompt:
             fixed = checks.count(self.system_prompt) + TOKENS_PER_MESSAGE
             if fixed >= budget:

@@ -7,7 +7,7 @@ Ranking (BM25, or embeddings when an embedding model is set) and loading knowled
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -54,6 +54,8 @@ class Retrieve(NodeBase):
         run.diag.retrieved = [RetrievedEntry(**f.as_slot()) for f in found]
         run.diag.output = "\n".join(f.entry.text for f in found)
         return "default_exit"
+
+    CHECK_READS_FILES: ClassVar[bool] = True  # the knowledge file may appear or go between edits
 
     def check(self, checks: NodeChecks) -> None:
         if not self.entries and not self.source_file:

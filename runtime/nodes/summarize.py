@@ -124,7 +124,7 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
             # Every node's history budget, smallest first, found once for all Summarize nodes.
             budgets = checks.once("history_budgets", lambda: sorted(
                 ((budget, index, node.id) for index, node in enumerate(checks.asset.nodes)
-                 if (budget := node.history_budget(checks.model_context(node))) is not None)))
+                 if (budget := checks.history_budget(node)) is not None)))
             for budget, _index, consumer_id in budgets:
                 if self.trigger_tokens < budget:
                     break
