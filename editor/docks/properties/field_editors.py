@@ -19,8 +19,11 @@ from pydantic.fields import FieldInfo
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
@@ -252,11 +255,60 @@ class ModelEditor(LineEditor):
         self._commit()
 
 
+# Past this many characters a text is not loaded into the dock's editor: Qt lays out a long
+# paragraph at about 0.5 s and 50 MB of memory per megabyte (a 50 MB system prompt took 11 s and
+# 2.2 GB to select). The dock shows its start, read-only, and edits it whole in a dialog.
+LARGE_TEXT_CHARS = 100_000
+PREVIEW_CHARS = 2_000
+
+
+def text_size(text: str) -> str:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    amount = f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{size / 2**10:.0f} KB"
+    return f"{len(text):,} characters ({amount})"
+
+
+class FullTextDialog(QDialog):
+    """The whole of a long text in one editor; OK hands it back as one edit."""
+
+    def __init__(self, title: str, text: str, mustache: bool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("fullTextDialog")
+        self.setWindowTitle(title)
+        self.resize(900, 700)
+        layout = QVBoxLayout(self)
+        self.size_label = QLabel(text_size(text), self)
+        layout.addWidget(self.size_label)
+        self.text = QPlainTextEdit(self)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        if mustache:
+            self.highlighter = MustacheHighlighter(self.text.document())
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            self.text.setPlainText(text)
+        finally:
+            QApplication.restoreOverrideCursor()
+        # Counted by the document, not by copying a text of megabytes out on every key press.
+        self.text.textChanged.connect(
+            lambda: self.size_label.setText(f"{self.text.document().characterCount() - 1:,} characters"))
+        layout.addWidget(self.text)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def value(self) -> str:
+        return self.text.toPlainText()
+
+
 class TextEditor(FieldEditor):
-    """Multi-line text; with ``mustache`` the tags are highlighted."""
+    """Multi-line text; with ``mustache`` the tags are highlighted. A text longer than
+    ``LARGE_TEXT_CHARS`` is shown as its start, read-only, with its size and an *Edit Full Text*
+    button: the value itself is kept whole, and the dialog's text becomes one undoable edit."""
 
     def __init__(self, mustache: bool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.mustache = mustache
         self.text = QPlainTextEdit(self)
         self.text.setTabChangesFocus(True)
         self.text.setMinimumHeight(90)
@@ -265,16 +317,76 @@ class TextEditor(FieldEditor):
         if mustache:
             self.highlighter = MustacheHighlighter(self.text.document())
             self.text.setPlaceholderText("Mustache: {{vars.NAME}}, {{slots.NAME}}, {{#knowledge}}{{text}}{{/knowledge}}")
-        self.text.textChanged.connect(lambda: self.edited.emit(self.text.toPlainText(), True))
+        self.text.textChanged.connect(self._typed)
+        self._full: str | None = None  # the whole value while it is too long to edit here
+        self.large_bar = QWidget(self)
+        bar = QHBoxLayout(self.large_bar)
+        bar.setContentsMargins(0, 0, 0, 0)
+        self.size_label = QLabel(self.large_bar)
+        self.size_label.setObjectName("largeTextSize")
+        self.size_label.setWordWrap(True)
+        self.edit_full = QToolButton(self.large_bar)
+        self.edit_full.setText("Edit Full Text\u2026")
+        self.edit_full.setObjectName("editFullText")
+        self.edit_full.clicked.connect(self.open_full_text)
+        bar.addWidget(self.size_label, 1)
+        bar.addWidget(self.edit_full)
+        self.large_bar.hide()
+        self._layout.addWidget(self.large_bar)
         self._finish(self.text)
 
+    @property
+    def large(self) -> bool:
+        return self._full is not None
+
+    def _typed(self) -> None:
+        if self._full is None:
+            self.edited.emit(self.text.toPlainText(), True)
+
     def value(self) -> str:
-        return self.text.toPlainText()
+        return self._full if self._full is not None else self.text.toPlainText()
 
     def set_value(self, value: Any) -> None:
-        if self.text.toPlainText() != (value or ""):
+        value = value or ""
+        if len(value) > LARGE_TEXT_CHARS:
+            if self._full is not value:
+                self._show_large(value)
+            return
+        if self._full is not None:
+            self._full = None
+            self.large_bar.hide()
+            self.text.setReadOnly(False)
+            self.text.setStyleSheet("")
             with QSignalBlocker(self.text):
-                self.text.setPlainText(value or "")
+                self.text.setPlainText(value)
+            return
+        if self.text.toPlainText() != value:
+            with QSignalBlocker(self.text):
+                self.text.setPlainText(value)
+
+    def _show_large(self, value: str) -> None:
+        self._full = value
+        cut = value[:PREVIEW_CHARS]
+        self.size_label.setText(f"{text_size(value)}: too long to edit here. The start is shown; "
+                                "edit the whole text in its own window.")
+        self.large_bar.show()
+        self.text.setReadOnly(True)
+        self.text.setStyleSheet("color: #9a9a9a;")  # a preview, not the editable text
+        with QSignalBlocker(self.text):
+            self.text.setPlainText(f"{cut}\u2026\n[{len(value) - len(cut):,} more characters]")
+
+    def open_full_text(self) -> FullTextDialog:
+        """The whole text in a dialog (not modal to the app's event loop: ``open``)."""
+        title = field_label(self.objectName().removeprefix("field:")) if self.objectName() else "Text"
+        dialog = FullTextDialog(title, self.value(), self.mustache, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._full_text_edited(dialog.value()))
+        dialog.open()
+        return dialog
+
+    def _full_text_edited(self, text: str) -> None:
+        if text != self.value():
+            self.edited.emit(text, False)  # one undo step of its own
 
 
 class LinesEditor(TextEditor):
