@@ -19,7 +19,6 @@ import ctypes
 import json
 import logging
 import os
-import secrets
 import threading
 import time
 from collections import deque
@@ -52,6 +51,7 @@ from runtime.backends.context_settings import (
     context_params,
 )
 from runtime.backends.grammars import choices_grammar
+from runtime.backends.placeholders import content_marks, split_at_marks
 from runtime.estimator import MIB, Settings, context_cost, model_shape
 from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
 from runtime.models import resolve_model
@@ -273,9 +273,7 @@ class _LoadedModel:
         token. So the template is rendered with a unique placeholder in place of each
         content, and the text is split there; only the markup may hold control tokens.
         """
-        nonce = secrets.token_hex(6)
-        # private-use characters: no tokenizer, template filter or player text produces them by chance
-        marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+        nonce, marks = content_marks(len(messages))
         payload = []
         for m, mark in zip(messages, marks):
             entry: dict[str, Any] = {"role": m.role, "content": mark}
@@ -292,23 +290,8 @@ class _LoadedModel:
                 f"{self.name}: the model's chat template failed to render the prompt "
                 f"(roles: {roles}): {type(e).__name__}: {e}"
             ) from None
-        parts: list[tuple[str, bool]] = []
-        at = 0
-        for i, (m, mark) in enumerate(zip(messages, marks)):
-            found = text.find(mark, at)
-            if found < 0 or text.count(mark) != 1:
-                raise BackendError(
-                    f"{self.name}: the model's chat template does not insert message {i + 1} ({m.role}) "
-                    "exactly once and unchanged, so its text cannot be kept apart from the template's "
-                    "control tokens; use a model whose template inserts each message's content as-is"
-                )
-            parts.append((text[at:found], True))
-            parts.append((m.content, False))
-            at = found + len(mark)
-        parts.append((text[at:], True))
-        if any(nonce in piece for piece, _ in parts[::2]):  # a placeholder the template cut up or copied
-            raise BackendError(f"{self.name}: the model's chat template alters message contents; use another model")
-        return parts
+        return split_at_marks(text, messages, marks, nonce, f"{self.name}: the model's chat template",
+                              "use a model")
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt exactly as the model reads it."""

@@ -16,7 +16,6 @@ enforces. Replies stream as server-sent events.
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from runtime.backends.base import (
 )
 from runtime.backends.grammars import choices_grammar
 from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
+from runtime.backends.placeholders import content_marks, split_at_marks
 
 TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
 
@@ -193,8 +193,7 @@ class LlamaServerBackend(Backend):
     def prompt_parts(self, messages: Sequence[ChatMessage]) -> list[tuple[str, bool]]:
         """The rendered prompt as ``(text, is_markup)`` pieces, by the server's chat template (the
         placeholder method of ``runtime.backends.llama``: contents are data, never control tokens)."""
-        nonce = secrets.token_hex(6)
-        marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+        nonce, marks = content_marks(len(messages))
         payload = [_message_json(m, mark) for m, mark in zip(messages, marks)]
         try:
             answer = self.server.post_json("/apply-template", {"messages": payload})
@@ -205,20 +204,8 @@ class LlamaServerBackend(Backend):
         text = answer.get("prompt") if isinstance(answer, dict) else None
         if not isinstance(text, str):
             raise BackendError(f"{self.server.label}: /apply-template did not answer with a prompt")
-        parts: list[tuple[str, bool]] = []
-        at = 0
-        for i, (m, mark) in enumerate(zip(messages, marks)):
-            found = text.find(mark, at)
-            if found < 0 or text.count(mark) != 1:
-                raise BackendError(
-                    f"{self.server.label}: the server's chat template does not insert message {i + 1} ({m.role}) "
-                    "exactly once and unchanged, so its text cannot be kept apart from the template's control "
-                    "tokens; serve a model whose template inserts each message's content as-is"
-                )
-            parts += [(text[at:found], True), (m.content, False)]
-            at = found + len(mark)
-        parts.append((text[at:], True))
-        return parts
+        return split_at_marks(text, messages, marks, nonce, f"{self.server.label}: the server's chat template",
+                              "serve a model")
 
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
         tokens: list[int] = []
