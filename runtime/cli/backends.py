@@ -40,13 +40,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.set_defaults(func=check_backend)
 
 
-def list_profiles(args: argparse.Namespace) -> int:
-    from runtime.backends.profiles import load_profiles, profiles_path
+def _saved_profiles() -> list | None:
+    """The saved profiles, or None after saying why the file cannot be read."""
+    from runtime.backends.profiles import load_profiles
 
     try:
-        profiles = load_profiles()
+        return load_profiles()
     except InputError as exc:
         print(exc, file=sys.stderr)
+        return None
+
+
+def list_profiles(args: argparse.Namespace) -> int:
+    from runtime.backends.profiles import profiles_path
+
+    profiles = _saved_profiles()
+    if profiles is None:
         return 2
     print(f"# {profiles_path()}")
     print("embedded · llama.cpp on this computer (the default)")
@@ -57,14 +66,16 @@ def list_profiles(args: argparse.Namespace) -> int:
 
 
 def add_profile(args: argparse.Namespace) -> int:
-    from runtime.backends.profiles import BackendProfile, _ask_kind, load_profiles, save_profiles
+    from runtime.backends.profiles import BackendProfile, _ask_kind, save_profiles
 
+    profiles = _saved_profiles()
+    if profiles is None:
+        return 2
     try:
-        profiles = load_profiles()
         kind = args.kind or _ask_kind(args.url)
         profile = BackendProfile(name=args.name, kind=kind, url=args.url, api_key_env=args.api_key_env,
                                  model=args.model, context_size=args.context_size, timeout=args.timeout)
-    except (InputError, BackendError) as exc:
+    except BackendError as exc:
         print(exc, file=sys.stderr)
         return 2
     except ValidationError as exc:
@@ -77,12 +88,10 @@ def add_profile(args: argparse.Namespace) -> int:
 
 
 def remove_profile(args: argparse.Namespace) -> int:
-    from runtime.backends.profiles import load_profiles, save_profiles
+    from runtime.backends.profiles import save_profiles
 
-    try:
-        profiles = load_profiles()
-    except InputError as exc:
-        print(exc, file=sys.stderr)
+    profiles = _saved_profiles()
+    if profiles is None:
         return 2
     kept = [p for p in profiles if p.name != args.name]
     if len(kept) == len(profiles):

@@ -147,3 +147,13 @@ def test_a_fleet_of_one_lost_server_fails_every_case_with_the_reason_and_loses_n
     cases = json.loads((tmp_path / "r.json").read_text())["cases"]
     assert cases and all("no server left to run it" in c["error"] for c in cases)
     assert all(c["moved"] for c in cases)
+
+
+def test_parley_backends_says_why_a_broken_file_cannot_be_read_and_keeps_it(profiles_file, capsys) -> None:
+    profiles_file.parent.mkdir(parents=True)
+    profiles_file.write_text("{broken")
+    for argv in (["backends", "list"], ["backends", "add", "x", "http://h:1", "--kind", "openai"],
+                 ["backends", "remove", "x"]):
+        assert parley(argv) == 2
+        assert f"{profiles_file}: not valid JSON" in capsys.readouterr().err
+    assert profiles_file.read_text() == "{broken"  # nothing written over it
