@@ -98,4 +98,11 @@ def test_a_turn_on_a_real_server_then_back_on_this_computer(server, window, qtbo
     assert "Turn 1 ran on local-openai" in vram.backend_note.text()
     assert "Turn 2 ran on this computer" in vram.backend_note.text()
     shot(dock, "conversation-back-on-embedded.png")
+    # the Turn Inspector says where each turn ran when it was not this computer
+    inspector = window.docks["TurnInspectorDock"]
+    qtbot.waitUntil(lambda: inspector.turn_picker.count() == 2, timeout=TURN_TIMEOUT_MS)
+    inspector.turn_picker.setCurrentIndex(0)
+    assert f"on {served}" in inspector.path_label.text().replace("&amp;", "&")
+    inspector.turn_picker.setCurrentIndex(1)
+    assert " on " not in inspector.path_label.text()
     qtbot.waitUntil(lambda: not window.conversation.busy, timeout=TURN_TIMEOUT_MS)

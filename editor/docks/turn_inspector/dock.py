@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.runtime_worker import LiveConversation, TurnRecord
 from runtime.budget import TRIM_TARGET_PERCENT
@@ -246,8 +247,11 @@ class TurnInspectorDock(QDockWidget):
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
+        # where the turn ran, when not on this computer (reuse and timings are that server's)
+        remote = d.backend and d.backend != EMBEDDED_LABEL
+        where = f" \u00b7 on {html.escape(d.backend)}" if remote else ""
         self.path_label.setText(f"<b>Path:</b> {links} \u2192 END &nbsp; <span style='color:#9a9a9a'>"
-                                f"{d.total_ms:.0f} ms</span>{warn}")
+                                f"{d.total_ms:.0f} ms{where}</span>{warn}")
         for diag in d.nodes:
             item = QListWidgetItem(f"{diag.node}  ({diag.type})")
             item.setData(Qt.ItemDataRole.UserRole, diag.node)
