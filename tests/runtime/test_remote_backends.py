@@ -274,3 +274,19 @@ def test_a_profile_that_names_a_model_the_server_lacks_is_refused(openai_url) ->
     backend = OpenAIBackend(openai_url, "py", model="Qwen/Qwen2.5-72B", context_size=2048)
     with pytest.raises(Exception, match="does not serve the model 'Qwen/Qwen2.5-72B'.*it serves"):
         backend.session("reply", "", 0)
+
+
+@pytest.mark.llama_server
+def test_parley_chat_runs_on_a_server_named_by_a_saved_profile(llama_url, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PARLEY_BACKENDS", str(tmp_path / "backends.json"))
+    assert parley(["backends", "add", "gate-box", llama_url]) == 0  # the kind is asked from the server
+    assert "gate-box · llama.cpp server" in capsys.readouterr().out
+    script = tmp_path / "lines.txt"
+    script.write_text("\n".join(LINES[:2]) + "\n")
+    diagnostics = tmp_path / "d.jsonl"
+    assert parley(["chat", str(ROUTER), "--backend", "gate-box", "--script", str(script),
+                   "--diagnostics", str(diagnostics)]) == 0
+    turns = [json.loads(line) for line in diagnostics.read_text().splitlines()]
+    assert len(turns) == 2
+    assert all(t["backend"].startswith(f"gate-box ({llama_url}) · llama.cpp server · SmolLM2") for t in turns)
+    assert turns[1]["nodes"][0]["tokens"]["reused"] > 0  # classify's slot kept its cache across the turn
