@@ -11,11 +11,14 @@ each shape it measures:
   nodes nearest the start first and the rest in slices while the window already takes input), and
   ``longest_event_loop_step_s``, the longest the window was busy meanwhile;
 - ``edit_s``: one edit in that window (a node's title changed through the undo stack, which
-  revalidates and shows the problems), the median of ``--edits`` edits.
+  revalidates and shows the problems), the median of ``--edits`` edits, the first of them right
+  after the last node is drawn; ``edit_max_s`` the slowest of them, and ``every_edit_under_goal``
+  whether each one took less than the goal (50 ms).
 
 Shapes: ``chain`` is Generate nodes one after another (each exit to the next, the last to END);
 ``branching`` is bench_open_large's graph of every node type, intent branches and loops back.
-Goals (issue 14): a 5,000-node asset opens in under 3 s and an edit revalidates in under 50 ms.
+Goals (issue 14): a 5,000-node asset opens in under 3 s and an edit revalidates in under 50 ms:
+every edit, not only the median (``worst_edit_s_at_5000``, ``every_edit_at_5000_under_goal``).
 Each shape and size runs in a child process stopped after ``--limit`` seconds (what it measured
 by then is kept, with a note), so the bench ends in bounded time however slow a step is.
 
@@ -116,7 +119,9 @@ def time_editor(app, path: Path, edits: int) -> dict:
     app.processEvents()
     return {"open_s": round(opened, 3), "canvas_complete_s": round(drawn, 3),
             "longest_event_loop_step_s": round(longest_slice, 4), "edit_s": round(statistics.median(times), 4),
-            "edit_max_s": round(max(times), 4), "edit_validation_s": round(statistics.median(validate_only), 4)}
+            "edits": len(times), "edit_max_s": round(max(times), 4),
+            "every_edit_under_goal": max(times) < GOAL_EDIT_S,
+            "edit_validation_s": round(statistics.median(validate_only), 4)}
 
 
 def measure_one(args: argparse.Namespace) -> int:
@@ -166,7 +171,7 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[500, 5000, 50000])
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["chain", "branching"])
     parser.add_argument("--runs", type=int, default=3, help="validation runs per graph (median)")
-    parser.add_argument("--edits", type=int, default=5, help="edits per graph (median)")
+    parser.add_argument("--edits", type=int, default=20, help="edits per graph (median and slowest)")
     parser.add_argument("--limit", type=float, default=300.0,
                         help="seconds one shape and size may take (validation and editor); then it is stopped")
     parser.add_argument("--no-editor", action="store_true", help="measure validation only")
@@ -186,17 +191,23 @@ def main() -> int:
     def at(size: int, key: str) -> list[float]:
         return [r[key] for r in rows if r["nodes"] == size and key in r]
 
+    worst_edit = max(at(5000, "edit_max_s"), default=None)
+    every_edit = worst_edit is not None and worst_edit < GOAL_EDIT_S
     result = {
         "rows": rows,
         "goals": {"open_s_at_5000": GOAL_OPEN_S, "edit_s_at_5000": GOAL_EDIT_S},
-        "meets_goals": bool(at(5000, "open_s")) and max(at(5000, "open_s")) < GOAL_OPEN_S
-        and max(at(5000, "edit_s")) < GOAL_EDIT_S,
+        "worst_edit_s_at_5000": worst_edit,
+        "every_edit_at_5000_under_goal": every_edit,
+        "meets_goals": bool(at(5000, "open_s")) and max(at(5000, "open_s")) < GOAL_OPEN_S and every_edit,
         "limit_s": args.limit,
         "renderer": os.environ.get("QT_QPA_PLATFORM", ""),
         "python": sys.version.split()[0],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if worst_edit is not None:
+        print(f"worst edit at 5,000 nodes: {worst_edit * 1000:.1f} ms; every edit under "
+              f"{GOAL_EDIT_S * 1000:.0f} ms: {'yes' if every_edit else 'NO'}", flush=True)
     return 0 if result["meets_goals"] or 5000 not in args.sizes else 1
 
 
