@@ -680,7 +680,9 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                 continue
             except BackendError as exc:
                 result = CaseResult(suite.name, case.name, k, error=f"no backend: {exc}")
-            result.server, result.moved = server.name or b.label, moved
+            made_here = backends.get(id(server))
+            result.server = server.name or (made_here[0].label if made_here else "")
+            result.moved = moved
             results[index] = result
             _done(result)
 

@@ -157,3 +157,14 @@ def test_parley_backends_says_why_a_broken_file_cannot_be_read_and_keeps_it(prof
         assert parley(argv) == 2
         assert f"{profiles_file}: not valid JSON" in capsys.readouterr().err
     assert profiles_file.read_text() == "{broken"  # nothing written over it
+
+
+def test_a_backend_that_cannot_be_made_fails_each_case_with_the_reason() -> None:
+    from runtime.suites import load_suite, run_suites
+
+    def broken():
+        raise BackendError("the model file is gone")
+
+    report = run_suites([load_suite(ROOT / "resources" / "examples" / "chat.suite.yaml")], broken)
+    assert report.results and all(r.error == "no backend: the model file is gone" and r.server == ""
+                                  for r in report.results)
