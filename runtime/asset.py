@@ -18,6 +18,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, field_validator
 
+from runtime.names import FreeFormData
 from runtime.nodes import (
     END,
     ID_PATTERN,
@@ -74,7 +75,7 @@ class Asset(Strict):
     variables: dict[str, VariableValue] = Field(default_factory=dict, **_help("Agent variables and their initial values; templates read them as {{vars.NAME}}."))
     enable_diagnostics: bool = Field(True, **_help("Record each turn's diagnostics (prompts, budgets, trims, timings)."))
     max_steps_per_turn: int = Field(32, ge=1, le=10_000, **_help("Node runs allowed in one turn before it stops with an error (catches runaway loops)."))
-    metadata: dict[str, Any] = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
+    metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
 
     @field_validator("variables")

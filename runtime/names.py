@@ -7,13 +7,37 @@ can all use it.
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 SLOT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OPTIONAL_SLOT_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*)?$"
 
 VariableValue = bool | int | float | str
+
+
+def _only_finite_numbers(value: Any) -> Any:
+    """``value`` itself; a ValueError naming the key when a float in it is NaN or infinite: JSON has
+    no such numbers, so free-form data holding one could not be saved as it is. (A walk with a
+    stack, not recursion: the data may be nested as deeply as a JSON file allows.)"""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where or 'the value'} is {item}, which JSON cannot hold; use a finite number or text")
+        if isinstance(item, dict):
+            stack += [(v, f"{where}.{k}" if where else str(k)) for k, v in item.items()]
+        elif isinstance(item, (list, tuple)):
+            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+    return value
+
+
+# Free-form data (``metadata``): any JSON, kept as it is, so only what a JSON file can hold.
+FreeFormData = Annotated[dict[str, Any], AfterValidator(_only_finite_numbers)]
 
 # A lone surrogate (a JSON "\ud800" escape, or a byte that was not UTF-8 read with
 # surrogateescape) is not text: no UTF-8 file, tokenizer or terminal can take it.

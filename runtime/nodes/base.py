@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.budget import TOKENS_PER_MESSAGE
-from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, VariableValue
+from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, FreeFormData, VariableValue
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime.nodes.checks import NodeChecks
@@ -143,7 +143,7 @@ class NodeBase(Strict):
     id: str = Field(pattern=ID_PATTERN, **field_help("Stable id; exits and diagnostics refer to the node by it."))
     title: str = Field("", **field_help("Name shown on the canvas. Empty shows the id."))
     position: tuple[float, float] = Field((0.0, 0.0), **field_help("Position on the editor canvas.", "Layout"))
-    metadata: dict[str, Any] = Field(
+    metadata: FreeFormData = Field(
         default_factory=dict, **field_help("Free-form data kept as it is (tools may store notes here).", "Layout")
     )
 

@@ -177,3 +177,23 @@ def test_the_examples_have_no_refused_values():
 
     for path in examples_dir().glob("*.json"):
         assert load_asset_for_editing(path).problems == []
+
+
+
+@pytest.mark.parametrize(("node_metadata", "asset_metadata", "where", "words"), [
+    ({"notes": [1, {"w": math.inf}]}, {}, ("reply", "metadata"), "notes[1].w is inf, which JSON cannot hold"),
+    ({}, {"": math.nan}, ("", "metadata"), "the value is nan, which JSON cannot hold"),
+])
+def test_metadata_holding_nan_or_infinity_is_refused_by_key(node_metadata, asset_metadata, where, words) -> None:
+    """Found by the asset fuzzer: metadata {"": Infinity} loaded, and was then saved as null (lost)."""
+    data = _asset_json(metadata=node_metadata)
+    data["metadata"] = asset_metadata
+    with pytest.raises(AssetError) as caught:
+        parse_asset(json.dumps(data), "a.json")
+    assert where in _where(caught.value) and words in str(caught.value)
+
+
+def test_finite_metadata_round_trips() -> None:
+    data = _asset_json(metadata={"big": 1e308, "list": [0.5, -2.0, {"deep": [1e-300]}]})
+    asset = parse_asset(json.dumps(data), "a.json")
+    assert parse_asset(dumps_asset(asset), "a.json") == asset
