@@ -103,6 +103,8 @@ def test_a_turn_on_a_real_server_then_back_on_this_computer(server, window, qtbo
     qtbot.waitUntil(lambda: inspector.turn_picker.count() == 2, timeout=TURN_TIMEOUT_MS)
     inspector.turn_picker.setCurrentIndex(0)
     assert f"on {served}" in inspector.path_label.text().replace("&amp;", "&")
+    inspector.raise_()
+    shot(inspector, "inspector-on-server.png")
     inspector.turn_picker.setCurrentIndex(1)
     assert " on " not in inspector.path_label.text()
     qtbot.waitUntil(lambda: not window.conversation.busy, timeout=TURN_TIMEOUT_MS)
