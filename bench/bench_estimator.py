@@ -19,10 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runtime.asset import Asset, new_node
-from runtime.estimator import Settings, context_cost, estimate_asset, model_shape, weights_cost
-from runtime.gguf_metadata import clear_cache
-from runtime.models import sample_model_for_checks
+from runtime.asset.estimate import estimate_asset
+from runtime.asset.model import Asset, new_node
+from runtime.models.folder import sample_model_for_checks
+from runtime.models.gguf import clear_cache
+from runtime.models.memory import Settings, context_cost, model_shape, weights_cost
 
 SAMPLE = str(sample_model_for_checks(print))
 TARGET_MS = 50.0

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
-from runtime.asset import Asset, new_node
-from runtime.asset_file import save_asset
+from runtime.asset.file import save_asset
+from runtime.asset.model import Asset, new_node
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GOAL_OPEN_S = 3.0

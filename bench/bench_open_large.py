@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
-from runtime.asset import Asset, new_node
-from runtime.asset_file import save_asset
+from runtime.asset.file import save_asset
+from runtime.asset.model import Asset, new_node
 
 TARGET_OPEN_S = 1.5
 KINDS = ["GenerateAndSpeak", "Generate", "ClassifyIntent", "Retrieve", "ToolCall", "ClassifyAttributes", "Summarize"]

@@ -18,7 +18,7 @@ from conversation import player_lines, sample_model, write_results
 from llama_cpp import Llama
 
 from runtime.agent import Agent
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.backends.llama import LlamaBackend
 
 GOAL = 1.05

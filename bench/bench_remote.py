@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench_suites import suite_file
 
 from runtime.agent import Agent
-from runtime.asset_file import load_asset
+from runtime.asset.file import load_asset
 from runtime.backends.base import ChatMessage, GenerationRequest
 from runtime.backends.llama import LlamaBackend
 from runtime.backends.llama_server import LlamaServerBackend

@@ -19,7 +19,7 @@ import time
 from conversation import player_lines, write_results
 
 from runtime.agent import Agent
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.backends.scripted import ScriptedBackend
 
 GOAL_MS = 5.0

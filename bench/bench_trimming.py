@@ -15,13 +15,13 @@ import time
 
 from conversation import player_lines, sample_model, single_generate, write_results
 
-import runtime.budget
+import runtime.prompting.budget
 from runtime.agent import Agent
 from runtime.backends.llama import LlamaBackend
 
 
 def run(model: str, turns: int, context: int, max_tokens: int, target_percent: int) -> dict:
-    runtime.budget.TRIM_TARGET_PERCENT = target_percent
+    runtime.prompting.budget.TRIM_TARGET_PERCENT = target_percent
     backend = LlamaBackend()
     agent = Agent(single_generate(model, context_size=context, max_tokens=max_tokens), backend)
     rows = []
@@ -37,7 +37,7 @@ def run(model: str, turns: int, context: int, max_tokens: int, target_percent: i
             })
     finally:
         backend.close()
-        runtime.budget.TRIM_TARGET_PERCENT = 75
+        runtime.prompting.budget.TRIM_TARGET_PERCENT = 75
     later = rows[1:]
     return {
         "target_percent": target_percent,

@@ -88,7 +88,7 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from editor.main_window import MainWindow
     from editor.theme import apply_theme
-    from runtime.asset_file import load_asset
+    from runtime.asset.file import load_asset
     from runtime.events import NodeStarted, Token
     from runtime.resources import examples_dir
 

@@ -45,9 +45,9 @@ os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
 from bench_open_large import large_asset
 
-from runtime.asset import Asset, new_node
-from runtime.asset_file import load_asset, save_asset
-from runtime.validation import ModelFiles, validate_asset
+from runtime.asset.file import load_asset, save_asset
+from runtime.asset.model import Asset, new_node
+from runtime.asset.validation import ModelFiles, validate_asset
 
 GOAL_OPEN_S = 3.0  # at 5,000 nodes
 GOAL_EDIT_S = 0.050

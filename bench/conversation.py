@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runtime.asset import Asset
-from runtime.models import sample_model_for_checks
+from runtime.asset.model import Asset
+from runtime.models.folder import sample_model_for_checks
 
 RESULTS = ROOT / "bench" / "results"
 

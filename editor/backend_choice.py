@@ -13,7 +13,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal
 
 from editor.settings import app_settings
-from runtime.backends.base import Backend, BackendError
+from runtime.backends.base import Backend
 from runtime.backends.profiles import (
     EMBEDDED,
     KIND_LABELS,
@@ -21,7 +21,7 @@ from runtime.backends.profiles import (
     backend_factory,
     load_profiles,
 )
-from runtime.problems import InputError
+from runtime.problems import BackendError, InputError
 
 SETTINGS_KEY = "backend/choice"
 EMBEDDED_TITLE = "Embedded (this computer)"

@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import BackendChoice, problems_text
 from editor.thread_service import OneRunService
-from runtime.backends.base import BackendError
 from runtime.backends.profiles import (
     KIND_LABELS,
     BackendProfile,
@@ -44,7 +43,7 @@ from runtime.backends.profiles import (
     profiles_path,
     save_profiles,
 )
-from runtime.problems import InputError
+from runtime.problems import BackendError, InputError
 
 CHECK_TIMEOUT_S = 10.0  # the longest wait for the server's next byte while checking
 ERROR_STYLE = "color: #ff8080;"

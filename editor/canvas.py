@@ -49,8 +49,8 @@ from editor.node_appearance import (
 )
 from editor.node_search import NodeSearch
 from editor.node_types import view_of
-from runtime import auto_layout
-from runtime.asset import END, NODE_TYPES, NodeBase, new_node
+from runtime.asset.model import END, NODE_TYPES, NodeBase, new_node
+from runtime.asset import layout as auto_layout
 from runtime.problems import Problem
 
 IDENTIFIER = "parley"

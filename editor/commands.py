@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtGui import QUndoCommand
 
 from editor.document import Document
-from runtime.asset import END, NodeBase
+from runtime.asset.model import END, NodeBase
 
 
 class MacroCommand(QUndoCommand):
@@ -240,7 +240,7 @@ def disconnect(document: Document, exits: list[tuple[str, str]], start: bool = F
 def add_nodes(document: Document, nodes: list[NodeBase], text: str) -> MacroCommand:
     """One undo step that adds ``nodes`` (a paste, a duplicate). Raises ``ValueError`` and builds
     nothing when two of them share an id or one is taken: pushed, that command would stop half
-    way and leave undo and redo broken (``runtime.clipboard.prepare_paste`` gives free ids)."""
+    way and leave undo and redo broken (``runtime.asset.clipboard.prepare_paste`` gives free ids)."""
     ids = [node.id for node in nodes]
     clashes = sorted({i for i in ids if document.has_node(i)} | {i for i, n in Counter(ids).items() if n > 1})
     if clashes:

@@ -1,6 +1,6 @@
 """The open asset: the one model every editor view reads and every command changes.
 
-``Document`` holds a ``runtime.asset.Asset`` and is the only place that changes it.
+``Document`` holds a ``runtime.asset.model.Asset`` and is the only place that changes it.
 Each change emits a signal naming what changed, and only when the value really
 changed (orange-canvas-core's scheme does the same), so views can follow the
 model without echoing edits back. Nodes are pydantic models that check themselves,
@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
-from runtime.asset import END, Asset, NodeBase
-from runtime.asset_file import problems_from_validation
+from runtime.asset.file import problems_from_validation
+from runtime.asset.model import END, Asset, NodeBase
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
 # the asset's free-form metadata, so a saved file reopens with the same layout.

@@ -56,13 +56,13 @@ from editor.sample_model_download import (
     with_copy_hint,
 )
 from editor.suite_run import SuiteRun
-from runtime.asset import Asset
-from runtime.asset_file import load_asset_for_editing, save_asset
-from runtime.clipboard import nodes_from_text, nodes_to_text, prepare_paste
-from runtime.models import default_model_name
+from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from runtime.asset.file import load_asset_for_editing, save_asset
+from runtime.asset.model import Asset
+from runtime.asset.validation import ModelFiles, Validator
+from runtime.models.folder import default_model_name
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
-from runtime.validation import ModelFiles, Validator
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
 

@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QGraphicsItem
 
 from editor.node_types import view_of
-from runtime.asset import Asset, NodeBase
+from runtime.asset.model import Asset, NodeBase
 
 TERMINAL_COLOURS = {"start": (46, 125, 60), "end": (120, 48, 48)}
 START_BORDER = (90, 220, 110, 255)

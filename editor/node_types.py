@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-from runtime.asset import (
+from runtime.asset.model import (
     Asset,
     ClassifyAttributes,
     ClassifyIntent,
@@ -32,7 +32,7 @@ from runtime.asset import (
     ToolCall,
 )
 from runtime.nodes import NODE_TYPES, node_type
-from runtime.templates import TemplateError, check_template
+from runtime.prompting.templates import TemplateError, check_template
 
 log = logging.getLogger("parley.editor")
 

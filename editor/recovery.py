@@ -31,9 +31,11 @@ from PySide6.QtWidgets import (
 )
 
 from editor.document import Document
-from runtime.asset import Asset
-from runtime.asset_file import asset_from_dict, asset_to_dict, atomic_write_text
-from runtime.problems import InputError, read_input_text
+from runtime.asset.file import asset_from_dict, asset_to_dict
+from runtime.asset.model import Asset
+from runtime.files.reading import read_input_text
+from runtime.files.writing import atomic_write_text
+from runtime.problems import InputError
 
 SUFFIX = ".recovery.json"
 log = logging.getLogger("parley.editor")

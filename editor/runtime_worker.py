@@ -30,13 +30,14 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, turn_reply
-from runtime.asset import Asset, ModelParams, VariableValue
-from runtime.backends.base import Backend, BackendError
+from runtime.asset.model import Asset, ModelParams, VariableValue
+from runtime.backends.base import Backend
 from runtime.diagnostics import TurnDiagnostics
-from runtime.history import SavedDialog, save_history
-from runtime.models import ModelNotFound
-from runtime.problems import InputError
-from runtime.prompt import PromptPart
+from runtime.dialogue.dialog_file import save_history
+from runtime.dialogue.history import SavedDialog
+from runtime.models.folder import ModelNotFound
+from runtime.problems import BackendError, InputError
+from runtime.prompting.prompt import PromptPart
 
 log = logging.getLogger("parley.editor")
 

@@ -1,7 +1,7 @@
 """Downloading the sample model from inside the editor, and opening the models folder.
 
 The desktop app has no ``parley`` command and no pip, so the editor fetches the sample
-model itself (``runtime.models.ensure_sample_model``) when the designer asks: from the
+model itself (``runtime.models.folder.ensure_sample_model``) when the designer asks: from the
 Models menu, or from the offer the Conversation dock makes when a turn fails because the
 sample model is missing. It never downloads on its own.
 
@@ -21,9 +21,9 @@ from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices
 
 from editor.thread_service import OneRunService
-from runtime import models
-from runtime.asset import Asset
-from runtime.models import SAMPLE_MODEL, FetchCancelled, ModelFileError
+from runtime.asset.model import Asset
+from runtime.models.folder import SAMPLE_MODEL, FetchCancelled, ModelFileError
+from runtime.models import folder as models
 
 log = logging.getLogger("parley.editor")
 

@@ -43,10 +43,9 @@ class SelfTestFailure(Exception):
 
 def _self_test(out: TextIO) -> int:
     from runtime.agent import Agent, TurnError
-    from runtime.asset_file import load_asset
-    from runtime.backends.base import BackendError
-    from runtime.models import SAMPLE_MODEL, ModelFileError, ensure_sample_model, resolve_model
-    from runtime.problems import InputError
+    from runtime.asset.file import load_asset
+    from runtime.models.folder import SAMPLE_MODEL, ModelFileError, ensure_sample_model, resolve_model
+    from runtime.problems import BackendError, InputError
     from runtime.resources import examples_dir
 
     def say(message: str) -> None:

@@ -33,20 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.asset import END, Asset, NodeBase, VariableValue
+from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend
-from runtime.conversation import AgentState, ConversationTree
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
+from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
+from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
+from runtime.dialogue.tree import AgentState, ConversationTree
 from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
-from runtime.history import (
-    DialogHistory,
-    Entry,
-    HistoryError,
-    Reply,
-    SavedDialog,
-    Turn,
-    unknown_node_problems,
-)
 from runtime.nodes.running import (
     NodeRun,
     RecordedPrompt,
@@ -107,6 +100,13 @@ class Agent:
         node = self._nodes.get(node_id)
         return node is not None and node.RUNTIME_SYSTEM_PROMPT
 
+    @property
+    def asset_name(self) -> str:
+        return self.asset.name
+
+    def model_for(self, node: NodeBase) -> str:
+        return self.asset.model_for(node)
+
     def system_prompt(self, node: Any) -> str:
         return self.system_prompts.get(node.id, node.system_prompt)
 
@@ -116,7 +116,7 @@ class Agent:
     # --- history ------------------------------------------------------------------------------
 
     def export_dialog(self) -> SavedDialog:
-        """The history, the state that decides future prompts and every branch (see ``runtime.history``)."""
+        """The history, the state that decides future prompts and every branch (see ``runtime.dialogue.dialog_file``)."""
         return SavedDialog(self.history.copy(), dict(self.windows), dict(self.variables), dict(self.system_prompts),
                            self.seed_salt, self.tree.copy())
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.diagnostics import turn_diagnostics_schema
 from runtime.resources import schemas_dir
 

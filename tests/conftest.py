@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.models import sample_model_for_checks
+from runtime.models.folder import sample_model_for_checks
 
 
 def sample_model_path() -> Path:

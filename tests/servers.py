@@ -84,8 +84,8 @@ def openai_server(model: Path, log_dir: Path, *, context: int = 2048, threads: i
 
 @contextlib.contextmanager
 def _running(command: list[str], url: str, ready_path: str, log: Path) -> Iterator[RunningServer]:
-    from runtime.backends.base import BackendError
     from runtime.backends.http import ServerConnection, wait_until_ready
+    from runtime.problems import BackendError
 
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:

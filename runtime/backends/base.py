@@ -64,11 +64,6 @@ TokenCallback = Callable[[str], None]
 LoadProgress = Callable[[float], None]
 
 
-class BackendError(Exception):
-    """A problem a user can act on (missing model, context too large, ...). The
-    conversation is left as it was before the call."""
-
-
 class NodeSession(ABC):
     """One node's context (its KV cache) over a loaded model. Never used from two threads at once."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.backends.base import BackendError
+from runtime.problems import BackendError
 
 
 def _gbnf_literal(text: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from runtime.backends.base import BackendError
+from runtime.problems import BackendError
 
 # How often a streaming request looks at its cancel event (Stop closes the request within this).
 CANCEL_POLL_SECONDS = 0.02

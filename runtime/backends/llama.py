@@ -33,7 +33,6 @@ from llama_cpp.llama_grammar import LlamaGrammar
 
 from runtime.backends.base import (
     Backend,
-    BackendError,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -41,7 +40,9 @@ from runtime.backends.base import (
     NodeSession,
     TokenCallback,
 )
-from runtime.backends.context_settings import (
+from runtime.backends.grammars import choices_grammar
+from runtime.backends.placeholders import content_marks, split_at_marks
+from runtime.models.context_settings import (
     FLASH_ATTN,
     KV_TYPE,
     N_BATCH,
@@ -50,12 +51,11 @@ from runtime.backends.context_settings import (
     KVType,
     context_params,
 )
-from runtime.backends.grammars import choices_grammar
-from runtime.backends.placeholders import content_marks, split_at_marks
-from runtime.estimator import MIB, Settings, context_cost, model_shape
-from runtime.gguf_metadata import GGUFError, GGUFInfo, read_gguf
-from runtime.models import resolve_model
+from runtime.models.folder import resolve_model
+from runtime.models.gguf import GGUFError, GGUFInfo, read_gguf
+from runtime.models.memory import MIB, Settings, context_cost, model_shape
 from runtime.names import utf8
+from runtime.problems import BackendError
 
 log = logging.getLogger(__name__)
 llama_log = logging.getLogger("llama_cpp")

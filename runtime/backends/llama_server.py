@@ -26,7 +26,6 @@ from typing import Any
 
 from runtime.backends.base import (
     Backend,
-    BackendError,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -36,6 +35,7 @@ from runtime.backends.base import (
 from runtime.backends.grammars import choices_grammar
 from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
 from runtime.backends.placeholders import content_marks, split_at_marks
+from runtime.problems import BackendError
 
 TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
 

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 from runtime.backends.base import (
     Backend,
-    BackendError,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -36,6 +35,7 @@ from runtime.backends.base import (
     TokenCallback,
 )
 from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
+from runtime.problems import BackendError
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 BYTES_PER_TOKEN_ESTIMATE = 4

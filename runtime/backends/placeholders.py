@@ -12,7 +12,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from runtime.backends.base import BackendError, ChatMessage
+from runtime.backends.base import ChatMessage
+from runtime.problems import BackendError
 
 
 def content_marks(count: int) -> tuple[str, list[str]]:

@@ -30,8 +30,8 @@ from typing import Any, Literal
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime.backends.base import Backend, BackendError
-from runtime.problems import InputError, Problem
+from runtime.backends.base import Backend
+from runtime.problems import BackendError, InputError, Problem
 
 BACKENDS_ENV = "PARLEY_BACKENDS"
 APP_NAME = "parley-studio"
@@ -158,7 +158,7 @@ def load_profiles(path: Path | None = None) -> list[BackendProfile]:
 
 def save_profiles(profiles: list[BackendProfile], path: Path | None = None) -> Path:
     """Write ``profiles`` (whole, replacing the file atomically); return the file."""
-    from runtime.asset_file import atomic_write_text
+    from runtime.files.writing import atomic_write_text
 
     path = path or profiles_path()
     names = [p.name for p in profiles]

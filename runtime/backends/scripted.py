@@ -22,13 +22,13 @@ from typing import Any
 
 from runtime.backends.base import (
     Backend,
-    BackendError,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
     NodeSession,
     TokenCallback,
 )
+from runtime.problems import BackendError
 
 ReplyFunction = Callable[[str, GenerationRequest], str]
 EMBEDDING_SIZE = 64

@@ -12,8 +12,7 @@ import sys
 
 from pydantic import ValidationError
 
-from runtime.backends.base import BackendError
-from runtime.problems import InputError
+from runtime.problems import BackendError, InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -22,18 +22,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.agent import Agent, TurnError
-from runtime.asset_file import load_asset
-from runtime.backends.base import Backend, BackendError
+from runtime.asset.file import load_asset
+from runtime.backends.base import Backend
+from runtime.dialogue.dialog_file import HistoryError, load_history, save_history, unknown_node_problems
 from runtime.events import Event, Token
-from runtime.history import (
-    HistoryError,
-    load_history,
-    save_history,
-    unknown_node_problems,
-    without_surrogates,
-)
-from runtime.models import unusable_path
-from runtime.problems import InputError
+from runtime.models.folder import unusable_path
+from runtime.names import without_surrogates
+from runtime.problems import BackendError, InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,20 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runtime.asset_file import load_asset
-from runtime.estimator import (
-    GPU_PRESETS_GB,
-    KV_TYPES,
-    MIB,
-    Estimate,
-    EstimateError,
-    ModelResolver,
-    Settings,
-    estimate_asset,
-    gpu_memory_bytes,
-)
-from runtime.history import without_surrogates
-from runtime.models import ModelFileError, resolve_model, unusable_path
+from runtime.asset.estimate import Estimate, ModelResolver, estimate_asset
+from runtime.asset.file import load_asset
+from runtime.models.folder import ModelFileError, resolve_model, unusable_path
+from runtime.models.memory import GPU_PRESETS_GB, KV_TYPES, MIB, EstimateError, Settings, gpu_memory_bytes
+from runtime.names import without_surrogates
 from runtime.nodes.base import ModelParams
 from runtime.problems import InputError, Problem
 

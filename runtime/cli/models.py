@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runtime.history import without_surrogates
-from runtime.models import (
+from runtime.models.folder import (
     MODELS_DIR_ENV,
     ModelFileError,
     fetch_sample_model,
@@ -16,6 +15,7 @@ from runtime.models import (
     models_dir,
     resolve_model,
 )
+from runtime.names import without_surrogates
 
 
 def register(sub: argparse._SubParsersAction) -> None:

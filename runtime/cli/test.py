@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.backends.base import BackendError
-from runtime.problems import InputError
+from runtime.problems import BackendError, InputError
 
 if TYPE_CHECKING:
     from runtime.suites import Server

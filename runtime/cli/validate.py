@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from runtime.asset_file import load_asset
-from runtime.history import without_surrogates
-from runtime.models import unusable_path
+from runtime.asset.file import load_asset
+from runtime.asset.validation import ModelFiles, validate_asset
+from runtime.models.folder import unusable_path
+from runtime.names import without_surrogates
 from runtime.problems import AssetError, Problem
-from runtime.templates import template_problems
-from runtime.validation import ModelFiles, validate_asset
+from runtime.prompting.templates import template_problems
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _problems(path: str) -> list[Problem]:
-    """``runtime.validation.check_file``'s problems, and every template that cannot be rendered."""
+    """``runtime.asset.validation.check_file``'s problems, and every template that cannot be rendered."""
     unusable = unusable_path(path)
     if unusable:
         return [Problem("error", f"not a path: {unusable}", repr(path))]

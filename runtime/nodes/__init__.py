@@ -12,7 +12,7 @@ A plugin package declares, in its ``pyproject.toml``::
 where ``NODE_TYPE`` is a ``NodeType`` whose model derives from ``runtime.nodes.NodeBase``. Its
 ``editor`` names the editor's description of the type (``"parley_mood.view:VIEW"``, an
 ``editor.node_types.NodeView``), so the runtime never imports the editor. Plugins are loaded once,
-when this package is first imported; a plugin module must not import ``runtime.asset`` at import
+when this package is first imported; a plugin module must not import ``runtime.asset.model`` at import
 time (the asset model is built from this table). See docs/node-types.md.
 """
 
@@ -42,9 +42,9 @@ from runtime.nodes.checks import NodeChecks
 from runtime.nodes.classify_attributes import Attribute, ClassifyAttributes
 from runtime.nodes.classify_intent import ClassifyIntent, Intent
 from runtime.nodes.generate import Generate, GenerateAndSpeak, GeneratingNode
-from runtime.nodes.retrieve import KnowledgeEntry, Retrieve
+from runtime.nodes.retrieve.node import KnowledgeEntry, Retrieve
 from runtime.nodes.running import NodeRun, TurnCancelled, TurnError
-from runtime.nodes.summarize import Summarize
+from runtime.nodes.summarize.node import Summarize
 from runtime.nodes.tool_call import Tool, ToolCall
 
 log = logging.getLogger("parley.runtime")
@@ -90,7 +90,7 @@ def node_models() -> tuple[type[NodeBase], ...]:
 
 
 def register(entry: NodeType) -> None:
-    """Add a node type to the table. Only before ``runtime.asset`` is imported (plugins register
+    """Add a node type to the table. Only before ``runtime.asset.model`` is imported (plugins register
     while this package loads): the asset model's union of node types is built from the table."""
     model = entry.model
     if not (isinstance(model, type) and issubclass(model, NodeBase)) or "type" not in model.model_fields:

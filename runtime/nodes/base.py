@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runtime.budget import TOKENS_PER_MESSAGE
 from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, FreeFormData, VariableValue
+from runtime.prompting.budget import TOKENS_PER_MESSAGE
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime.nodes.checks import NodeChecks
@@ -156,7 +156,7 @@ class NodeBase(Strict):
     # Its system prompt can be changed between turns (Agent.set_system_prompt).
     RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = False
     # Its ``check`` reads files (a knowledge file), so it runs on every validation; other types'
-    # ``check`` results are kept while the node is unchanged (``runtime.validation.Validator``).
+    # ``check`` results are kept while the node is unchanged (``runtime.asset.validation.Validator``).
     CHECK_READS_FILES: ClassVar[bool] = False
 
     @property

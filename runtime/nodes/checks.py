@@ -1,6 +1,6 @@
 """What a node type's validation rules see: ``NodeChecks``.
 
-``runtime.validation.validate_asset`` checks what no single node can (ids, the start node,
+``runtime.asset.validation.validate_asset`` checks what no single node can (ids, the start node,
 exit targets, reachability, model files) and asks each node for its own rules through
 ``node.check(checks)`` and, once reachability is known, ``node.check_in_graph(checks)``.
 
@@ -14,17 +14,28 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.nodes.base import END
 from runtime.problems import Problem
 
 if TYPE_CHECKING:  # pragma: no cover
-    from runtime.asset import Asset
     from runtime.nodes.base import NodeBase
 
 TokenCounter = Callable[[str], int]
+
+
+class Graph(Protocol):
+    """What the checks read of an asset (``runtime.asset.model.Asset`` is one): named here, so the
+    node types never import the asset model that is built from their registry."""
+
+    start_node: str
+    nodes: Sequence[NodeBase]
+    variables: dict[str, Any]
+
+    def model_for(self, node: NodeBase) -> str: ...
+
 ModelContext = Callable[[str], "int | None"]
 
 
@@ -32,7 +43,7 @@ class GraphShape:
     """The shape of a graph: its node ids in order, where each node's exits lead, and the start node.
 
     The walks over a graph (what follows what, what a turn can reach) depend on nothing else, so
-    they are kept here: ``runtime.validation.Validator`` keeps a shape, with every walk done on
+    they are kept here: ``runtime.asset.validation.Validator`` keeps a shape, with every walk done on
     it, from one validation to the next while an edit leaves the shape as it was (a title, a
     prompt, a temperature), and a new shape starts with no walks. Walk results are shared:
     read them, never change them.
@@ -69,7 +80,7 @@ class GraphShape:
         return self.walks[key]
 
 
-def graph_shape(asset: Asset) -> GraphShape:
+def graph_shape(asset: Graph) -> GraphShape:
     return GraphShape(asset.start_node, tuple((n.id, tuple(n.exits().values())) for n in asset.nodes))
 
 
@@ -78,7 +89,7 @@ class NodeChecks:
 
     def __init__(
         self,
-        asset: Asset,
+        asset: Graph,
         problems: list[Problem],
         source: str = "",
         asset_dir: str | os.PathLike[str] | None = None,

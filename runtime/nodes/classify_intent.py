@@ -11,7 +11,6 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from runtime.backends.base import ChatMessage, GenerationRequest
-from runtime.budget import message_tokens
 from runtime.nodes.base import (
     END,
     OPTIONAL_SLOT_PATTERN,
@@ -24,7 +23,8 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
-from runtime.prompt import message_parts
+from runtime.prompting.budget import message_tokens
+from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
 CLASSIFY_INTENT_MAX_TOKENS = 32

@@ -1,7 +1,7 @@
 """Generate and Generate and Speak: nodes that build a prompt from the dialog history and write text.
 
 ``GeneratingNode`` is also the base of Tool Call (``runtime.nodes.tool_call``): all three build
-their prompt the same way (``runtime.prompt.build_prompt``) and differ in what the output becomes.
+their prompt the same way (``runtime.prompting.prompt.build_prompt``) and differ in what the output becomes.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from runtime.backends.base import GenerationRequest, GenerationResult
-from runtime.budget import PromptBudget
 from runtime.diagnostics import NodeTrim
+from runtime.dialogue.history import Reply
 from runtime.events import SentenceSplitter, Speak, Token
-from runtime.history import Reply
 from runtime.nodes.base import (
     END,
     OPTIONAL_SLOT_PATTERN,
@@ -27,7 +26,8 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun, TurnError
-from runtime.prompt import build_prompt, current_turn_messages
+from runtime.prompting.budget import PromptBudget
+from runtime.prompting.prompt import build_prompt, current_turn_messages
 
 HistoryRole = Literal["assistant", "none"]
 Placement = Literal["before", "after"]
@@ -96,16 +96,16 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
         except ValueError as exc:
             raise TurnError(str(exc), self.id, "max_tokens") from None
         count = run.counter(model)
-        turn, agent, diag = run.turn, run.agent, run.diag
+        turn, diag = run.turn, run.diag
         line = run.line(self.input)
         current = current_turn_messages(
-            self, line, turn.instructions, turn.slots, agent.variables, turn.entries, agent.asset.name
+            self, line, turn.instructions, turn.slots, run.variables, turn.entries, run.source
         )
         prompt = build_prompt(
-            self, system_prompt=agent.system_prompt(self), history=agent.history,
-            window_start=agent.windows.get(self.id, 0), current=current, budget=budget, count=count,
+            self, system_prompt=run.system_prompt(), history=run.history,
+            window_start=run.window_start, current=current, budget=budget, count=count,
         )
-        agent.windows[self.id] = prompt.trim.window_start_after
+        run.move_window_start(prompt.trim.window_start_after)
         diag.warnings += prompt.warnings
         trim = prompt.trim
         diag.trim = NodeTrim(
@@ -116,7 +116,7 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
 
         request = GenerationRequest(
             prompt.messages, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-            seed=run.agent.seed_for(self.seed), json_schema=self.output_schema(),
+            seed=run.seed(self.seed), json_schema=self.output_schema(),
         )
         splitter = SentenceSplitter() if self.speaks() else None
 

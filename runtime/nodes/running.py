@@ -1,9 +1,11 @@
-"""What a node sees while it runs: ``NodeRun``, the one interface between the agent and a node type.
+"""What a node sees while it runs: ``NodeRun``, the one door between the agent and a node type.
 
-The agent makes a ``NodeRun`` for each node it runs and calls ``node.run(run)``. Through it a
-node reads the agent's state (history, variables, window starts), this turn's state (the
-player's line, slots, entries, replies), and uses the backend; what it changes there is
-rolled back by the agent if the turn fails.
+The agent makes a ``NodeRun`` for each node it runs and calls ``node.run(run)``. A node reaches
+the agent through its methods only: the history (and adding a summary to it), the agent
+variables, the node's window start and system prompt, the seed, the asset's folder and name,
+the backend, and a cache kept across turns. ``run.turn`` is this turn's state (the player's
+line, slots, entries, replies). What a node changes is rolled back by the agent if the turn
+fails. The agent is seen only as ``AgentAccess``, so this package never imports ``runtime.agent``.
 """
 
 from __future__ import annotations
@@ -12,18 +14,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult, TokenCallback
-from runtime.budget import PromptBudget, message_tokens
 from runtime.diagnostics import NodeDiagnostics, NodeInput, NodeTimings, NodeTokens, PromptMessage
+from runtime.dialogue.history import DialogHistory, Entry, Summary
 from runtime.events import Event, EventCallback
-from runtime.history import Entry
 from runtime.nodes.base import NodeBase
-from runtime.prompt import PromptPart, slot_text
-
-if TYPE_CHECKING:  # pragma: no cover
-    from runtime.agent import Agent
+from runtime.prompting.budget import PromptBudget, message_tokens
+from runtime.prompting.prompt import PromptPart, slot_text
 
 # (node id, tool name, arguments) -> the tool's result as text
 ToolResultFunction = Callable[[str, str, dict[str, Any]], str]
@@ -74,26 +74,86 @@ class TurnState:
             self.on_event(event)
 
 
-class NodeRun:
-    """One node's run within a turn: the agent, the turn so far, the node's diagnostics, and the
-    helpers node types share (model lookup, token counting, generation, recording)."""
+class AgentAccess(Protocol):
+    """What ``NodeRun`` needs of the agent running the turn (``runtime.agent.Agent`` is one)."""
 
-    def __init__(self, agent: Agent, turn: TurnState, node: NodeBase, diag: NodeDiagnostics) -> None:
-        self.agent = agent
+    backend: Any
+    asset_dir: str | None
+    history: DialogHistory
+    variables: dict[str, Any]
+    windows: dict[str, int]
+
+    @property
+    def asset_name(self) -> str: ...
+    def model_for(self, node: NodeBase) -> str: ...
+    def system_prompt(self, node: Any) -> str: ...
+    def seed_for(self, seed: int) -> int: ...
+    def token_counter(self, model: str) -> Callable[[str], int]: ...
+    def node_cache(self, node_id: str) -> dict[str, Any]: ...
+
+
+class NodeRun:
+    """One node's run within a turn: the turn so far, the node's diagnostics, and the methods
+    through which a node reaches the agent and the helpers node types share (model lookup,
+    token counting, generation, recording)."""
+
+    def __init__(self, agent: AgentAccess, turn: TurnState, node: NodeBase, diag: NodeDiagnostics) -> None:
+        self._agent = agent
         self.turn = turn
         self.node = node
         self.diag = diag
 
-    # --- reading ------------------------------------------------------------------------------
+    # --- the agent, read ----------------------------------------------------------------------
 
     @property
     def backend(self):
-        return self.agent.backend
+        return self._agent.backend
 
     @property
     def source(self) -> str:
         """What errors name as the asset (its name)."""
-        return self.agent.asset.name
+        return self._agent.asset_name
+
+    @property
+    def asset_dir(self) -> str | None:
+        """The folder of the asset file (relative paths in a node are relative to it), or None."""
+        return self._agent.asset_dir
+
+    @property
+    def history(self) -> DialogHistory:
+        """The agent's dialog history before this turn. Read it; ``add_summary`` is the one change."""
+        return self._agent.history
+
+    @property
+    def variables(self) -> MappingProxyType[str, Any]:
+        """The agent variables, read-only (``set_variable`` changes one)."""
+        return MappingProxyType(self._agent.variables)
+
+    @property
+    def window_start(self) -> int:
+        """The first turn this node's prompt may still hold (trimming only moves it forward)."""
+        return self._agent.windows.get(self.node.id, 0)
+
+    def system_prompt(self) -> str:
+        """This node's system prompt: the asset's, or the one set at runtime."""
+        return self._agent.system_prompt(self.node)
+
+    def seed(self, fixed: int) -> int:
+        """The seed to generate with for the node's ``fixed`` seed (-1 stays random)."""
+        return self._agent.seed_for(fixed)
+
+    # --- the agent, changed (rolled back if the turn fails) -----------------------------------
+
+    def move_window_start(self, start: int) -> None:
+        self._agent.windows[self.node.id] = start
+
+    def set_variable(self, name: str, value: Any) -> None:
+        self._agent.variables[name] = value
+
+    def add_summary(self, summary: Summary) -> None:
+        self._agent.history.summaries.append(summary)
+
+    # --- this turn and the node ---------------------------------------------------------------
 
     def line(self, slot: str, field: str = "input") -> str:
         """The player's line, or the text of ``slot`` written earlier this turn."""
@@ -104,7 +164,7 @@ class NodeRun:
         return slot_text(self.turn.slots[slot])
 
     def model(self) -> str:
-        model = self.agent.asset.model_for(self.node)
+        model = self._agent.model_for(self.node)
         if not model:
             raise TurnError("no model: set the node's model_name or the agent's default_model",
                             self.node.id, "model_name")
@@ -116,7 +176,7 @@ class NodeRun:
         return own or self.backend.model_context_size(model)
 
     def counter(self, model: str) -> Callable[[str], int]:
-        return self.agent.token_counter(model)
+        return self._agent.token_counter(model)
 
     def budget(self, context: int, max_tokens: int, field: str = "max_tokens") -> PromptBudget:
         try:
@@ -126,7 +186,7 @@ class NodeRun:
 
     def cache(self) -> dict[str, Any]:
         """A dict this node keeps across turns for the agent's life (for work done once, such as an index)."""
-        return self.agent.node_cache(self.node.id)
+        return self._agent.node_cache(self.node.id)
 
     # --- doing --------------------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from runtime.backends.base import GenerationResult
+from runtime.dialogue.history import ToolExchange
 from runtime.events import ToolCalled
-from runtime.history import ToolExchange
 from runtime.nodes.base import SLOT_PATTERN, FieldError, Strict, field_help, require_unique
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode

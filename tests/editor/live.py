@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.asset import Asset
-from runtime.asset_file import load_asset
-from runtime.models import sample_model_for_checks
+from runtime.asset.file import load_asset
+from runtime.asset.model import Asset
+from runtime.models.folder import sample_model_for_checks
 from runtime.resources import examples_dir
 
 TURN_TIMEOUT_MS = 180_000

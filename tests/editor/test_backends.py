@@ -11,7 +11,7 @@ import pytest
 from editor.backend_choice import EMBEDDED_LABEL, SETTINGS_KEY, BackendChoice
 from editor.backends_dialog import BackendsDialog
 from editor.settings import app_settings
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.backends.llama_server import LlamaServerBackend
 from runtime.backends.openai_server import OpenAIBackend
 from runtime.backends.profiles import load_profiles

@@ -10,8 +10,8 @@ from PySide6.QtCore import QPoint
 from editor.canvas import END_KEY, START_KEY, Canvas, node_type_mime
 from editor.commands import RenameNodeCommand, SetExitCommand, SetNodeFieldCommand, add_nodes, remove_nodes
 from editor.document import Document
-from runtime.asset import END, Asset, new_node
-from runtime.validation import validate_asset
+from runtime.asset.model import END, Asset, new_node
+from runtime.asset.validation import validate_asset
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from editor.commands import MoveCommand, SetNodeFieldCommand, add_nodes, remove_nodes
 from editor.document import Document
-from runtime.asset import Asset, new_node
-from runtime.asset_file import dumps_asset
+from runtime.asset.file import dumps_asset
+from runtime.asset.model import Asset, new_node
 
 
 def make() -> Document:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
-from runtime.history import load_history
+from runtime.dialogue.dialog_file import load_history
 from tests.editor.live import example, sample_model, talk
 
 pytestmark = pytest.mark.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from editor.document import Document, FieldRejected
-from runtime.asset import Asset, new_node
+from runtime.asset.model import Asset, new_node
 
 
 def make() -> Document:

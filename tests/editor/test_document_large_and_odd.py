@@ -10,7 +10,7 @@ import time
 import pytest
 
 from editor.document import Document, FieldRejected
-from runtime.asset import Asset, new_node
+from runtime.asset.model import Asset, new_node
 
 
 def chain(count: int) -> Document:

@@ -15,7 +15,7 @@ from editor.docks.properties import field_editors
 from editor.docks.properties.dock import PropertiesDock
 from editor.document import Document
 from editor.node_types import SUMMARY_WIDTH, view_of
-from runtime.asset import Asset, new_node
+from runtime.asset.model import Asset, new_node
 from runtime.problems import Problem
 
 

@@ -9,8 +9,8 @@ import pytest
 from editor.docks.properties import field_editors
 from editor.docks.properties.dock import PropertiesDock
 from editor.document import Document
-from runtime.asset import Asset, new_node
-from runtime.asset_file import load_asset, save_asset
+from runtime.asset.file import load_asset, save_asset
+from runtime.asset.model import Asset, new_node
 
 LONG = "You are Mira, the innkeeper. " * 40  # 1,160 characters
 

@@ -17,7 +17,7 @@ from editor.canvas import node_type_mime
 from editor.main_window import DOCKS
 from editor.node_types import categories
 from editor.recovery import SUFFIX
-from runtime.asset_file import dumps_asset, load_asset
+from runtime.asset.file import dumps_asset, load_asset
 from runtime.resources import examples_dir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtWidgets import QFileDialog
 
 from editor.docks.properties.field_editors import ModelEditor
-from runtime.models import MODELS_DIR_ENV, SAMPLE_MODEL, list_models
+from runtime.models.folder import MODELS_DIR_ENV, SAMPLE_MODEL, list_models
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
 

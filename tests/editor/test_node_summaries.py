@@ -10,8 +10,8 @@ from PySide6.QtGui import QFontMetricsF
 
 from editor import node_appearance
 from editor.node_types import SUMMARY_LINES, view_of
-from runtime.asset import Asset, new_node
-from runtime.asset_file import load_asset
+from runtime.asset.file import load_asset
+from runtime.asset.model import Asset, new_node
 from runtime.resources import examples_dir
 
 JARGON = re.compile(r"\(agent\)|\bctx\b|history assistant|\u00b7 full|BM25|\btok\b")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from runtime.asset_file import load_asset
+from runtime.asset.file import load_asset
 from runtime.resources import examples_dir
 
 

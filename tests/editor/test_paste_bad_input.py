@@ -7,7 +7,7 @@ import json
 import pytest
 
 from editor.commands import add_nodes
-from runtime.asset import new_node
+from runtime.asset.model import new_node
 
 
 def test_pasted_nodes_sharing_an_id_get_their_own_ids_and_undo_and_redo_whole(window):

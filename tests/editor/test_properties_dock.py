@@ -19,7 +19,7 @@ from editor.docks.properties.field_editors import (
 from editor.docks.properties.list_editor import ModelListEditor
 from editor.docks.properties.mustache import MustacheHighlighter, mustache_tags
 from editor.document import Document
-from runtime.asset import NODE_TYPES, Asset, new_node
+from runtime.asset.model import NODE_TYPES, Asset, new_node
 
 
 @pytest.fixture

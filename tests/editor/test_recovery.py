@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QMessageBox
 from editor import recovery as recovery_module
 from editor import settings as app_settings
 from editor.recovery import SUFFIX, left_behind
-from runtime.asset import Asset, new_node
-from runtime.asset_file import asset_to_dict
+from runtime.asset.file import asset_to_dict
+from runtime.asset.model import Asset, new_node
 
 
 def _leave(folder: pathlib.Path, name: str, saved_at: float, original: str = "", **asset_fields) -> pathlib.Path:

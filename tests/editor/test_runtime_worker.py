@@ -11,8 +11,8 @@ from PySide6.QtCore import QThread
 
 from editor.commands import set_node_field
 from editor.runtime_worker import LiveConversation, held_edits
+from runtime.dialogue.history import ToolExchange
 from runtime.events import Token
-from runtime.history import ToolExchange
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
 
 pytestmark = pytest.mark.model

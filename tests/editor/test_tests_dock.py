@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.backends.scripted import ScriptedBackend, default_reply
 from runtime.suites import load_suite
 

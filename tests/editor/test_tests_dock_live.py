@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.asset_file import save_asset
+from runtime.asset.file import save_asset
 from runtime.resources import examples_dir
 from tests.editor.live import example, sample_model, talk
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from runtime.prompt import SUMMARY_HEADING
+from runtime.prompting.prompt import SUMMARY_HEADING
 from tests.editor.live import example, sample_model, talk
 
 pytestmark = pytest.mark.model

@@ -3,7 +3,7 @@ and is estimated with the problem named, never a RuntimeError."""
 
 from __future__ import annotations
 
-from runtime.asset import Asset, new_node
+from runtime.asset.model import Asset, new_node
 
 
 def test_the_editor_and_the_vram_dock_name_an_unknown_home_folder(window):

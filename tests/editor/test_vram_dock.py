@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from editor.commands import set_node_field
-from runtime.estimator import GIB, Settings, estimate_asset
-from runtime.models import resolve_model
+from runtime.asset.estimate import estimate_asset
+from runtime.models.folder import resolve_model
+from runtime.models.memory import GIB, Settings
 from tests.editor.live import example, sample_model
 
 pytestmark = pytest.mark.model  # reads the sample model's GGUF header

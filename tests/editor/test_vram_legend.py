@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from runtime.asset import Asset, new_node
-from runtime.models import MODELS_DIR_ENV
+from runtime.asset.model import Asset, new_node
+from runtime.models.folder import MODELS_DIR_ENV
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
 

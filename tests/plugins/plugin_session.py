@@ -16,10 +16,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_PREFERRED_BINDING", "PySide6")
 
 from runtime.agent import Agent
-from runtime.asset_file import asset_from_dict
-from runtime.models import sample_model_for_checks
+from runtime.asset.file import asset_from_dict
+from runtime.asset.validation import validate_asset
+from runtime.models.folder import sample_model_for_checks
 from runtime.nodes import NODE_TYPES, PLUGIN_PROBLEMS
-from runtime.validation import validate_asset
 
 out: dict = {"registered": "Remember" in NODE_TYPES, "plugin_problems": list(PLUGIN_PROBLEMS),
              "package": NODE_TYPES["Remember"].package if "Remember" in NODE_TYPES else ""}
@@ -79,7 +79,7 @@ backend.close()
 from PySide6.QtWidgets import QApplication
 
 from editor.main_window import MainWindow
-from runtime.asset_file import save_asset
+from runtime.asset.file import save_asset
 
 app = QApplication.instance() or QApplication(sys.argv)
 workdir = Path(sys.argv[1])

@@ -6,7 +6,7 @@ import random
 import zlib
 from typing import Any
 
-from runtime.asset import Asset, new_node
+from runtime.asset.model import Asset, new_node
 from runtime.backends.base import GenerationRequest
 from runtime.backends.scripted import ScriptedBackend, default_reply
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics

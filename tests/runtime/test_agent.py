@@ -6,10 +6,13 @@ import threading
 
 import pytest
 
+import runtime.agent as agent_module
 from runtime.agent import Agent, TurnCancelled, TurnError
-from runtime.asset_file import load_asset
-from runtime.backends.base import BackendError, GenerationRequest
+from runtime.asset.file import load_asset
+from runtime.asset.model import Asset, new_node
+from runtime.backends.base import GenerationRequest
 from runtime.backends.scripted import ScriptedBackend, default_reply
+from runtime.dialogue.history import Reply, ToolExchange
 from runtime.events import (
     NodeFinished,
     NodeStarted,
@@ -20,9 +23,9 @@ from runtime.events import (
     TurnFinished,
     TurnWarning,
 )
-from runtime.history import Reply, ToolExchange
+from runtime.problems import BackendError
+from runtime.prompting.templates import TemplateError
 from runtime.resources import examples_dir
-from runtime.templates import TemplateError
 from tests.runtime.conversations import asset, backend, node_diag, prompt_of
 
 
@@ -337,3 +340,26 @@ def test_max_tokens_not_below_the_models_context_is_a_clear_error():
     agent = Agent(graph, ScriptedBackend(context_size=512))
     with pytest.raises(TurnError, match=r"npc\.max_tokens: max_tokens \(600\) must be .* less than the context size \(512\)"):
         agent.run_turn("hi")
+
+
+def test_token_counts_forget_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr(agent_module, "TOKEN_COUNT_CACHE", 3)
+    backend = ScriptedBackend()
+    counted: list[str] = []
+    original = backend.count_tokens
+
+    def count_tokens(model, text):
+        counted.append(text)
+        return original(model, text)
+
+    monkeypatch.setattr(backend, "count_tokens", count_tokens)
+    agent = Agent(Asset(nodes=[new_node("Generate", "g")], start_node="g"), backend)
+    count = agent.token_counter("m")
+    for text in ("a", "b", "c", "a", "d"):  # "a" used again: "b" is the oldest when "d" comes
+        count(text)
+    counted.clear()
+    for text in ("a", "c", "d"):
+        count(text)
+    assert counted == [], "the recent counts were kept (clearing all made every one recounted)"
+    count("b")
+    assert counted == ["b"]

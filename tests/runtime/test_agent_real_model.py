@@ -11,12 +11,12 @@ import threading
 import pytest
 
 from runtime.agent import Agent, TurnCancelled
-from runtime.asset_file import load_asset
-from runtime.backends.base import BackendError
+from runtime.asset.file import load_asset
 from runtime.backends.llama import CANONICAL_BLOCK
+from runtime.dialogue.dialog_file import dumps_history, parse_history
 from runtime.events import Speak, Summarized, Token, ToolCalled
-from runtime.history import dumps_history, parse_history
-from runtime.prompt import SUMMARY_HEADING
+from runtime.problems import BackendError
+from runtime.prompting.prompt import SUMMARY_HEADING
 from runtime.resources import examples_dir
 
 pytestmark = pytest.mark.model

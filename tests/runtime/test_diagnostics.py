@@ -7,7 +7,7 @@ import json
 import jsonschema
 
 from runtime.agent import Agent
-from runtime.asset_file import load_asset
+from runtime.asset.file import load_asset
 from runtime.backends.scripted import ScriptedBackend
 from runtime.diagnostics import TurnDiagnostics
 from runtime.resources import examples_dir, schemas_dir

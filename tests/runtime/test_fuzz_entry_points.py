@@ -25,15 +25,15 @@ from gguf import GGUFValueType as T
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runtime import models as models_module
-from runtime.asset import Asset, new_node
-from runtime.asset_file import save_asset
-from runtime.clipboard import nodes_from_text, prepare_paste
-from runtime.gguf_metadata import GGUFError, clear_cache, read_gguf
-from runtime.history import HistoryError, dumps_history, history_from_dict, parse_history
+from runtime.asset.clipboard import nodes_from_text, prepare_paste
+from runtime.asset.file import save_asset
+from runtime.asset.model import Asset, new_node
+from runtime.dialogue.dialog_file import HistoryError, dumps_history, history_from_dict, parse_history
+from runtime.models import folder as models_module
+from runtime.models.gguf import GGUFError, clear_cache, read_gguf
 from runtime.names import ID_PATTERN, SLOT_PATTERN
 from runtime.problems import AssetError, InputError
-from runtime.templates import TemplateError, render_template
+from runtime.prompting.templates import TemplateError, render_template
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
 FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,7 +74,7 @@ def _saved_dialog() -> dict:
     """A real dialog file with branches, summaries, windows and variables, to mutate."""
     from runtime.agent import Agent
     from runtime.backends.scripted import ScriptedBackend
-    from runtime.history import history_to_dict
+    from runtime.dialogue.dialog_file import history_to_dict
     from tests.runtime.conversations import asset
 
     agent = Agent(asset(("Generate", "npc", {"context_size": 512, "max_tokens": 16, "system_prompt": "hi"}),

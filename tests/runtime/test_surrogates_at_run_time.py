@@ -9,8 +9,8 @@ import json
 import pytest
 
 from runtime.agent import Agent
-from runtime.asset import Asset, new_node
-from runtime.asset_file import load_asset
+from runtime.asset.file import load_asset
+from runtime.asset.model import Asset, new_node
 from runtime.backends.scripted import ScriptedBackend
 from runtime.diagnostics import TurnDiagnostics
 from runtime.names import utf8, without_surrogates

@@ -11,8 +11,8 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from editor.backend_choice import EMBEDDED_LABEL
-from runtime.asset import Asset
-from runtime.history import Reply, SavedDialog, ToolExchange
+from runtime.asset.model import Asset
+from runtime.dialogue.history import Reply, SavedDialog, ToolExchange
 
 STYLE = """
   .turn { color: #8a8a8a; font-size: small; }

@@ -46,9 +46,10 @@ from editor.sample_model_download import (
 )
 from runtime.agent import turn_reply
 from runtime.backends.profiles import EMBEDDED
+from runtime.dialogue.dialog_file import HistoryError, load_history
+from runtime.dialogue.history import Reply, SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
-from runtime.history import HistoryError, Reply, SavedDialog, load_history
-from runtime.models import SAMPLE_MODEL, models_dir
+from runtime.models.folder import SAMPLE_MODEL, models_dir
 from runtime.nodes import NODE_TYPES
 from runtime.problems import InputError
 from runtime.suites import case_from_turns, save_case

@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from runtime.agent import Agent
-from runtime.asset import VariableValue
-from runtime.history import Reply, SavedDialog, Turn
+from runtime.asset.model import VariableValue
+from runtime.dialogue.history import Reply, SavedDialog, Turn
 
 PLAYER, REPLY, NODE = range(3)
 

@@ -16,7 +16,7 @@ from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
 from editor.document import Document, FieldRejected
 from editor.node_types import view_of
-from runtime.asset import END, NODE_TYPES, Asset, NodeBase
+from runtime.asset.model import END, NODE_TYPES, Asset, NodeBase
 from runtime.problems import Problem
 
 AGENT_EXCLUDE = ("version", "nodes")

@@ -257,7 +257,7 @@ class RawJsonDock(QDockWidget):
             self.save_to(path)
 
     def save_to(self, path: str) -> bool:
-        from runtime.asset_file import atomic_write_text
+        from runtime.files.writing import atomic_write_text
 
         try:
             atomic_write_text(path, self.text())

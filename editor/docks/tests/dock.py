@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from editor.document import Document
 from editor.runtime_worker import turn_record
 from editor.suite_run import SuiteRun
-from runtime.asset import Asset
+from runtime.asset.model import Asset
 from runtime.problems import InputError, Problem
 from runtime.suites import (
     CaseResult,

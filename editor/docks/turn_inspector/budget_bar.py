@@ -8,7 +8,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from runtime.budget import TRIM_TARGET_PERCENT
+from runtime.prompting.budget import TRIM_TARGET_PERCENT
 
 SEGMENT_COLOURS = {
     "system": QColor(86, 140, 200),

@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.runtime_worker import LiveConversation, TurnRecord
-from runtime.budget import TRIM_TARGET_PERCENT
 from runtime.diagnostics import NodeDiagnostics, PromptMessage
-from runtime.prompt import PART_LABELS, PromptPart, budget_segments
+from runtime.prompting.budget import TRIM_TARGET_PERCENT
+from runtime.prompting.prompt import PART_LABELS, PromptPart, budget_segments
 
 PART_COLOURS = {
     "system": "#568cc8",

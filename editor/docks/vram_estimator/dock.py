@@ -1,4 +1,4 @@
-"""The VRAM Estimator dock: the graph's RAM and VRAM needs from ``runtime.estimator``, on every edit.
+"""The VRAM Estimator dock: the graph's RAM and VRAM needs from ``runtime.models.memory``, on every edit.
 
 The estimate is always for running the graph on this computer. When the agent runs on a server
 (the backend picker), the dock says so, and which backend each turn of the conversation ran on.
@@ -26,17 +26,9 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.runtime_worker import LiveConversation
-from runtime.estimator import (
-    GPU_PRESETS_GB,
-    KV_TYPES,
-    MIB,
-    Estimate,
-    EstimateError,
-    Settings,
-    estimate_asset,
-    gpu_memory_bytes,
-)
-from runtime.models import resolve_model
+from runtime.asset.estimate import Estimate, estimate_asset
+from runtime.models.folder import resolve_model
+from runtime.models.memory import GPU_PRESETS_GB, KV_TYPES, MIB, EstimateError, Settings, gpu_memory_bytes
 
 VERDICT_COLOURS = {"fits": "#6fcf7f", "tight": "#e5c07b", "does not fit": "#ff7b7b", "no GPU": "#9a9a9a"}
 WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 220)]

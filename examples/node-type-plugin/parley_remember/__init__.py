@@ -3,7 +3,7 @@ result in an agent variable, so later turns can use it as ``{{vars.NAME}}`` (the
 a promise, the quest they took).
 
 Everything the runtime needs is the model class below and ``NODE_TYPE``; the editor's look is
-in ``parley_remember.view`` (imported only by the editor). Import nothing from ``runtime.asset``
+in ``parley_remember.view`` (imported only by the editor). Import nothing from ``runtime.asset.model``
 here: the asset model is built from the registry this module is being added to.
 """
 
@@ -16,8 +16,8 @@ from pydantic import Field
 
 from runtime.diagnostics import NodeInput, PromptMessage
 from runtime.nodes import END, SLOT_PATTERN, NodeBase, NodeChecks, NodeRun, NodeType, TurnError, field_help
-from runtime.prompt import template_values
-from runtime.templates import TemplateError, render_template
+from runtime.prompting.prompt import template_values
+from runtime.prompting.templates import TemplateError, render_template
 
 
 class Remember(NodeBase):
@@ -39,7 +39,7 @@ class Remember(NodeBase):
 
     def run(self, run: NodeRun) -> str:
         line = run.turn.player
-        values = template_values(line, run.turn.instructions, run.turn.slots, run.agent.variables)
+        values = template_values(line, run.turn.instructions, run.turn.slots, run.variables)
         run.diag.input = NodeInput(prompt=[PromptMessage(role="user", content=line)])
         if self.only_if_matches and not re.search(self.only_if_matches, line, re.IGNORECASE):
             run.diag.output = ""
@@ -49,7 +49,7 @@ class Remember(NodeBase):
             text = render_template(self.value, values, self.id, "value", run.source).strip()
         except TemplateError as exc:
             raise TurnError(str(exc), self.id, "value") from None
-        run.agent.variables[self.variable] = text
+        run.set_variable(self.variable, text)
         run.turn.slots[self.id] = text
         run.diag.output = text
         return "default_exit"

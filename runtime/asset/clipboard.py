@@ -1,0 +1,115 @@
+"""Copy and paste of nodes as JSON text, in the asset file's own node format.
+
+What is copied is ``{"nodes": [...]}`` with each node exactly as a saved asset
+writes it, so nodes paste between windows, into another program, and out of a
+saved asset's JSON (a whole asset, a list of nodes or one node all paste).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from pydantic import ValidationError
+
+from runtime.asset.file import node_to_dict, node_value_problems, parse_asset_json, problems_from_validation
+from runtime.asset.model import END, NODE_TYPES, NodeBase, is_valid_id
+from runtime.names import shown_name
+from runtime.problems import AssetError, Problem
+
+SOURCE = "clipboard"
+
+
+def nodes_to_text(nodes: Iterable[NodeBase]) -> str:
+    raw = [node_to_dict(n) for n in nodes]
+    return json.dumps({"nodes": raw}, indent=2, ensure_ascii=False) + "\n"
+
+
+def nodes_from_text(text: str) -> list[NodeBase]:
+    """The nodes in clipboard text. Raises ``AssetError`` naming each bad node and field: the same
+    values are refused as when an asset file is opened (true or text in a number field, NaN,
+    numbers too long to convert, lone surrogates)."""
+    try:
+        raw = parse_asset_json(text, SOURCE)
+    except AssetError as exc:
+        raise AssetError([Problem("error", f"not node JSON: {p.message.removeprefix('malformed JSON: ')}", SOURCE,
+                                  line=p.line, column=p.column) for p in exc.problems]) from None
+    if isinstance(raw, dict) and isinstance(raw.get("nodes"), list):
+        items = raw["nodes"]
+    elif isinstance(raw, list):
+        items = raw
+    elif isinstance(raw, dict) and "type" in raw:
+        items = [raw]
+    else:
+        raise AssetError([Problem("error", "no nodes: expected an asset, a list of nodes or one node", SOURCE)])
+    nodes: list[NodeBase] = []
+    problems: list[Problem] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(Problem("error", "a node is a JSON object", SOURCE, node_id=f"nodes[{index}]"))
+            continue
+        node_id = item.get("id")
+        label = shown_name(node_id) if isinstance(node_id, str) and node_id else f"nodes[{index}]"
+        kind = item.get("type")
+        cls = NODE_TYPES.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            what = f"unknown node type {kind!r}" if isinstance(kind, str) else (
+                "a node needs a 'type'" if kind is None else f"a node's type is a name, not {json.dumps(kind)[:60]}")
+            problems.append(Problem("error", f"{what}; expected one of {', '.join(NODE_TYPES)}", SOURCE,
+                                    node_id=label, field="type"))
+            continue
+        refused = node_value_problems(item, SOURCE)
+        if refused:
+            problems.extend(Problem("error", p.message, SOURCE, node_id=label, field=p.field) for p in refused)
+            continue
+        try:
+            nodes.append(cls.model_validate(item))
+        except ValidationError as exc:
+            for p in problems_from_validation(exc, {"nodes": [item]}, SOURCE):
+                problems.append(Problem("error", p.message, SOURCE, node_id=label, field=p.field))
+    if problems:
+        raise AssetError(problems)
+    return nodes
+
+
+def prepare_paste(
+    nodes: list[NodeBase],
+    taken_ids: set[str],
+    offset: tuple[float, float] = (40.0, 40.0),
+) -> list[NodeBase]:
+    """Copies of ``nodes`` with ids unused in ``taken_ids`` and unique among themselves, exits between
+    them repointed, exits to nodes that do not exist ended, and positions moved by ``offset``.
+    When pasted nodes share an id, exits to that id go to the first of them."""
+    new_ids: list[str] = []
+    first: dict[str, str] = {}  # pasted id -> the new id of the first node that had it
+    used = set(taken_ids)
+    for node in nodes:
+        new_id = _free_id(node.id, used)
+        used.add(new_id)
+        new_ids.append(new_id)
+        first.setdefault(node.id, new_id)
+
+    def target(old: str) -> str:
+        if old == END:
+            return END
+        if old in first:
+            return first[old]
+        return old if old in taken_ids else END
+
+    out: list[NodeBase] = []
+    for node, new_id in zip(nodes, new_ids):
+        repointed = node.with_exits({port: target(old) for port, old in node.exits().items()})
+        x, y = node.position
+        out.append(repointed.model_copy(update={"id": new_id, "position": (x + offset[0], y + offset[1])}))
+    return out
+
+
+def _free_id(wanted: str, used: set[str]) -> str:
+    base = wanted if is_valid_id(wanted) else "node"
+    if base not in used:
+        return base
+    stem = base.rstrip("0123456789").rstrip("_") or base
+    n = 2
+    while f"{stem}_{n}" in used:
+        n += 1
+    return f"{stem}_{n}"

@@ -1,0 +1,236 @@
+"""Graph-level checks of an asset: the problems a single field cannot see.
+
+Field types and ranges are checked by the model on load (``runtime.asset.file``);
+this module checks how nodes fit together and warns about the pitfalls the spec
+names. It runs on every edit in the editor, so it stays cheap: no model is loaded,
+and token counts come from the caller's counter (a real tokenizer when one is
+loaded, an estimate otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runtime.asset.file import load_asset
+from runtime.asset.model import END, Asset, ModelParams, NodeBase
+from runtime.models.folder import ModelFileError, resolve_model
+from runtime.models.gguf import GGUFInfo, read_gguf
+from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks
+from runtime.nodes.checks import GraphShape, ModelContext, TokenCounter, estimate_tokens
+from runtime.problems import AssetError, InputError, Problem
+
+__all__ = ["ModelContext", "ModelFiles", "TokenCounter", "Validator", "check_file", "estimate_tokens", "validate_asset"]
+
+
+_LOOKUP_ERRORS = (InputError, ModelFileError, OSError, ValueError)
+
+
+class ModelFiles:
+    """The model files an asset names, looked up on this machine: their trained context size (from the
+    GGUF header, cached) and why a file cannot be used. Lookups never raise."""
+
+    def __init__(self, asset_dir: str | os.PathLike[str] | None = None) -> None:
+        self.asset_dir = asset_dir
+        # One lookup per model name for this object's life (one validation): nodes share models.
+        self._found: dict[str, GGUFInfo | Exception] = {}
+
+    def _info(self, name: str) -> GGUFInfo:
+        if name not in self._found:
+            try:
+                self._found[name] = read_gguf(resolve_model(name, self.asset_dir))
+            except _LOOKUP_ERRORS as exc:
+                self._found[name] = exc
+        found = self._found[name]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def context(self, name: str) -> int | None:
+        try:
+            return self._info(name).context_length or None
+        except _LOOKUP_ERRORS:
+            return None
+
+    def problem(self, name: str) -> str | None:
+        try:
+            self._info(name)
+        except _LOOKUP_ERRORS as exc:
+            return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        return None
+
+
+def validate_asset(
+    asset: Asset,
+    source: str = "",
+    asset_dir: str | os.PathLike[str] | None = None,
+    count_tokens: TokenCounter | None = None,
+    model_context: ModelContext | None = None,
+    models: ModelFiles | None = None,
+) -> list[Problem]:
+    """Every graph-level error and warning, in node order. With ``models``, model files are looked up
+    (a missing or unreadable one is a warning) and their context sizes feed the budget checks."""
+    return Validator().validate(asset, source, asset_dir, count_tokens, model_context, models)
+
+
+class _NodeFacts:
+    """What validation keeps about one node object while it is unchanged (the editor replaces a
+    node it changes; only its position is set in place, and no rule reads it)."""
+
+    __slots__ = ("entry", "local", "memo", "node", "own_model", "uses_model")
+
+    def __init__(self, node: NodeBase) -> None:
+        self.node = node  # kept alive, so id(node) names this object for as long as the facts live
+        self.entry = (node.id, tuple(node.exits().values()))
+        self.uses_model = node.uses_model()
+        self.own_model = node.model_name if isinstance(node, ModelParams) else ""
+        self.local: tuple[tuple, list[Problem]] | None = None  # (what check() saw, its problems)
+        self.memo: dict = {}  # NodeChecks.node_value
+
+
+class Validator:
+    """``validate_asset`` for an asset validated again after every edit (the editor's document).
+
+    It gives exactly the problems ``validate_asset`` gives, in the same order, but keeps what an
+    edit cannot have changed: each node's own rules (``check``) while the node object is the same
+    (the editor replaces a node it changes), and the graph's walks (reachability, what runs after
+    what) while the ids, exits and start node are as they were. The rules that need the rest of the
+    graph (``check_in_graph``) run on every validation, on those kept walks.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[int, _NodeFacts] = {}
+        self._shape: GraphShape | None = None
+        self._local_key: tuple = ()
+
+    def validate(
+        self,
+        asset: Asset,
+        source: str = "",
+        asset_dir: str | os.PathLike[str] | None = None,
+        count_tokens: TokenCounter | None = None,
+        model_context: ModelContext | None = None,
+        models: ModelFiles | None = None,
+    ) -> list[Problem]:
+        if model_context is None and models is not None:
+            model_context = models.context
+        kept = self._facts
+        facts: dict[int, _NodeFacts] = {}
+        for node in asset.nodes:
+            fact = kept.get(id(node))
+            facts[id(node)] = fact if fact is not None and fact.node is node else _NodeFacts(node)
+        self._facts = facts
+        ordered = [facts[id(node)] for node in asset.nodes]
+        entries = tuple(f.entry for f in ordered)
+        shape = self._shape
+        if shape is None or shape.start != asset.start_node or shape.key[1] != entries:
+            shape = self._shape = GraphShape(asset.start_node, entries)
+
+        problems: list[Problem] = [Problem("warning", p, source) for p in PLUGIN_PROBLEMS]
+        checks = NodeChecks(asset, problems, source, asset_dir, count_tokens, model_context, shape,
+                            lambda node: facts[id(node)].memo)
+
+        def error(message: str, node_id: str = "", field: str = "") -> None:
+            problems.append(Problem("error", message, source, node_id, field))
+
+        def warning(message: str, node_id: str = "", field: str = "") -> None:
+            problems.append(Problem("warning", message, source, node_id, field))
+
+        problems += shape.walk(("repeated ids", source), lambda: _repeated_ids(shape, source))
+        by_id = checks.by_id
+
+        if not asset.nodes:
+            error("the asset has no nodes; add one and make it the start node", field="nodes")
+        if not asset.start_node:
+            if asset.nodes:
+                error("no start node is set", field="start_node")
+        elif asset.start_node not in by_id:
+            error(f"start node {asset.start_node!r} is not a node of this asset", field="start_node")
+
+        dangling = set(shape.dangling)
+        default_model = asset.default_model
+        # What a node's own rules see besides the node; the same object while it stays the same, so
+        # that each node's kept result is checked with ``is`` (comparing paths 5,000 times is not free).
+        local_key = (source, asset_dir, count_tokens)
+        if local_key != self._local_key:
+            self._local_key = local_key
+        local_key = self._local_key
+        for index, (node, fact) in enumerate(zip(asset.nodes, ordered)):
+            if index in dangling:
+                for port, target in node.exits().items():
+                    if target != END and target not in by_id:
+                        error(f"exit names no node: {target!r}", node.id, node.exit_field(port))
+            if fact.uses_model and not (fact.own_model or default_model):
+                warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
+            if fact.local is not None and fact.local[0] is local_key and not node.CHECK_READS_FILES:
+                problems += fact.local[1]
+            else:
+                first = len(problems)
+                node.check(checks.about(node))
+                fact.local = (local_key, problems[first:])
+
+        if asset.start_node in by_id:
+            seen, reported = shape.walk(("reachability", source), lambda: _reachability(asset, checks, source))
+            checks.reachable = set(seen)
+            problems += reported
+
+        if models is not None:
+            reported_models: set[str] = set()
+            for node, fact in zip(asset.nodes, ordered):
+                name = (fact.own_model or default_model) if fact.uses_model else ""
+                if name and name not in reported_models:
+                    reported_models.add(name)
+                    trouble = models.problem(name)
+                    if trouble:
+                        own = bool(fact.own_model)
+                        warning(trouble, node.id if own else "", "model_name" if own else "default_model")
+        for node in asset.nodes:
+            node.check_in_graph(checks.about(node))
+        return problems
+
+
+def _repeated_ids(shape: GraphShape, source: str) -> list[Problem]:
+    seen: set[str] = set()
+    repeated = []
+    for node_id, _targets in shape.key[1]:
+        if node_id in seen:
+            repeated.append(Problem("error", "two nodes share this id; ids must be unique", source, node_id, "id"))
+        seen.add(node_id)
+    return repeated
+
+
+def _reachability(asset: Asset, checks: NodeChecks, source: str) -> tuple[set[str], list[Problem]]:
+    """Warn about nodes no turn reaches and fail loops no turn leaves; returns the reachable ids and
+    the problems. Two walks, each visiting every node and exit once: forward from the start node,
+    and back from the nodes that can end the turn. Depends on the graph's shape only."""
+    problems: list[Problem] = []
+    stack = [asset.start_node]
+    seen = {asset.start_node}
+    while stack:
+        for nxt in checks.successors(stack.pop()):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+    for node_id, _targets in checks.shape.key[1]:
+        if node_id not in seen:
+            problems.append(Problem("warning", "unreachable: no path from the start node leads here", source, node_id))
+
+    # Nodes that can reach END: those with an END exit (or one that names no node, reported
+    # above), then everything that leads to them.
+    can_end = checks.leading_to(checks.shape.ends)
+    for node_id in sorted(n for n in seen if n not in can_end):
+        problems.append(Problem(
+            "error", "every path from this node loops back without reaching END: the turn can never finish",
+            source, node_id))
+    return seen, problems
+
+
+def check_file(path: str | os.PathLike[str], **kwargs) -> list[Problem]:
+    """Load and validate one asset file: every problem, load errors included."""
+    try:
+        asset = load_asset(path)
+    except AssetError as exc:
+        return exc.problems
+    kwargs.setdefault("models", ModelFiles(Path(path).parent))
+    return validate_asset(asset, str(path), asset_dir=Path(path).parent, **kwargs)

@@ -1,0 +1,1 @@
+"""The Retrieve node (``node``) and its knowledge index (``index``)."""

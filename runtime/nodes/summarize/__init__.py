@@ -1,0 +1,1 @@
+"""The Summarize node (``node``) and the rolling summary it folds (``folding``)."""
