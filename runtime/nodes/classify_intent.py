@@ -34,6 +34,16 @@ NONE_LABELS = ("none", "none_of_these", "no_intent_matches")
 LAST_NONE_LABEL = "none-of-the-above"
 
 
+def intent_port(name: str) -> str:
+    """The exit port of the intent called ``name``."""
+    return f"{INTENT_PORT_PREFIX}{name}"
+
+
+def port_intent(port: str) -> str | None:
+    """The intent name an exit port stands for, or None for a port that is no intent's."""
+    return port[len(INTENT_PORT_PREFIX):] if port.startswith(INTENT_PORT_PREFIX) else None
+
+
 def none_label(names: list[str]) -> str:
     """The "none of these" label the classifier may answer with: one no intent is named."""
     return next((label for label in NONE_LABELS if label not in names), LAST_NONE_LABEL)
@@ -59,13 +69,13 @@ class ClassifyIntent(NodeBase, ModelParams):
     fallback_exit: str = Field(END, **field_help("Node that runs when classification fails. Empty ends the turn.", "Exits"))
 
     def exits(self) -> dict[str, str]:
-        out = {f"{INTENT_PORT_PREFIX}{i.name}": i.exit for i in self.intents}
+        out = {intent_port(i.name): i.exit for i in self.intents}
         out["fallback_exit"] = self.fallback_exit
         return out
 
     def exit_field(self, port: str) -> str:
-        if port.startswith(INTENT_PORT_PREFIX):
-            name = port[len(INTENT_PORT_PREFIX):]
+        name = port_intent(port)
+        if name is not None:
             for index, intent in enumerate(self.intents):
                 if intent.name == name:
                     return f"intents.{index}.exit"
@@ -73,9 +83,8 @@ class ClassifyIntent(NodeBase, ModelParams):
         return super().exit_field(port)
 
     def exit_label(self, port: str) -> str:
-        if port.startswith(INTENT_PORT_PREFIX):
-            return port[len(INTENT_PORT_PREFIX):]
-        return super().exit_label(port)
+        name = port_intent(port)
+        return name if name is not None else super().exit_label(port)
 
     @field_validator("intents")
     @classmethod
@@ -109,7 +118,7 @@ class ClassifyIntent(NodeBase, ModelParams):
         chosen = result.text.strip()
         if chosen in names:
             run.turn.slots[self.slot] = chosen
-            return f"{INTENT_PORT_PREFIX}{chosen}"
+            return intent_port(chosen)
         run.turn.slots[self.slot] = ""
         return "fallback_exit"
 

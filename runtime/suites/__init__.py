@@ -42,6 +42,7 @@ from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import load_history
 from runtime.dialogue.history import ToolExchange, Turn
 from runtime.files.reading import read_input_text
+from runtime.nodes.classify_intent import port_intent
 from runtime.problems import BackendError, InputError, Problem
 
 SUITE_SUFFIXES = (".suite.yaml", ".suite.yml")
@@ -378,7 +379,7 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
     for node, port in expect.exits.items():
         checks.append(Check("exits", taken.get(node) == port, f"{node} takes {port} (took {taken.get(node) or 'none: not run'})"))
     if expect.intent is not None:
-        chosen = next((p.split(":", 1)[1] for p in taken.values() if p.startswith("intent:")), "")
+        chosen = next((name for p in taken.values() if (name := port_intent(p)) is not None), "")
         checks.append(Check("intent", chosen == expect.intent, f"intent {expect.intent or '(none)'} (chose {chosen or '(none)'})"))
     for slot, value in expect.slots.items():
         actual = result.slots.get(slot)
@@ -789,7 +790,7 @@ def case_from_turns(name: str, turns: list[tuple[TurnDiagnostics, Turn]], variab
     out: list[dict[str, Any]] = []
     for diag, turn in turns:
         expect: dict[str, Any] = {"path": list(diag.path)}
-        exits = {n.node: n.exit for n in diag.nodes if n.exit.startswith("intent:") or n.exit == "fallback_exit"}
+        exits = {n.node: n.exit for n in diag.nodes if port_intent(n.exit) is not None or n.exit == "fallback_exit"}
         if exits:
             expect["exits"] = exits
         for tool, arguments in tool_calls(turn)[:1]:
