@@ -36,6 +36,8 @@ def test_readme_layout_table_matches_the_tree():
            and not p.name.endswith(".egg-info") and p.name not in ("build", "dist")}
     assert top <= named, f"folders missing from the README's layout table: {sorted(top - named)}"
     assert all((root / name).is_dir() for name in named), sorted(n for n in named if not (root / n).is_dir())
+    packages = {f"runtime/{p.name}" for p in (root / "runtime").iterdir() if (p / "__init__.py").is_file()}
+    assert packages <= named, f"runtime packages missing from the layout table: {sorted(packages - named)}"
     docks = {p.name for p in (root / "editor" / "docks").iterdir() if (p / "dock.py").is_file()}
     docks_row = next(line for line in table.splitlines() if line.startswith("| `editor/docks/`"))
     assert all(f"`{name}`" in docks_row for name in docks), sorted(docks)

@@ -1,7 +1,7 @@
 """The parameters of the llama.cpp context the llama backend creates for each node.
 
 One place for them: ``runtime/backends/llama.py`` creates its contexts from
-:func:`context_params`, and ``runtime/estimator.py`` takes its defaults from the
+:func:`context_params`, and ``runtime/models/memory.py`` takes its defaults from the
 same constants, so the estimate describes the contexts the runtime really makes.
 Plain Python, so the estimator (and the editor's VRAM panel) can import it without
 loading llama.cpp.

@@ -6,7 +6,7 @@ The numbers follow the llama.cpp version vendored in llama-cpp-python 0.3.36; th
 formulas and the source of each are in ``docs/sizing.md``. The KV cache and the
 weights are computed the way llama.cpp allocates them; the compute buffer is a
 model of ggml's graph allocator checked against llama.cpp's own reports
-(``tests/runtime/test_estimator_accuracy.py``).
+(``tests/runtime/asset/test_estimate_accuracy.py``).
 
 Everything after the GGUF header has been read is plain arithmetic on cached
 shapes. This module knows nothing of assets: ``runtime.asset.estimate`` applies it to one.
@@ -70,7 +70,7 @@ class EstimateError(InputError):
 @dataclass(frozen=True)
 class Settings:
     """How the contexts would be created. Defaults are those of our llama backend
-    (``runtime/backends/context_settings.py``, the same values it creates contexts with)."""
+    (``runtime/models/context_settings.py``, the same values it creates contexts with)."""
 
     gpu_memory: int = 8 * GIB  # bytes of VRAM on the player's GPU; 0 means no GPU
     gpu_layers: int = -1  # llama.cpp n_gpu_layers: -1 all, 0 none, N the last N (the output layer counts as one)

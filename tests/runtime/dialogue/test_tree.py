@@ -1,4 +1,4 @@
-"""Rewind, regenerate, edit and replay: the conversation tree (runtime/conversation.py) and the
+"""Rewind, regenerate, edit and replay: the conversation tree (runtime/dialogue/tree.py) and the
 agent's state at every turn of it, on the test backend's exact arithmetic."""
 
 from __future__ import annotations
