@@ -1,8 +1,7 @@
 """The names an asset and a history file share: node ids, slot and variable names, variable values;
 and what counts as text in them.
 
-A leaf module (it imports nothing of the runtime), so the history, the node types and the backends
-can all use it.
+The lowest floor of the runtime (it imports nothing of it), so every package can use it.
 """
 
 from __future__ import annotations
