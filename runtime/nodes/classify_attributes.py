@@ -24,7 +24,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
-from runtime.prompting.budget import message_tokens
+from runtime.prompting.budget import messages_tokens
 from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
@@ -90,7 +90,7 @@ class ClassifyAttributes(NodeBase, ModelParams):
             "required": [a.name for a in self.attributes],
             "additionalProperties": False,
         }
-        counted = sum(message_tokens(count(m.content)) for m in messages)
+        counted = messages_tokens(messages, count)
         run.record_parts(message_parts(messages, count), budget.context_size)
         request = GenerationRequest(messages, budget.max_tokens, temperature=0.0, seed=0, json_schema=schema)
         result = run.generate(model, request)

@@ -23,7 +23,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
-from runtime.prompting.budget import message_tokens
+from runtime.prompting.budget import messages_tokens
 from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
@@ -102,7 +102,7 @@ class ClassifyIntent(NodeBase, ModelParams):
         lines.append(f"- {none}: none of the above fits")
         system = f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
         messages = [ChatMessage("system", system), ChatMessage("user", run.line(self.input))]
-        counted = sum(message_tokens(count(m.content)) for m in messages)
+        counted = messages_tokens(messages, count)
         run.record_parts(message_parts(messages, count), budget.context_size)
         if counted > budget.limit:
             run.diag.warnings.append(

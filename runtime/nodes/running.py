@@ -22,7 +22,7 @@ from runtime.diagnostics import NodeDiagnostics, NodeInput, NodeTimings, NodeTok
 from runtime.dialogue.history import DialogHistory, Entry, Summary
 from runtime.events import Event, EventCallback
 from runtime.nodes.base import NodeBase
-from runtime.prompting.budget import PromptBudget, message_tokens
+from runtime.prompting.budget import PromptBudget
 from runtime.prompting.prompt import PromptPart, slot_text
 
 # (node id, tool name, arguments) -> the tool's result as text
@@ -222,10 +222,6 @@ class NodeRun:
 
     def record_parts(self, parts: list[PromptPart], context_size: int) -> None:
         self.turn.prompts[self.node.id] = RecordedPrompt(parts, context_size)
-
-    @staticmethod
-    def cost(messages: list[ChatMessage], count: Callable[[str], int]) -> int:
-        return sum(message_tokens(count(m.content)) for m in messages)
 
 
 def elapsed_ms(started: float) -> float:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.backends.base import ChatMessage
+
 TRIM_TARGET_PERCENT = 75
 TOKENS_PER_MESSAGE = 8  # role headers and end-of-turn markers, as the spec counts them
 
@@ -60,9 +62,9 @@ def message_tokens(content_tokens: int) -> int:
     return content_tokens + TOKENS_PER_MESSAGE
 
 
-def messages_tokens(contents: Iterable[str], count: TokenCounter) -> int:
-    """What a list of message contents costs in the budget."""
-    return sum(message_tokens(count(text)) for text in contents)
+def messages_tokens(messages: Iterable[ChatMessage], count: TokenCounter) -> int:
+    """What a list of messages costs in the budget: each one's content by ``count``, plus its overhead."""
+    return sum(message_tokens(count(m.content)) for m in messages)
 
 
 @dataclass(frozen=True)

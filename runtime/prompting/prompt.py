@@ -35,7 +35,14 @@ from typing import Any, Protocol
 
 from runtime.backends.base import ChatMessage
 from runtime.dialogue.history import DialogHistory, Entry, Reply, Summary, ToolExchange, Turn
-from runtime.prompting.budget import PromptBudget, TokenCounter, Trim, message_tokens, trim_to_budget
+from runtime.prompting.budget import (
+    PromptBudget,
+    TokenCounter,
+    Trim,
+    message_tokens,
+    messages_tokens,
+    trim_to_budget,
+)
 from runtime.prompting.templates import render_template
 
 
@@ -209,13 +216,10 @@ def build_prompt(
     """The node's prompt for this turn, fitted to ``budget``. ``window_start`` is the node's
     current window start; the new one is ``result.trim.window_start_after``."""
 
-    def cost(messages: list[ChatMessage]) -> int:
-        return sum(message_tokens(count(m.content)) for m in messages)
-
     summary = history.summary
     system = system_text(node, system_prompt, summary)
     head = [ChatMessage("system", system)] if system else []
-    fixed = cost(head) + cost(current.messages)
+    fixed = messages_tokens(head + current.messages, count)
     turns = history.turns
     warnings: list[str] = []
 
@@ -234,7 +238,7 @@ def build_prompt(
 
     turn_tokens = [0] * len(turns)
     for index, group in candidates:
-        turn_tokens[index] += cost(group)
+        turn_tokens[index] += messages_tokens(group, count)
     trim = trim_to_budget(budget, fixed, turn_tokens, floor)
     trim = replace(trim, window_start_before=window_start)
     sent = [(i, g) for i, g in candidates if i >= trim.window_start_after]

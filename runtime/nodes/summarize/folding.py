@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
 from runtime.dialogue.history import Entry, Reply, Summary, Turn
-from runtime.prompting.budget import TokenCounter, message_tokens
+from runtime.prompting.budget import TokenCounter, messages_tokens
 from runtime.prompting.prompt import replayed_groups
 from runtime.prompting.templates import render_template
 
@@ -41,7 +41,7 @@ MARKER_WORDS = 5  # "[... N words omitted ...]"
 
 def turn_tokens(turn: Turn, count: TokenCounter) -> int:
     """What a past turn costs in a prompt that replays it whole."""
-    return sum(message_tokens(count(m.content)) for group in replayed_groups(turn) for m in group)
+    return sum(messages_tokens(group, count) for group in replayed_groups(turn))
 
 
 class TurnCosts:
@@ -216,7 +216,7 @@ def run_summarize(
     room = context_size - node.max_summary_tokens
 
     def cost(summary: Summary | None, folded: list[Turn]) -> int:
-        return sum(message_tokens(count(m.content)) for m in fold_messages(node, summary, folded, source))
+        return messages_tokens(fold_messages(node, summary, folded, source), count)
 
     # The largest prefix that fits (a longer prefix never costs less).
     k = _largest(lambda n: cost(previous, pending[:n]) <= room, 1, len(pending))

@@ -25,7 +25,7 @@ from runtime.nodes.base import (
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
 from runtime.nodes.summarize.folding import TurnCosts, run_summarize
-from runtime.prompting.budget import message_tokens
+from runtime.prompting.budget import messages_tokens
 from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
@@ -78,7 +78,7 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
             lambda request: run.generate(model, request), run.source,
             costs=run.cache().setdefault("turn_costs", TurnCosts()),
         )
-        counted = sum(message_tokens(count(m.content)) for m in fold.messages)
+        counted = messages_tokens(fold.messages, count)
         if fold.messages:
             run.record_parts(message_parts(fold.messages, count), context)
         run.record(fold.messages, fold.result, context - self.max_summary_tokens, counted)

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.asset.model import TOKENS_PER_MESSAGE
+from runtime.backends.base import ChatMessage
 from runtime.prompting.budget import PromptBudget, message_tokens, messages_tokens, trim_to_budget
 
 
@@ -19,7 +20,8 @@ def test_worked_example_numbers():
 def test_message_cost_is_tokens_plus_eight():
     assert TOKENS_PER_MESSAGE == 8
     assert message_tokens(10) == 18
-    assert messages_tokens(["a b c", "", "d"], lambda t: len(t.split())) == 3 + 0 + 1 + 3 * 8
+    messages = [ChatMessage("system", "a b c"), ChatMessage("user", ""), ChatMessage("assistant", "d")]
+    assert messages_tokens(messages, lambda t: len(t.split())) == 3 + 0 + 1 + 3 * 8
 
 
 @pytest.mark.parametrize("context, max_tokens", [(0, 1), (100, 0), (100, 100), (100, 150)])

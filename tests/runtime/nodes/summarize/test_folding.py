@@ -17,7 +17,7 @@ from runtime.nodes.summarize.folding import (
     transcript,
     turn_tokens,
 )
-from runtime.prompting.budget import message_tokens
+from runtime.prompting.budget import messages_tokens
 from runtime.prompting.prompt import SUMMARY_HEADING
 from tests.runtime.conversations import asset, node_diag, player_lines, sized_replies, words
 
@@ -149,7 +149,7 @@ def test_largest_prefix_that_fits_is_folded():
     room = 300 - 100
 
     def cost(n):
-        return sum(message_tokens(count(m.content)) for m in fold_messages(node, None, turns[:n]))
+        return messages_tokens(fold_messages(node, None, turns[:n]), count)
 
     assert cost(k) <= room < cost(k + 1)
     assert any(f"folded {k} of 10" in w for w in fold.warnings)
@@ -180,7 +180,7 @@ def test_a_turn_larger_than_the_summarizers_context_is_folded_shortened():
     character = " ".join([words(14, "r"), "[... 12 words omitted ...]"] + [f"r{i}" for i in range(26, 40)])
     assert f"Player: {player}\nCharacter: {character}\n" in sent
     assert "hidden" not in sent
-    assert sum(message_tokens(count(m.content)) for m in requests[0].messages) == 99
+    assert messages_tokens(requests[0].messages, count) == 99
     assert requests[0].max_tokens == 100
     warning = next(w for w in fold.warnings if "Folded it shortened" in w)
     assert "turn 0" in warning and "lost 234 words" in warning
@@ -210,7 +210,7 @@ def test_a_long_previous_summary_is_shortened_so_the_fold_still_happens(player_w
     summary = " ".join([words(kept_summary - half, "s"), f"[... {100 - kept_summary} words omitted ...]"]
                        + [f"s{i}" for i in range(100 - half, 100)])
     assert sent.startswith(f"Previous summary:\n{summary}\n")
-    assert sum(message_tokens(count(m.content)) for m in requests[0].messages) <= 100
+    assert messages_tokens(requests[0].messages, count) <= 100
     assert any(f"the previous summary lost {100 - kept_summary} words" in w for w in fold.warnings)
 
 
