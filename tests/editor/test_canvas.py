@@ -110,7 +110,7 @@ def test_connection_gestures_become_commands(canvas):
     assert doc.node("reply").default_exit == ""
     assert drawn(canvas)[("reply", "default_exit")] == END_KEY
     # START to a node sets the start node.
-    start_out = canvas._start.output_ports()[0].view
+    start_out = canvas.drawing.start.output_ports()[0].view
     canvas.viewer.connection_changed.emit([], [(start_out, sum_in)])
     assert doc.asset.start_node == "sum"
     assert canvas.canvas_node("sum").view.is_start and not canvas.canvas_node("route").view.is_start

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import editor.canvas as canvas_module
+import editor.canvas.drawing as drawing_module
 from editor.canvas import END_KEY, Canvas
 from editor.commands import MoveCommand, SetNodeFieldCommand, remove_nodes
 from editor.docks.properties import field_editors
@@ -32,8 +32,8 @@ def pipes(canvas: Canvas) -> dict[tuple[str, str], str]:
 
 @pytest.fixture
 def small_slices(monkeypatch):
-    monkeypatch.setattr(canvas_module, "PROGRESSIVE_ABOVE", 5)
-    monkeypatch.setattr(canvas_module, "FIRST_BATCH", 3)
+    monkeypatch.setattr(drawing_module, "PROGRESSIVE_ABOVE", 5)
+    monkeypatch.setattr(drawing_module, "FIRST_BATCH", 3)
 
 
 def test_a_large_graph_is_drawn_in_slices_and_stays_in_step(qtbot, small_slices):
@@ -41,15 +41,15 @@ def test_a_large_graph_is_drawn_in_slices_and_stays_in_step(qtbot, small_slices)
     canvas = Canvas(doc)
     qtbot.addWidget(canvas.widget)
     canvas.rebuild()
-    assert canvas.building and len(canvas._nodes) == 3, "the nodes nearest the start first"
-    assert set(canvas._nodes) == {"n0", "n1", "n2"}
+    assert canvas.building and len(canvas.drawing.nodes) == 3, "the nodes nearest the start first"
+    assert set(canvas.drawing.nodes) == {"n0", "n1", "n2"}
     canvas.mark_problems([Problem("error", "bad", node_id="n20")])
     doc.push(SetNodeFieldCommand(doc, "n10", "title", "", "Changed before it was drawn"))
     doc.push(remove_nodes(doc, ["n25"]))
     assert canvas.canvas_node("n15").view.asset_id == "n15", "asking for a node draws it at once"
     with qtbot.waitSignal(canvas.built, timeout=10_000):
         pass
-    assert not canvas.building and len(canvas._nodes) == 29
+    assert not canvas.building and len(canvas.drawing.nodes) == 29
     assert canvas.canvas_node("n10").view.name == "Changed before it was drawn"
     assert canvas.problem_severity("n20") == "error", "problems marked before a node was drawn show"
     want = {(n.id, "default_exit"): n.default_exit or END_KEY for n in doc.asset.nodes}
@@ -88,7 +88,7 @@ def test_a_small_graph_is_drawn_at_once(qtbot):
     qtbot.addWidget(canvas.widget)
     with qtbot.waitSignal(canvas.built, timeout=1000):
         canvas.rebuild()
-    assert not canvas.building and len(canvas._nodes) == 10
+    assert not canvas.building and len(canvas.drawing.nodes) == 10
 
 
 def test_many_exit_choices_are_listed_when_the_combo_box_is_used(qtbot, monkeypatch):

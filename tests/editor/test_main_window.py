@@ -423,7 +423,7 @@ def test_a_file_the_model_refuses_opens_to_be_fixed(window, tmp_path):
 def click_pipe(window, qtbot, source: str, port: str) -> None:
     """A real click on the middle of the pipe leaving exit ``port`` of ``source`` (a node id, or START)."""
     canvas = window.canvas
-    node = canvas._start if source == "START" else canvas.canvas_node(source)
+    node = canvas.drawing.start if source == "START" else canvas.canvas_node(source)
     (pipe,) = node.outputs()[port].view.connected_pipes
     viewer = window.canvas.viewer
     middle = viewer.mapFromScene(pipe.mapToScene(pipe.path().pointAtPercent(0.5)))

@@ -1,0 +1,212 @@
+"""The canvas: NodeGraphQt as a view over the ``Document``.
+
+``Canvas`` is the one object the rest of the editor uses. It is made of four parts, one module each:
+
+- ``drawing``: the NodeGraphQt scene built from the asset model (a large graph a slice at a time);
+- ``following``: the document's change events bring the drawing up to date, whichever way the
+  change came (the canvas, the properties dock, undo, a paste);
+- ``gestures``: what a person does on the canvas becomes ``editor.commands`` on the document;
+- ``overlays``: the problem marks, a turn's path and a test run's coverage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from PySide6.QtCore import QObject, QRectF, Qt, Signal
+from PySide6.QtGui import QAction, QColor
+from PySide6.QtWidgets import QMenu, QWidget
+
+from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing
+from editor.canvas.following import DocumentFollower
+from editor.canvas.gestures import NODE_MIME, Gestures, node_type_mime
+from editor.canvas.overlays import Overlays
+from editor.document import Document
+from runtime.problems import Problem
+
+__all__ = [
+    "END_KEY", "NODE_MIME", "START_KEY", "Canvas", "add_action", "context_menu", "node_type_mime",
+    "set_background",
+]
+
+LEGIBLE_SCALE = 0.85  # at this scale or more the summaries painted on nodes are legible (>= 9 px capitals)
+
+
+class Canvas(QObject):
+    """Keeps a NodeGraph in step with a Document and turns gestures into commands."""
+
+    selection_changed = Signal(list)  # asset ids of the selected nodes
+    built = Signal()  # every node of the asset is on the canvas (after a progressive rebuild)
+    file_dropped = Signal(str)
+    text_dropped = Signal(str, tuple)  # text, scene position (pasted nodes)
+
+    def __init__(self, document: Document, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.document = document
+        self.drawing = Drawing(document, self)
+        self.overlays = Overlays(self.drawing)
+        self.drawing.node_drawn = self.overlays.paint_drawn
+        self.drawing.cleared = self.overlays.forget
+        self.gestures = Gestures(self.drawing, self)
+        self.follower = DocumentFollower(document, self.drawing, self.overlays, self)
+        self.graph = self.drawing.graph
+        self.viewer = self.drawing.viewer
+        self.search = self.gestures.search
+        self.drawing.built.connect(self.built)
+        self.drawing.selection_changed.connect(self.selection_changed)
+        self.gestures.file_dropped.connect(self.file_dropped)
+        self.gestures.text_dropped.connect(self.text_dropped)
+
+    @property
+    def widget(self) -> QWidget:
+        return self.graph.widget
+
+    @property
+    def building(self) -> bool:
+        """Whether some nodes of the document are not drawn yet."""
+        return self.drawing.building
+
+    # --- the drawing ------------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Throw the canvas away and draw the document's asset afresh (``Drawing.rebuild``)."""
+        self.drawing.rebuild()
+
+    def finish_building(self) -> None:
+        """Draw every node not drawn yet, now."""
+        self.drawing.finish_building()
+
+    def canvas_node(self, node_id: str) -> AssetCanvasNode:
+        return self.drawing.canvas_node(node_id)
+
+    def node_size(self, key: str) -> tuple[float, float]:
+        return self.drawing.node_size(key)
+
+    def selected_ids(self) -> list[str]:
+        """Asset ids of the selected nodes, in document order."""
+        return self.drawing.selected_ids()
+
+    def selected_connections(self) -> tuple[list[tuple[str, str]], bool]:
+        """The selected pipes: (node id, port) of each selected exit, and whether START's is selected."""
+        return self.drawing.selected_connections()
+
+    def select(self, node_ids: list[str]) -> None:
+        self.drawing.select(node_ids)
+
+    def select_all(self) -> None:
+        self.drawing.finish_building()
+        self.drawing.select(self.document.asset.node_ids())
+
+    def center_on(self, node_id: str) -> None:
+        self.drawing.center_on(node_id)
+
+    def view_center(self) -> tuple[float, float]:
+        return self.drawing.view_center()
+
+    def scene_cursor_pos(self) -> tuple[float, float]:
+        pos = self.viewer.scene_cursor_pos()
+        return pos.x(), pos.y()
+
+    # --- edits made by gestures and the window ---------------------------------------------------
+
+    def add_node(self, type_name: str, pos: tuple[float, float] | None = None) -> str:
+        """Add a node of ``type_name`` at ``pos``, or in free space without it; returns its id."""
+        return self.gestures.add_node(type_name, pos)
+
+    def free_spot(self, size: tuple[float, float] = NEW_NODE_SIZE) -> tuple[float, float]:
+        """A top-left for a node of ``size`` that overlaps no node."""
+        return self.gestures.free_spot(size)
+
+    def auto_layout(self) -> None:
+        """Lay the graph out in layers from the start node; one undo step."""
+        self.gestures.auto_layout()
+
+    def show_node_search(self) -> None:
+        """Tab search: at the mouse when it is over the canvas, else at the view's centre."""
+        self.gestures.show_node_search()
+
+    # --- overlays ---------------------------------------------------------------------------------
+
+    def mark_problems(self, problems: list[Problem]) -> None:
+        """Mark nodes that have errors or warnings; their tooltips list them."""
+        self.overlays.mark_problems(problems)
+
+    def problem_severity(self, node_id: str) -> str | None:
+        return self.overlays.problem_severity(node_id)
+
+    def highlight_path(self, node_ids: list[str]) -> None:
+        """Outline the nodes a turn ran through, numbered in the order they ran; [] clears it."""
+        self.overlays.highlight_path(node_ids)
+
+    def highlighted_path(self) -> list[str]:
+        """Ids of the nodes outlined by ``highlight_path``."""
+        return self.overlays.highlighted_path()
+
+    def show_coverage(self, visits: Mapping[str, int], exits: Mapping[tuple[str, str], int]) -> None:
+        """Show a test run's counts on the nodes and exits until ``clear_coverage``."""
+        self.overlays.show_coverage(visits, exits)
+
+    def clear_coverage(self) -> None:
+        self.overlays.clear_coverage()
+
+    def visit_badge(self, node_id: str) -> str:
+        """The coverage badge on a node ("\u00d73"), or "" when none is shown."""
+        return self.overlays.visit_badge(node_id)
+
+    def exit_label(self, node_id: str, port: str) -> tuple[str, bool]:
+        """An exit's label as the canvas shows it, and whether it is marked as never taken."""
+        return self.overlays.exit_label(node_id, port)
+
+    # --- framing ---------------------------------------------------------------------------------
+
+    def frame_selection(self) -> None:
+        """Zoom to the selection, or to the whole graph when nothing is selected."""
+        chosen = self.graph.selected_nodes() or self.graph.all_nodes()
+        if not chosen:
+            return
+        # NodeViewer.zoom_to_nodes measures through a temporary item group, which takes
+        # seconds for hundreds of nodes; the union of their rectangles is the same thing.
+        rect = chosen[0].view.sceneBoundingRect()
+        for node in chosen[1:]:
+            rect = rect.united(node.view.sceneBoundingRect())
+        if not self.graph.selected_nodes():  # the whole graph: with the nodes not drawn yet
+            for node_id in self.drawing.pending:
+                x, y = self.document.node(node_id).position
+                rect = rect.united(QRectF(x, y, *NEW_NODE_SIZE))
+        rect.adjust(-40, -40, 40, 40)
+        viewer = self.viewer
+        viewer._scene_range = rect
+        viewer._update_scene()
+        if viewer.get_zoom() > 0.1:
+            viewer.reset_zoom(rect.center())
+
+    def frame_for_reading(self) -> None:
+        """How an opened graph is first shown: whole, when that leaves its node summaries legible (a
+        scale of ``LEGIBLE_SCALE``); otherwise at that scale from the START terminal on (a small
+        screen shows the start of the graph, readable, rather than all of it too small to read)."""
+        self.frame_selection()
+        viewer = self.viewer
+        start_terminal = self.drawing.start
+        if viewer.transform().m11() >= LEGIBLE_SCALE or start_terminal is None:
+            return
+        size = viewer.viewport().size()
+        width, height = size.width() / LEGIBLE_SCALE, size.height() / LEGIBLE_SCALE
+        start = start_terminal.view.sceneBoundingRect()
+        viewer._scene_range = QRectF(start.left() - 30, start.center().y() - height / 2, width, height)
+        viewer._update_scene()
+
+
+def context_menu(canvas: Canvas) -> QMenu:
+    """The canvas's right-click menu (NodeGraphQt's, which the window fills)."""
+    return canvas.graph.get_context_menu("graph").qmenu
+
+
+def set_background(canvas: Canvas, colour: QColor) -> None:
+    canvas.graph.set_background_color(colour.red(), colour.green(), colour.blue())
+
+
+def add_action(canvas: Canvas, action: QAction) -> None:
+    """Make ``action``'s shortcut work while the canvas has focus."""
+    action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+    canvas.viewer.addAction(action)
+
