@@ -300,7 +300,7 @@ def view_of(type_name: str) -> NodeView:
         view = getattr(importlib.import_module(module), attribute)
         if not isinstance(view, NodeView):
             raise TypeError(f"{entry.editor} is a {type(view).__name__}, not an editor.node_types.NodeView")
-    except Exception as exc:  # a broken plugin view must not stop the editor
+    except Exception as exc:  # noqa: BLE001 - a broken plugin view must not stop the editor
         log.warning("node type %s: its editor description %s could not be loaded (%s: %s)",
                     type_name, entry.editor, type(exc).__name__, exc)
         return fallback_view(type_name)

@@ -22,8 +22,8 @@ from PySide6.QtGui import QDesktopServices
 
 from editor.thread_service import OneRunService
 from runtime.asset.model import Asset
-from runtime.models.folder import SAMPLE_MODEL, FetchCancelled, ModelFileError
 from runtime.models import folder as models
+from runtime.models.folder import SAMPLE_MODEL, FetchCancelled, ModelFileError
 
 log = logging.getLogger("parley.editor")
 

@@ -18,8 +18,8 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QMessageBox
 
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor
-from runtime.models.folder import SAMPLE_MODEL, ModelFileError, file_sha256
 from runtime.models import folder as models
+from runtime.models.folder import SAMPLE_MODEL, ModelFileError, file_sha256
 from tests.editor.live import TURN_TIMEOUT_MS, example
 
 LINE = "Good evening! Is there a room free tonight?"

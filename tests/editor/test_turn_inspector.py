@@ -64,8 +64,8 @@ def test_each_turns_prompt_path_and_budget(window, qtbot, model):
     inspector.turn_picker.setCurrentIndex(2)
     inspector.compare_picker.setCurrentIndex(inspector.compare_picker.findData(1))
     diff = inspector.diff_html()
-    added = " ".join(html.unescape(t) for t in re.findall(r"<span class='add[^']*'>(.*?)</span>", diff, re.S))
-    removed = " ".join(html.unescape(t) for t in re.findall(r"<span class='del[^']*'[^>]*>(.*?)</span>", diff, re.S))
+    added = " ".join(html.unescape(t) for t in re.findall(r"<span class='add[^']*'>(.*?)</span>", diff, re.DOTALL))
+    removed = " ".join(html.unescape(t) for t in re.findall(r"<span class='del[^']*'[^>]*>(.*?)</span>", diff, re.DOTALL))
     assert LINES[2] in added, "the new line, word by word"
     assert records[1].diagnostics.reply.split()[0] in added, "turn 2's reply is history now"
     assert "It is evening." in removed, "turn 2's line lost its template when it became history"
