@@ -11,21 +11,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runtime.backends.base import ChatMessage, GenerationRequest
-from runtime.nodes.base import (
-    END,
-    OPTIONAL_SLOT_PATTERN,
-    SLOT_PATTERN,
-    ModelParams,
-    NodeBase,
-    Strict,
-    field_help,
-    require_unique,
-)
+from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, require_unique
 from runtime.nodes.checks import NodeChecks
+from runtime.nodes.classifier import Classifier
 from runtime.nodes.running import NodeRun
-from runtime.prompting.budget import messages_tokens
-from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
 
@@ -53,9 +42,8 @@ class Attribute(Strict):
         return v
 
 
-class ClassifyAttributes(NodeBase, ModelParams):
+class ClassifyAttributes(Classifier):
     type: Literal["ClassifyAttributes"] = "ClassifyAttributes"
-    context_size: int = Field(2048, ge=0, le=1_048_576, **field_help("The classifier's own context window. 0 uses the model's size.", "Model"))
     system_prompt: str = Field(default_factory=lambda: default_prompt("classify_attributes_system"), **field_help("Instructions for the classifier.", "Prompt", multiline=True))
     input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help("Slot to read. Empty reads the player's line.", "Prompt"))
     attributes: list[Attribute] = Field(default_factory=list, **field_help("Attributes to fill, each with its allowed values and slot.", "Attributes"))
@@ -70,31 +58,32 @@ class ClassifyAttributes(NodeBase, ModelParams):
         require_unique([x.name for x in v], "attribute")
         return v
 
-    def run(self, run: NodeRun) -> str:
-        if not self.attributes:
-            return "default_exit"
-        model = run.model()
-        context = run.context_size(model)
-        max_tokens = min(context // 2, 32 + 24 * len(self.attributes))
-        budget = run.budget(context, max(1, max_tokens), "context_size")
-        count = run.counter(model)
+    # --- the question to the model -----------------------------------------------------------
+
+    def instructions(self) -> str:
         lines = [
             f"- {a.name}{f' ({a.description})' if a.description else ''}: one of {', '.join(a.values)}"
             for a in self.attributes
         ]
-        system = f"{self.system_prompt.strip()}\n\nAttributes:\n" + "\n".join(lines)
-        messages = [ChatMessage("system", system), ChatMessage("user", run.line(self.input))]
-        schema = {
+        return f"{self.system_prompt.strip()}\n\nAttributes:\n" + "\n".join(lines)
+
+    def answer_tokens(self, context_size: int) -> int:
+        return max(1, min(context_size // 2, 32 + 24 * len(self.attributes)))
+
+    def answer_constraint(self) -> dict[str, Any]:
+        return {"json_schema": {
             "type": "object",
             "properties": {a.name: {"enum": list(a.values)} for a in self.attributes},
             "required": [a.name for a in self.attributes],
             "additionalProperties": False,
-        }
-        counted = messages_tokens(messages, count)
-        run.record_parts(message_parts(messages, count), budget.context_size)
-        request = GenerationRequest(messages, budget.max_tokens, temperature=0.0, seed=0, json_schema=schema)
-        result = run.generate(model, request)
-        run.record(messages, result, budget.limit, counted)
+        }}
+
+    def run(self, run: NodeRun) -> str:
+        if not self.attributes:
+            return "default_exit"
+        result = self.ask(run, "wrote no slot")
+        if result is None:
+            return "default_exit"
         try:
             values = json.loads(result.text)
         except json.JSONDecodeError:

@@ -10,21 +10,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runtime.backends.base import ChatMessage, GenerationRequest
-from runtime.nodes.base import (
-    END,
-    OPTIONAL_SLOT_PATTERN,
-    SLOT_PATTERN,
-    ModelParams,
-    NodeBase,
-    Strict,
-    field_help,
-    require_unique,
-)
+from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, require_unique
 from runtime.nodes.checks import NodeChecks
+from runtime.nodes.classifier import Classifier
 from runtime.nodes.running import NodeRun
-from runtime.prompting.budget import messages_tokens
-from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
 
 CLASSIFY_INTENT_MAX_TOKENS = 32
@@ -59,9 +48,8 @@ class Intent(Strict):
         return {"name": f"intent_{number}", "description": "", "exit": ""}
 
 
-class ClassifyIntent(NodeBase, ModelParams):
+class ClassifyIntent(Classifier):
     type: Literal["ClassifyIntent"] = "ClassifyIntent"
-    context_size: int = Field(2048, ge=0, le=1_048_576, **field_help("The classifier's own context window. 0 uses the model's size.", "Model"))
     system_prompt: str = Field(default_factory=lambda: default_prompt("classify_intent_system"), **field_help("Instructions for the classifier.", "Prompt", multiline=True))
     input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help("Slot to classify. Empty classifies the player's line.", "Prompt"))
     intents: list[Intent] = Field(default_factory=list, **field_help("The labels the classifier may choose, each with its exit.", "Intents"))
@@ -92,31 +80,27 @@ class ClassifyIntent(NodeBase, ModelParams):
         require_unique([x.name for x in v], "intent")
         return v
 
-    def run(self, run: NodeRun) -> str:
-        model = run.model()
-        budget = run.budget(run.context_size(model), CLASSIFY_INTENT_MAX_TOKENS, "context_size")
-        count = run.counter(model)
-        names = [i.name for i in self.intents]
-        none = none_label(names)
+    # --- the question to the model -----------------------------------------------------------
+
+    def instructions(self) -> str:
         lines = [f"- {i.name}: {i.description}" if i.description else f"- {i.name}" for i in self.intents]
-        lines.append(f"- {none}: none of the above fits")
-        system = f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
-        messages = [ChatMessage("system", system), ChatMessage("user", run.line(self.input))]
-        counted = messages_tokens(messages, count)
-        run.record_parts(message_parts(messages, count), budget.context_size)
-        if counted > budget.limit:
-            run.diag.warnings.append(
-                f"the classifier's prompt ({counted} tokens) does not fit its budget of {budget.limit}; "
-                "took the fallback exit without asking the model. Raise context_size."
-            )
-            run.record(messages, None, budget.limit, counted)
-            run.turn.slots[self.slot] = ""
-            return "fallback_exit"
-        request = GenerationRequest(messages, CLASSIFY_INTENT_MAX_TOKENS, temperature=0.0, seed=0, choices=names + [none])
-        result = run.generate(model, request)
-        run.record(messages, result, budget.limit, counted)
-        chosen = result.text.strip()
-        if chosen in names:
+        lines.append(f"- {none_label(self._names())}: none of the above fits")
+        return f"{self.system_prompt.strip()}\n\nIntents:\n" + "\n".join(lines)
+
+    def answer_tokens(self, context_size: int) -> int:
+        return CLASSIFY_INTENT_MAX_TOKENS
+
+    def answer_constraint(self) -> dict[str, Any]:
+        names = self._names()
+        return {"choices": names + [none_label(names)]}
+
+    def _names(self) -> list[str]:
+        return [i.name for i in self.intents]
+
+    def run(self, run: NodeRun) -> str:
+        result = self.ask(run, "took the fallback exit")
+        chosen = result.text.strip() if result is not None else None
+        if chosen in self._names():
             run.turn.slots[self.slot] = chosen
             return intent_port(chosen)
         run.turn.slots[self.slot] = ""
