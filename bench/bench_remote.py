@@ -36,7 +36,8 @@ from runtime.backends.base import ChatMessage, GenerationRequest
 from runtime.backends.llama import LlamaBackend
 from runtime.backends.llama_server import LlamaServerBackend
 from runtime.backends.openai_server import OpenAIBackend
-from runtime.suites import Server, load_suite, run_suites
+from runtime.suites.file import load_suite
+from runtime.suites.run import Server, run_suites
 from tests.servers import llama_server
 
 ROUTER = ROOT / "resources" / "examples" / "intent_router.json"

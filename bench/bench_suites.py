@@ -17,7 +17,8 @@ from conversation import player_lines, sample_model, write_results
 
 from runtime.backends.llama import LlamaBackend
 from runtime.resources import examples_dir
-from runtime.suites import load_suite, run_suites
+from runtime.suites.file import load_suite
+from runtime.suites.run import run_suites
 
 CASES, TURNS = 20, 6
 

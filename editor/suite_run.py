@@ -1,7 +1,7 @@
 """Running conversation test suites from the editor, on a thread of their own.
 
 ``SuiteRun`` lives on the UI thread; each run gets a fresh ``QThread`` whose worker calls
-``runtime.suites.run_suites`` and reports every finished turn and case as it happens. The
+``runtime.suites.run.run_suites`` and reports every finished turn and case as it happens. The
 service re-emits those reports from the UI thread, so the Tests dock (and pytest-qt) only ever
 sees signals from the UI thread. Stop cancels the running turn and skips the cases not run yet;
 closing the window does the same and waits for the thread. The run has a backend (a model copy,
@@ -20,7 +20,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
-from runtime.suites import CaseResult, LoadedSuite, Report, TurnOutcome, run_suites
+from runtime.suites.file import LoadedSuite
+from runtime.suites.report import CaseResult, Report, TurnOutcome
+from runtime.suites.run import run_suites
 
 log = logging.getLogger("parley.editor")
 

@@ -24,7 +24,7 @@ def workflow_asset_schema() -> dict[str, Any]:
 
 
 def test_suite_schema() -> dict[str, Any]:
-    from runtime.suites import suite_schema
+    from runtime.suites.file import suite_schema
 
     return suite_schema()
 

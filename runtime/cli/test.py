@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from runtime.problems import BackendError, InputError
 
 if TYPE_CHECKING:
-    from runtime.suites import Server
+    from runtime.suites.run import Server
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 def _servers(spec: str) -> list[Server]:
     """The backends ``--backend`` names (a comma-separated list is a fleet); checked before anything runs."""
     from runtime.backends.profiles import backend_factory, load_profiles
-    from runtime.suites import Server
+    from runtime.suites.run import Server
 
     names = [part.strip() for part in spec.split(",")]
     if any(not n for n in names):
@@ -66,7 +66,9 @@ def _servers(spec: str) -> list[Server]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.suites import load_suite, report_json, report_junit, run_suites
+    from runtime.suites.file import load_suite
+    from runtime.suites.report import report_json, report_junit
+    from runtime.suites.run import run_suites
 
     err, out = sys.stderr, sys.stdout
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from runtime.asset.model import Asset
 from runtime.backends.scripted import ScriptedBackend, default_reply
-from runtime.suites import load_suite
+from runtime.suites.file import load_suite
 
 ASSET = {
     "version": 1, "name": "router", "default_model": "m.gguf", "start_node": "classify",

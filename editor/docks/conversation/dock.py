@@ -52,7 +52,8 @@ from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, Tu
 from runtime.models.folder import SAMPLE_MODEL, models_dir
 from runtime.nodes import NODE_TYPES
 from runtime.problems import InputError
-from runtime.suites import case_from_turns, save_case
+from runtime.suites.checks import case_from_turns
+from runtime.suites.file import save_case
 
 HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
 

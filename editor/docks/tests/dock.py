@@ -1,6 +1,6 @@
 """The Tests dock: the suites beside the asset, their cases and, after a run, each turn's checks.
 
-The suites are the ``*.suite.yaml`` files beside the asset that name it (``runtime.suites.find_suites``).
+The suites are the ``*.suite.yaml`` files beside the asset that name it (``runtime.suites.file.find_suites``).
 A run goes through the window's ``SuiteRun`` (its own thread and model copy) on the graph as it is in
 the editor, unsaved edits included; each case's turns appear as they finish. A suite file that
 cannot be read is listed with its problems (file, line, case, field). A click on a turn sends its
@@ -35,16 +35,9 @@ from editor.runtime_worker import turn_record
 from editor.suite_run import SuiteRun
 from runtime.asset.model import Asset
 from runtime.problems import InputError, Problem
-from runtime.suites import (
-    CaseResult,
-    Check,
-    Coverage,
-    LoadedSuite,
-    Report,
-    TurnOutcome,
-    find_suites,
-    load_suite,
-)
+from runtime.suites.checks import Check
+from runtime.suites.file import LoadedSuite, find_suites, load_suite
+from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
 PASS, FAIL = "\u2713", "\u2717"
 PASS_COLOUR, FAIL_COLOUR, DIM_COLOUR = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
@@ -89,7 +82,7 @@ class TestsDock(QDockWidget):
     __test__ = False  # not a pytest test class
 
     turn_opened = Signal(object, str, str)  # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks)
-    coverage_changed = Signal(object)  # runtime.suites.Coverage of the last run, or None: clear it
+    coverage_changed = Signal(object)  # runtime.suites.report.Coverage of the last run, or None: clear it
 
     def __init__(self, document: Document, run: SuiteRun, parent: QWidget | None = None) -> None:
         super().__init__("Tests", parent)

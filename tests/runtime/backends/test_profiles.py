@@ -159,7 +159,8 @@ def test_parley_backends_says_why_a_broken_file_cannot_be_read_and_keeps_it(prof
 
 
 def test_a_backend_that_cannot_be_made_fails_each_case_with_the_reason() -> None:
-    from runtime.suites import load_suite, run_suites
+    from runtime.suites.file import load_suite
+    from runtime.suites.run import run_suites
 
     def broken():
         raise BackendError("the model file is gone")

@@ -20,7 +20,9 @@ from runtime.backends.llama_server import LlamaServerBackend
 from runtime.backends.openai_server import OpenAIBackend
 from runtime.cli import main as parley
 from runtime.dialogue.dialog_file import save_history
-from runtime.suites import Server, load_suite, report_json, run_suites
+from runtime.suites.file import load_suite
+from runtime.suites.report import report_json
+from runtime.suites.run import Server, run_suites
 from tests.servers import llama_server, openai_server
 
 pytestmark = pytest.mark.model

@@ -7,7 +7,9 @@ import pytest
 
 from runtime.backends.llama import LlamaBackend
 from runtime.resources import examples_dir
-from runtime.suites import Judge, find_suites, load_suite, run_suites
+from runtime.suites.checks import Judge
+from runtime.suites.file import find_suites, load_suite
+from runtime.suites.run import run_suites
 
 pytestmark = pytest.mark.model
 
