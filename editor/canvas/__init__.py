@@ -44,9 +44,7 @@ class Canvas(QObject):
         super().__init__(parent)
         self.document = document
         self.drawing = Drawing(document, self)
-        self.overlays = Overlays(self.drawing)
-        self.drawing.node_drawn = self.overlays.paint_drawn
-        self.drawing.cleared = self.overlays.forget
+        self.overlays = Overlays(self.drawing, self)
         self.gestures = Gestures(self.drawing, self)
         self.follower = DocumentFollower(document, self.drawing, self.overlays, self)
         self.graph = self.drawing.graph

@@ -12,7 +12,6 @@ import gc
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
 
 from NodeGraphQt import BaseNode, NodeGraph
 from PySide6.QtCore import QObject, QRectF, QTimer, Signal
@@ -106,13 +105,15 @@ def key_of(canvas_node: BaseNode | None) -> str:
 
 
 class Drawing(QObject):
-    """The scene of one document: which nodes are drawn, the terminals, and the pipes.
-
-    ``node_drawn`` and ``cleared`` are the overlays' hooks: called when a node has been drawn (so
-    marks made before it was drawn show) and when the scene is thrown away."""
+    """The scene of one document: which nodes are drawn, the terminals, and the pipes."""
 
     built = Signal()  # every node of the asset is drawn (after a progressive rebuild)
     selection_changed = Signal(list)  # asset ids of the selected nodes
+    # For the overlays: a node was just drawn (marks asked for before show now), and the scene was
+    # thrown away. Signals, not callbacks held here: the parts hold no reference to each other in a
+    # cycle, so the NodeGraph goes when the canvas does, not at some later garbage collection.
+    node_drawn = Signal(str)
+    cleared = Signal()
 
     def __init__(self, document: Document, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -135,8 +136,6 @@ class Drawing(QObject):
         self.waiting: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self.start: StartTerminal | None = None
         self.end: EndTerminal | None = None
-        self.node_drawn: Callable[[str], None] = lambda node_id: None
-        self.cleared: Callable[[], None] = lambda: None
         self._build_timer = QTimer(self)
         self._build_timer.setInterval(0)
         self._build_timer.timeout.connect(self._build_slice)
@@ -176,7 +175,7 @@ class Drawing(QObject):
                 self.graph.remove_node(node, push_undo=False)
             self.nodes.clear()
             self.waiting.clear()
-            self.cleared()  # another asset: the marks and counts were of the old one
+            self.cleared.emit()  # another asset: the marks and counts were of the old one
             self.start = self.graph.create_node(StartTerminal.type_, name="START", selected=False, push_undo=False)
             self.end = self.graph.create_node(EndTerminal.type_, name="END", selected=False, push_undo=False)
             for terminal, colour in ((self.start, TERMINAL_COLOURS["start"]), (self.end, TERMINAL_COLOURS["end"])):
@@ -325,7 +324,7 @@ class Drawing(QObject):
         canvas_node.view.is_start = self.document.asset.start_node == node_id
         self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)
         self.nodes[node_id] = canvas_node
-        self.node_drawn(node_id)
+        self.node_drawn.emit(node_id)
         return canvas_node
 
     def add_exit_port(self, canvas_node: AssetCanvasNode, node: NodeBase, port: str) -> None:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from NodeGraphQt.constants import PipeEnum
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QGraphicsSimpleTextItem
 from shiboken6 import isValid
@@ -23,16 +24,19 @@ from runtime.problems import Problem
 PATH_COLOUR = QColor(80, 200, 255)
 
 
-class Overlays:
+class Overlays(QObject):
     """The problem marks, the turn path and the coverage counts on one drawing."""
 
-    def __init__(self, drawing: Drawing) -> None:
+    def __init__(self, drawing: Drawing, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self.drawing = drawing
         self.document = drawing.document
         self._problems: dict[str, list[Problem]] = {}
         # A test run's counts (node id -> visits, (node id, port) -> times taken), while shown
         self._coverage: tuple[dict[str, int], dict[tuple[str, str], int]] | None = None
         self._path_marks: list[QGraphicsRectItem] = []
+        drawing.node_drawn.connect(self.paint_drawn)
+        drawing.cleared.connect(self.forget)
 
     # --- what the drawing tells -------------------------------------------------------------------
 
