@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, FreeFormData, VariableValue
 from runtime.prompting.budget import TOKENS_PER_MESSAGE
@@ -133,6 +133,29 @@ class ModelParams(Strict):
     )
 
 
+class AnswerInContext(Strict):
+    """A model-backed node whose answer shares its context with the prompt: ``ANSWER_FIELD`` tokens of
+    ``context_size`` are kept for the answer, and at least ``PROMPT_ROOM`` must stay for the prompt.
+    List it before ``NodeBase`` so its ``field_limits`` is the node's."""
+
+    ANSWER_FIELD: ClassVar[str] = "max_tokens"
+    PROMPT_ROOM: ClassVar[int] = 1
+
+    def field_limits(self) -> dict[str, int | None]:
+        context = getattr(self, "context_size", 0)
+        return {self.ANSWER_FIELD: context - self.PROMPT_ROOM if context else None}
+
+    @model_validator(mode="after")
+    def _room_for_prompt(self) -> AnswerInContext:
+        context, answer = getattr(self, "context_size", 0), getattr(self, self.ANSWER_FIELD)
+        if context and answer > context - self.PROMPT_ROOM:
+            below = ("less than" if self.PROMPT_ROOM == 1 else f"at least {self.PROMPT_ROOM} below")
+            why = "" if self.PROMPT_ROOM == 1 else " to leave room for the prompt"
+            raise FieldError(self.ANSWER_FIELD, f"{self.ANSWER_FIELD} ({answer}) must be {below} "
+                                                f"context_size ({context}){why}")
+        return self
+
+
 class SamplingParams(Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0, **field_help("Sampling temperature; 0 always picks the likeliest token.", "Sampling"))
     top_p: float = Field(0.95, gt=0.0, le=1.0, **field_help("Nucleus sampling: keep the smallest set of tokens whose probability reaches this.", "Sampling"))
@@ -236,11 +259,18 @@ class NodeBase(Strict):
         """Report problems that depend on the rest of the graph (after reachability is known)."""
 
 
-def require_unique(names: list[str], what: str) -> None:
-    """Raise ValueError naming the repeated ``names`` (tools, intents, attributes of one node)."""
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ValueError(f"{what} names must be unique; repeated: {', '.join(repeated)}")
+def unique_names(field: str, what: str) -> Any:
+    """A validator for the list of records in ``field`` (tools, intents, attributes of one node): it
+    refuses two records of one name, naming the repeated ones (``what`` says what a record is)."""
+
+    def check(cls: type, records: list[Any]) -> list[Any]:
+        names = [r.name for r in records]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{what} names must be unique; repeated: {', '.join(repeated)}")
+        return records
+
+    return field_validator(field)(check)
 
 
 def is_valid_id(text: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, require_unique
+from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, unique_names
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.classifier import Classifier
 from runtime.nodes.running import NodeRun
@@ -52,11 +52,7 @@ class ClassifyAttributes(Classifier):
     def exits(self) -> dict[str, str]:
         return {"default_exit": self.default_exit}
 
-    @field_validator("attributes")
-    @classmethod
-    def _unique_attributes(cls, v: list[Attribute]) -> list[Attribute]:
-        require_unique([x.name for x in v], "attribute")
-        return v
+    _unique_attributes = unique_names("attributes", "attribute")
 
     # --- the question to the model -----------------------------------------------------------
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, require_unique
+from runtime.nodes.base import END, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, Strict, field_help, unique_names
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.classifier import Classifier
 from runtime.nodes.running import NodeRun
@@ -74,11 +74,7 @@ class ClassifyIntent(Classifier):
         name = port_intent(port)
         return name if name is not None else super().exit_label(port)
 
-    @field_validator("intents")
-    @classmethod
-    def _unique_intents(cls, v: list[Intent]) -> list[Intent]:
-        require_unique([x.name for x in v], "intent")
-        return v
+    _unique_intents = unique_names("intents", "intent")
 
     # --- the question to the model -----------------------------------------------------------
 

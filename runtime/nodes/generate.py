@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from runtime.backends.base import GenerationRequest, GenerationResult
 from runtime.diagnostics import NodeTrim
@@ -18,7 +18,7 @@ from runtime.nodes.base import (
     END,
     OPTIONAL_SLOT_PATTERN,
     TOKENS_PER_MESSAGE,
-    FieldError,
+    AnswerInContext,
     ModelParams,
     NodeBase,
     SamplingParams,
@@ -34,7 +34,7 @@ Placement = Literal["before", "after"]
 HistoryMode = Literal["full", "summarized", "last_n", "none"]
 
 
-class GeneratingNode(NodeBase, ModelParams, SamplingParams):
+class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
     """Generate, GenerateAndSpeak and ToolCall: nodes that build a prompt from the dialog history."""
 
     system_prompt: str = Field("", **field_help("The node's instructions; never trimmed, so every token comes out of the history budget.", "Prompt", mustache=False, multiline=True))
@@ -52,17 +52,6 @@ class GeneratingNode(NodeBase, ModelParams, SamplingParams):
 
     def exits(self) -> dict[str, str]:
         return {"default_exit": self.default_exit}
-
-    def field_limits(self) -> dict[str, int | None]:
-        return {"max_tokens": self.context_size - 1 if self.context_size else None}
-
-    @model_validator(mode="after")
-    def _max_tokens_below_context(self) -> GeneratingNode:
-        if self.context_size and self.max_tokens >= self.context_size:
-            raise FieldError(
-                "max_tokens", f"max_tokens ({self.max_tokens}) must be less than context_size ({self.context_size})"
-            )
-        return self
 
     # --- what other node types ask ------------------------------------------------------------
 

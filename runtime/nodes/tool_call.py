@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from runtime.backends.base import GenerationResult
 from runtime.dialogue.history import ToolExchange
 from runtime.events import ToolCalled
-from runtime.nodes.base import SLOT_PATTERN, FieldError, Strict, field_help, require_unique
+from runtime.nodes.base import SLOT_PATTERN, FieldError, Strict, field_help, unique_names
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode
 from runtime.nodes.running import NodeRun, TurnError
@@ -78,11 +78,7 @@ class ToolCall(GeneratingNode):
     tools: list[Tool] = Field(default_factory=list, **field_help("Tools the model may call; one call per turn, constrained to a declared tool and its schema.", "Tools"))
     disposition: Disposition = Field("replay", **field_help("replay: later turns see the call and its result as a pair. omit: they see neither.", "History"))
 
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, v: list[Tool]) -> list[Tool]:
-        require_unique([x.name for x in v], "tool")
-        return v
+    _unique_tools = unique_names("tools", "tool")
 
     def system_additions(self) -> list[str]:
         return [tools_text(self.tools)] if self.tools else []

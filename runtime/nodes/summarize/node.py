@@ -16,6 +16,7 @@ from runtime.events import Summarized
 from runtime.nodes.base import (
     END,
     TOKENS_PER_MESSAGE,
+    AnswerInContext,
     FieldError,
     ModelParams,
     NodeBase,
@@ -33,7 +34,7 @@ from runtime.resources import default_prompt
 SUMMARY_MIN_TRANSCRIPT_TOKENS = 64
 
 
-class Summarize(NodeBase, ModelParams, SamplingParams):
+class Summarize(AnswerInContext, NodeBase, ModelParams, SamplingParams):
     type: Literal["Summarize"] = "Summarize"
     context_size: int = Field(2048, ge=0, le=1_048_576, **field_help("The summarizer's own context window (its own KV cache). 0 uses the model's size.", "Model"))
     temperature: float = Field(0.2, ge=0.0, le=2.0, **field_help("Sampling temperature; low keeps summaries factual.", "Sampling"))
@@ -47,23 +48,16 @@ class Summarize(NodeBase, ModelParams, SamplingParams):
     default_exit: str = Field(END, **field_help("Node that runs next. Empty ends the turn (the usual place: Summarize runs last).", "Exits"))
 
     WRITES_SUMMARY: ClassVar[bool] = True
+    ANSWER_FIELD: ClassVar[str] = "max_summary_tokens"
+    PROMPT_ROOM: ClassVar[int] = SUMMARY_MIN_TRANSCRIPT_TOKENS
 
     def exits(self) -> dict[str, str]:
         return {"default_exit": self.default_exit}
 
-    def field_limits(self) -> dict[str, int | None]:
-        return {"max_summary_tokens": self.context_size - 64 if self.context_size else None}
-
     @model_validator(mode="after")
-    def _room_for_prompt(self) -> Summarize:
+    def _folds(self) -> Summarize:
         if self.trigger_tokens == 0 and self.trigger_turns == 0:
             raise FieldError("trigger_tokens", "set trigger_tokens or trigger_turns above 0, or the node never folds")
-        if self.context_size and self.max_summary_tokens > self.context_size - 64:
-            raise FieldError(
-                "max_summary_tokens",
-                f"max_summary_tokens ({self.max_summary_tokens}) must be at least 64 below "
-                f"context_size ({self.context_size}) to leave room for the prompt"
-            )
         return self
 
     def run(self, run: NodeRun) -> str:
