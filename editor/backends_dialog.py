@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
@@ -43,6 +44,7 @@ from runtime.backends.profiles import (
     profiles_path,
     save_profiles,
 )
+from runtime.files.located import Place, located_problems
 from runtime.problems import BackendError, InputError
 
 CHECK_TIMEOUT_S = 10.0  # the longest wait for the server's next byte while checking
@@ -108,6 +110,12 @@ class ConnectionCheck(OneRunService):
 
 
 # --- the dialog -----------------------------------------------------------------------------------
+
+
+def _form_field(err: ErrorDetails) -> Place:
+    """The form row an error shows under: its field's, else the name's (an error of the whole profile)."""
+    field = str(err["loc"][0]) if err["loc"] else "name"
+    return Place(field=field if field in FIELDS else "name")
 
 
 def _draft(profile: BackendProfile) -> dict[str, Any]:
@@ -403,10 +411,8 @@ class BackendsDialog(QDialog):
             self.profile(row)
         except ValidationError as exc:
             out: dict[str, str] = {}
-            for err in exc.errors():
-                field = str(err["loc"][0]) if err["loc"] else "name"
-                message = err["msg"].removeprefix("Value error, ")
-                out.setdefault(field if field in FIELDS else "name", message)
+            for problem in located_problems(exc, "", _form_field):
+                out.setdefault(problem.field, problem.message)
             return out
         name = self.drafts[row]["name"]
         if any(i != row and d["name"] == name for i, d in enumerate(self.drafts)):

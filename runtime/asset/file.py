@@ -28,8 +28,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from runtime.asset.model import ASSET_VERSION, NODE_TYPES, Asset, FieldError
+from runtime.files.located import (
+    MISSING_FIELD,
+    UNKNOWN_KEY,
+    Place,
+    Wording,
+    error_message,
+    located_problems,
+    validator_says,
+)
 from runtime.files.reading import MAX_INPUT_BYTES, file_kind, parse_input_json, read_input_text
 from runtime.files.writing import atomic_write_text, remove_stale_temp_files
 from runtime.names import REPLACEMENT, SURROGATE, shown_name, without_surrogates
@@ -610,43 +620,47 @@ def _repair_first(raw: dict[str, Any], err: dict[str, Any], tried: set[tuple[tup
 
 def problems_from_validation(exc: ValidationError, raw: dict[str, Any], source: str) -> list[Problem]:
     """Turn pydantic's errors into problems that name the node id and field."""
-    problems: list[Problem] = []
-    nodes = raw.get("nodes") if isinstance(raw.get("nodes"), list) else []
-    for err in exc.errors(include_url=False):
-        loc = list(err["loc"])
-        node_id = ""
-        if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
-            index = loc[1]
-            node = nodes[index] if index < len(nodes) else None
-            given = node.get("id") if isinstance(node, dict) else None
-            node_id = shown_name(given) if isinstance(given, str) and given else f"nodes[{index}]"
-            loc = loc[2:]
-            # pydantic puts the union member's tag in the path: drop it.
-            if loc and isinstance(node, dict) and loc[0] == node.get("type"):
-                loc = loc[1:]
-        field = ".".join(shown_name(p) for p in loc)
-        original = (err.get("ctx") or {}).get("error")
-        if isinstance(original, FieldError):
-            field = ".".join(p for p in (field, original.field) if p)
-        message = without_surrogates(_friendly(err))
-        problems.append(Problem("error", message, source, node_id=node_id, field=field))
-    return problems
+    return located_problems(exc, source, functools.partial(_node_place, raw), _friendly)
 
 
-def _friendly(err: dict[str, Any]) -> str:
-    kind = err["type"]
-    msg = err["msg"]
-    if kind == "extra_forbidden":
-        return "unknown key (check its spelling; free-form data belongs under 'metadata')"
-    if kind == "union_tag_invalid":
-        expected = err.get("ctx", {}).get("expected_tags", "")
-        return f"unknown node type {err.get('ctx', {}).get('tag')!r}; expected one of {expected}"
-    if kind == "union_tag_not_found":
-        return "a node needs a 'type'"
-    if kind == "missing":
-        return "required field is missing"
-    msg = msg.removeprefix("Value error, ")
-    return f"{msg} (got {_short(err.get('input'))})" if kind not in ("value_error",) and "input" in err else msg
+def _node_place(raw: dict[str, Any], err: ErrorDetails) -> Place:
+    """A node's error names the node by its id (its index when it has none) and the field below it."""
+    loc = list(err["loc"])
+    node_id = ""
+    if len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int):
+        nodes = raw.get("nodes") if isinstance(raw.get("nodes"), list) else []
+        index = loc[1]
+        node = nodes[index] if index < len(nodes) else None
+        given = node.get("id") if isinstance(node, dict) else None
+        node_id = shown_name(given) if isinstance(given, str) and given else f"nodes[{index}]"
+        loc = loc[2:]
+        # pydantic puts the union member's tag in the path: drop it.
+        if loc and isinstance(node, dict) and loc[0] == node.get("type"):
+            loc = loc[1:]
+    field = ".".join(shown_name(p) for p in loc)
+    original = (err.get("ctx") or {}).get("error")
+    if isinstance(original, FieldError):
+        field = ".".join(p for p in (field, original.field) if p)
+    return Place(node_id=node_id, field=field)
+
+
+_WORDING: Wording = {
+    "extra_forbidden": f"{UNKNOWN_KEY} (check its spelling; free-form data belongs under 'metadata')",
+    "union_tag_invalid": lambda err: (f"unknown node type {err.get('ctx', {}).get('tag')!r}; expected one of "
+                                      f"{err.get('ctx', {}).get('expected_tags', '')}"),
+    "union_tag_not_found": "a node needs a 'type'",
+    "missing": MISSING_FIELD,
+}
+
+
+def _friendly(err: ErrorDetails) -> str:
+    return without_surrogates(error_message(err, _WORDING, _with_input))
+
+
+def _with_input(err: ErrorDetails) -> str:
+    """pydantic's message and, unless a validator wrote it, the value it refused."""
+    msg = validator_says(err)
+    return f"{msg} (got {_short(err.get('input'))})" if err["type"] != "value_error" and "input" in err else msg
 
 
 def _short(value: Any) -> str:

@@ -29,8 +29,10 @@ from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from runtime.backends.base import Backend
+from runtime.files.located import Place, located_problems
 from runtime.problems import BackendError, InputError, Problem
 
 BACKENDS_ENV = "PARLEY_BACKENDS"
@@ -172,9 +174,12 @@ def save_profiles(profiles: list[BackendProfile], path: Path | None = None) -> P
 
 
 def _first(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(x) for x in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
+    """The first error, after the field it is in (``url: Value error, ...``: pydantic's own words)."""
+    return located_problems(exc, "", _dotted_place, lambda err: err["msg"])[0].message
+
+
+def _dotted_place(err: ErrorDetails) -> Place:
+    return Place(words=".".join(str(x) for x in err["loc"]))
 
 
 # --- picking a backend ------------------------------------------------------------------------

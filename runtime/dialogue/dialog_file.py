@@ -15,8 +15,18 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from runtime.dialogue.history import DialogHistory, Reply, SavedDialog, Summary, ToolExchange, Turn
+from runtime.files.located import (
+    MISSING_FIELD,
+    UNKNOWN_KEY,
+    Place,
+    Wording,
+    error_message,
+    located_problems,
+    validator_says,
+)
 from runtime.files.reading import parse_input_json, read_input_text
 from runtime.names import (  # noqa: F401  (REPLACEMENT and without_surrogates: kept importable from here)
     ID_PATTERN,
@@ -239,7 +249,7 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
     try:
         record = DialogFile.model_validate(raw)
     except ValidationError as exc:
-        raise HistoryError([_problem_from(err, source) for err in exc.errors(include_url=False)]) from None
+        raise HistoryError(located_problems(exc, source, _field_place, _message)) from None
     except RecursionError:
         raise HistoryError([Problem("error", "nested too deeply", source)]) from None
     surrogates = _surrogate_problems(raw, source)
@@ -355,7 +365,8 @@ def _json_type(value: Any) -> str:
     return {list: "an array", str: "a string", bool: "true/false", type(None): "null"}.get(type(value), "a number")
 
 
-def _problem_from(err: dict[str, Any], source: str) -> Problem:
+def _user_loc(err: ErrorDetails) -> tuple[list[Any], bool]:
+    """Where an error is, as the user wrote it, and whether it is a dict key that was refused."""
     # Drop pydantic's union tags ("reply", "tool") from the path: users never wrote them.
     raw_loc = list(err["loc"])
     loc = [
@@ -363,26 +374,28 @@ def _problem_from(err: dict[str, Any], source: str) -> Problem:
         if not (part in ("reply", "tool") and i >= 2 and raw_loc[i - 2] == "entries")
     ]
     bad_key = bool(loc) and loc[-1] == "[key]"  # pydantic's mark for a dict key that was refused
-    if bad_key:
-        loc = loc[:-1]
-    where = ".".join(shown_name(part) for part in loc)
-    kind = err["type"]
-    msg = err["msg"]
+    return (loc[:-1] if bad_key else loc), bad_key
+
+
+def _field_place(err: ErrorDetails) -> Place:
+    return Place(field=".".join(shown_name(part) for part in _user_loc(err)[0]))
+
+
+_WORDING: Wording = {
+    "extra_forbidden": UNKNOWN_KEY,
+    "missing": MISSING_FIELD,
+    "union_tag_invalid": "an entry's kind is 'reply' or 'tool'",
+    "union_tag_not_found": "an entry needs a 'kind' ('reply' or 'tool')",
+    "literal_error": lambda err: (f"not a Parley dialog history (format must be {HISTORY_FORMAT!r})"
+                                  if _user_loc(err)[0] == ["format"] else validator_says(err)),
+}
+
+
+def _message(err: ErrorDetails) -> str:
+    loc, bad_key = _user_loc(err)
     if bad_key:
         group = loc[-2] if len(loc) >= 2 else ""
         what = ("a variable name is a letter or _, then letters, digits or _" if group == "variables"
                 else "a node id is a letter or _, then letters, digits, _ or -")
-        msg = f"{shown_name(loc[-1]) if loc else 'this key'} is not a valid name: {what}"
-    elif kind == "extra_forbidden":
-        msg = "unknown key"
-    elif kind == "missing":
-        msg = "required field is missing"
-    elif kind == "union_tag_invalid":
-        msg = "an entry's kind is 'reply' or 'tool'"
-    elif kind == "union_tag_not_found":
-        msg = "an entry needs a 'kind' ('reply' or 'tool')"
-    elif kind == "literal_error" and where == "format":
-        msg = f"not a Parley dialog history (format must be {HISTORY_FORMAT!r})"
-    elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    return Problem("error", msg, source, field=where)
+        return f"{shown_name(loc[-1]) if loc else 'this key'} is not a valid name: {what}"
+    return error_message(err, _WORDING)

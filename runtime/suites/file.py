@@ -4,6 +4,7 @@ adding a case to one."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,9 +13,11 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
+from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
 from runtime.files.reading import read_input_text
 from runtime.files.writing import atomic_write_text
 from runtime.problems import InputError, Problem
@@ -154,6 +157,21 @@ def _line_of(root: yaml.Node | None, loc: Iterable[Any]) -> int:
     return line
 
 
+_WORDING: Wording = {"extra_forbidden": UNKNOWN_KEY}
+
+
+def _case_place(raw: dict[str, Any], root: yaml.Node | None, err: ErrorDetails) -> Place:
+    """An error's line, and its case (by name) and field in words: ``case 'greets', cases.0.turns``."""
+    loc = list(err["loc"])
+    case = ""
+    if len(loc) >= 2 and loc[0] == "cases" and isinstance(loc[1], int):
+        cases = raw.get("cases")
+        if isinstance(cases, list) and loc[1] < len(cases) and isinstance(cases[loc[1]], dict):
+            case = str(cases[loc[1]].get("name", ""))
+    label = f"case {case!r}, " if case else ""
+    return Place(line=_line_of(root, loc), words=label + ".".join(str(p) for p in loc))
+
+
 def load_suite(path: str | Path) -> LoadedSuite:
     """Read and check a suite and load its asset. Raises ``SuiteError`` naming file, line, case and field."""
     path = Path(path)
@@ -172,21 +190,8 @@ def load_suite(path: str | Path) -> LoadedSuite:
     try:
         suite = Suite.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc = list(err["loc"])
-            case = ""
-            if len(loc) >= 2 and loc[0] == "cases" and isinstance(loc[1], int):
-                cases = raw.get("cases")
-                if isinstance(cases, list) and loc[1] < len(cases) and isinstance(cases[loc[1]], dict):
-                    case = str(cases[loc[1]].get("name", ""))
-            where = ".".join(str(p) for p in loc)
-            message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = "unknown key"
-            label = f"case {case!r}, " if case else ""
-            problems.append(Problem("error", f"{label}{where}: {message}", str(path), line=_line_of(root, loc)))
-        raise SuiteError(problems) from None
+        raise SuiteError(located_problems(exc, str(path), functools.partial(_case_place, raw, root),
+                                          functools.partial(error_message, wording=_WORDING))) from None
     asset_path = (path.parent / suite.asset).resolve()
     asset = load_asset(asset_path)
     if suite.model:
