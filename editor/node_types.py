@@ -25,7 +25,6 @@ from runtime.asset.model import (
     ClassifyAttributes,
     ClassifyIntent,
     GeneratingNode,
-    ModelParams,
     NodeBase,
     Retrieve,
     Summarize,
@@ -124,10 +123,10 @@ def _fill(head: list[str], text: str, tail: list[str]) -> list[str]:
 
 def model_label(node: NodeBase, asset: Asset) -> str:
     """The node's model when it is not the agent's default ('' when it is)."""
-    own = node.model_name if isinstance(node, ModelParams) else ""
-    if own and own != asset.default_model:
-        return _short(f"model: {os.path.basename(own)}")
-    return "" if own or asset.default_model else "no model set"
+    model = asset.model_for(node)
+    if not model:
+        return "no model set"
+    return "" if model == asset.default_model else _short(f"model: {os.path.basename(model)}")
 
 
 # "You are Brann, the gate guard. Give directions." -> Brann, "Give directions."

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runtime.asset.model import Asset, NodeBase
+from runtime.asset.model import Asset
 from runtime.models.gguf import GGUFError, read_gguf
 from runtime.models.memory import (
     ContextCost,
@@ -159,8 +159,7 @@ def estimate_asset(
     costs: dict[tuple[str, int], ContextCost | EstimateError] = {}
     for node in asset.nodes:
         for use in node.model_uses():  # each node type says which contexts it keeps
-            name = _model_name(asset, node, use.model_name, model_overrides)
-            field_name = use.field if use.model_name else "default_model"
+            name, field_name = asset.model_source(model_overrides.get(node.id, use.model_name), use.field)
             if name not in resolved:
                 resolved[name] = _load(name, resolve_model, asset_file, node.id, field_name, problems)
             hit = resolved[name]
@@ -190,12 +189,6 @@ def estimate_asset(
             n_layer=shape.n_layer, weights=weights_cost(shape, settings), node_ids=tuple(ids),
         ))
     return Estimate(settings=settings, nodes=tuple(nodes), models=tuple(models), problems=tuple(problems))
-
-
-def _model_name(asset: Asset, node: NodeBase, own: str, overrides: Mapping[str, str]) -> str:
-    if node.id in overrides:
-        return overrides[node.id] or asset.default_model
-    return own or asset.default_model
 
 
 def _load(name: str, resolve_model: ModelResolver, asset_file: str, node_id: str, field_name: str,

@@ -95,10 +95,15 @@ class Asset(Strict):
     def node_ids(self) -> list[str]:
         return [n.id for n in self.nodes]
 
+    def model_source(self, own: str, field: str = "model_name") -> tuple[str, str]:
+        """The model file of a node that names ``own`` in its ``field``, and the field it is set in:
+        ``(own, field)``, or the agent's ``(default_model, "default_model")`` when ``own`` is empty.
+        The one place that says a node's empty model name means the agent's default."""
+        return (own, field) if own else (self.default_model, "default_model")
+
     def model_for(self, node: NodeBase) -> str:
-        """The model file a model-backed node uses."""
-        own = node.model_name if isinstance(node, ModelParams) else ""
-        return own or self.default_model
+        """The model file a model-backed node uses ('' when neither it nor the agent names one)."""
+        return self.model_source(node.model_name if isinstance(node, ModelParams) else "")[0]
 
 
 def new_node(type_name: str, node_id: str, **fields: Any) -> NodeBase:

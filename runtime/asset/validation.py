@@ -148,7 +148,6 @@ class Validator:
             error(f"start node {asset.start_node!r} is not a node of this asset", field="start_node")
 
         dangling = set(shape.dangling)
-        default_model = asset.default_model
         # What a node's own rules see besides the node; the same object while it stays the same, so
         # that each node's kept result is checked with ``is`` (comparing paths 5,000 times is not free).
         local_key = (source, asset_dir, count_tokens)
@@ -160,7 +159,7 @@ class Validator:
                 for port, target in node.exits().items():
                     if target != END and target not in by_id:
                         error(f"exit names no node: {target!r}", node.id, node.exit_field(port))
-            if fact.uses_model and not (fact.own_model or default_model):
+            if fact.uses_model and not asset.model_source(fact.own_model)[0]:
                 warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
             if fact.local is not None and fact.local[0] is local_key and not node.CHECK_READS_FILES:
                 problems += fact.local[1]
@@ -177,13 +176,12 @@ class Validator:
         if models is not None:
             reported_models: set[str] = set()
             for node, fact in zip(asset.nodes, ordered):
-                name = (fact.own_model or default_model) if fact.uses_model else ""
+                name, field = asset.model_source(fact.own_model) if fact.uses_model else ("", "")
                 if name and name not in reported_models:
                     reported_models.add(name)
                     trouble = models.problem(name)
                     if trouble:
-                        own = bool(fact.own_model)
-                        warning(trouble, node.id if own else "", "model_name" if own else "default_model")
+                        warning(trouble, node.id if field == "model_name" else "", field)
         for node in asset.nodes:
             node.check_in_graph(checks.about(node))
         return problems
