@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
@@ -48,7 +49,7 @@ from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.document import Document
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind
-from editor.runtime_worker import LiveConversation
+from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     SampleModelDownload,
@@ -64,7 +65,11 @@ from runtime.models.folder import default_model_name
 from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
 
+if TYPE_CHECKING:
+    from runtime.suites.report import Coverage
+
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
+AnyDock = TypeVar("AnyDock", bound=QDockWidget)
 
 
 
@@ -144,13 +149,13 @@ class MainWindow(QMainWindow):
             dock.setObjectName(spec.name)
             self.addDockWidget(spec.area, dock)
             self.docks[spec.name] = dock
-        self.tabifyDockWidget(self.docks["PaletteDock"], self.docks["UndoHistoryDock"])
-        self.docks["PaletteDock"].raise_()
+        self.tabifyDockWidget(self.palette, self.dock(UndoHistoryDock))
+        self.palette.raise_()
         if not isinstance(app_settings.app_settings().value("window/state"), QByteArray):
             # After the first show: Qt 6.11 leaves stale tab bars painted when docks are tabified before it.
             QTimer.singleShot(0, self, self._tabify_docks)
-        self.resizeDocks([self.docks["PropertiesDock"]], [380], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.docks["ProblemsDock"]], [140], Qt.Orientation.Vertical)
+        self.resizeDocks([self.properties], [380], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.problems_dock], [140], Qt.Orientation.Vertical)
 
         self._build_actions()
         self._build_menus()
@@ -213,23 +218,30 @@ class MainWindow(QMainWindow):
             if spec.tab_with:
                 self.docks[spec.tab_with].raise_()
 
-    # --- docks by role --------------------------------------------------------------------------
+    # --- docks by type --------------------------------------------------------------------------
+
+    def dock(self, kind: type[AnyDock]) -> AnyDock:
+        """The window's dock of type ``kind`` (``docks`` holds them by object name, for the saved layout)."""
+        for dock in self.docks.values():
+            if isinstance(dock, kind):
+                return dock
+        raise LookupError(f"the window has no {kind.__name__}")
 
     @property
     def properties(self) -> PropertiesDock:
-        return self.docks["PropertiesDock"]  # type: ignore[return-value]
+        return self.dock(PropertiesDock)
 
     @property
     def problems_dock(self) -> ProblemsDock:
-        return self.docks["ProblemsDock"]  # type: ignore[return-value]
+        return self.dock(ProblemsDock)
 
     @property
     def conversation_dock(self) -> ConversationDock:
-        return self.docks["ConversationDock"]  # type: ignore[return-value]
+        return self.dock(ConversationDock)
 
     @property
     def palette(self) -> PaletteDock:
-        return self.docks["PaletteDock"]  # type: ignore[return-value]
+        return self.dock(PaletteDock)
 
     # --- actions and menus ----------------------------------------------------------------------
 
@@ -384,7 +396,7 @@ class MainWindow(QMainWindow):
         self.palette.add_requested.connect(self.canvas.add_node)
         self.problems_dock.problem_activated.connect(self.show_problem)
         self.properties.input_problems_changed.connect(self._show_problems)
-        tests = self.docks["TestsDock"]
+        tests = self.dock(TestsDock)
         tests.turn_opened.connect(self._open_test_turn)
         tests.coverage_changed.connect(self._show_coverage)
         self.conversation_dock.test_case_saved.connect(tests.refresh)
@@ -439,19 +451,19 @@ class MainWindow(QMainWindow):
     def edit_backends(self) -> bool:
         return open_backends_dialog(self.backends, self)
 
-    def _open_test_turn(self, record: object, label: str, note: str) -> None:
+    def _open_test_turn(self, record: TurnRecord, label: str, note: str) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do."""
-        inspector = self.docks["TurnInspectorDock"]
-        inspector.show_external(record, label, note)  # type: ignore[attr-defined]
+        inspector = self.dock(TurnInspectorDock)
+        inspector.show_external(record, label, note)
         inspector.show()
         inspector.raise_()
 
-    def _show_coverage(self, coverage: object) -> None:
+    def _show_coverage(self, coverage: Coverage | None) -> None:
         """A test run's node and exit counts on the canvas (None: take them off)."""
         if coverage is None:
             self.canvas.clear_coverage()
         else:
-            self.canvas.show_coverage(coverage.visits, coverage.exits)  # type: ignore[attr-defined]
+            self.canvas.show_coverage(coverage.visits, coverage.exits)
 
     # --- the sample model -----------------------------------------------------------------------
 
@@ -486,9 +498,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"The sample model is ready: {path}", 10_000)
         # The model names that were missing resolve now: check the graph and estimate again.
         self._after_edit()
-        vram = self.docks.get("VramEstimatorDock")
-        if vram is not None:
-            vram.update_estimate()  # type: ignore[attr-defined]
+        self.dock(VramEstimatorDock).update_estimate()
 
     def _download_failed(self, message: str, cancelled: bool) -> None:
         from_menu, self._download_from_menu = self._download_from_menu, False
