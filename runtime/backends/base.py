@@ -5,9 +5,10 @@ with the model's own tokenizer, renders the model's chat template, keeps one KV
 cache per node (a ``NodeSession``), reuses the longest common prefix of what that
 cache holds, and generates with streaming and cancellation.
 
-Two backends implement it: ``runtime.backends.scripted`` (deterministic, for
-exact prompt and trimming arithmetic in tests) and ``runtime.backends.llama``
-(llama.cpp through llama-cpp-python).
+Four backends implement it: ``runtime.backends.scripted`` (deterministic, for
+exact prompt and trimming arithmetic in tests), ``runtime.backends.llama``
+(llama.cpp through llama-cpp-python), ``runtime.backends.llama_server`` (llama.cpp's
+server) and ``runtime.backends.openai_server`` (any OpenAI-compatible server).
 """
 
 from __future__ import annotations
@@ -65,7 +66,13 @@ LoadProgress = Callable[[float], None]
 
 
 class NodeSession(ABC):
-    """One node's context (its KV cache) over a loaded model. Never used from two threads at once."""
+    """One node's context (its KV cache) over a loaded model. Never used from two threads at once.
+    ``key`` is the node's id; ``n_ctx`` is how many tokens the context holds."""
+
+    def __init__(self, key: str, n_ctx: int) -> None:
+        self.key = key
+        self._n_ctx = n_ctx
+        self.calls = 0  # generate calls so far (a remote session's first one is cold)
 
     @abstractmethod
     def generate(
@@ -76,8 +83,8 @@ class NodeSession(ABC):
     ) -> GenerationResult: ...
 
     @property
-    @abstractmethod
-    def n_ctx(self) -> int: ...
+    def n_ctx(self) -> int:
+        return self._n_ctx
 
     @abstractmethod
     def release(self) -> None:

@@ -330,22 +330,16 @@ class LlamaNodeSession(NodeSession):
     """One node's context over a loaded model. ``tokens`` is exactly what its KV cache holds."""
 
     def __init__(self, backend: LlamaBackend, key: str, model: _LoadedModel, n_ctx: int) -> None:
+        super().__init__(key, n_ctx)
         self._backend = backend
-        self.key = key
         self.model = model
-        self._n_ctx = n_ctx
         self._context: internals.LlamaContext | None = None
         self._batch: internals.LlamaBatch | None = None
         self.tokens: list[int] = []
         self.canonical = 0  # positions before this were read from a prompt in whole fixed blocks
         self.last_used = time.monotonic()
-        self.calls = 0
         self.contexts_created = 0
         self._piece_buffer = ctypes.create_string_buffer(64)
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
 
     @property
     def is_cold(self) -> bool:
@@ -399,12 +393,8 @@ class LlamaNodeSession(NodeSession):
 
     # generation
 
-    def generate(
-        self,
-        request: GenerationRequest,
-        on_token: TokenCallback | None = None,
-        cancel: threading.Event | None = None,
-    ) -> GenerationResult:
+    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
         # Everything that can fail on bad input happens before the cache is touched.
         prompt = self.prompt_tokens(request.messages)
         if not prompt:

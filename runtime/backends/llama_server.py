@@ -262,15 +262,9 @@ class ServerNodeSession(NodeSession):
     """One node's slot on the server."""
 
     def __init__(self, backend: LlamaServerBackend, key: str, n_ctx: int) -> None:
+        super().__init__(key, n_ctx)
         self.backend = backend
-        self.key = key
-        self._n_ctx = n_ctx
-        self.calls = 0
         self.model_warning = ""
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
 
     def release(self) -> None:
         self.backend.slot_pool().release(id(self.backend), self.key)

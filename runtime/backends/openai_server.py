@@ -196,14 +196,8 @@ class OpenAISession(NodeSession):
     """A node's calls; the server's prefix cache (if any) does the reuse."""
 
     def __init__(self, backend: OpenAIBackend, key: str, n_ctx: int) -> None:
+        super().__init__(key, n_ctx)
         self.backend = backend
-        self.key = key
-        self._n_ctx = n_ctx
-        self.calls = 0
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
 
     def release(self) -> None:
         """Nothing to free here: the server manages its own cache."""

@@ -118,25 +118,16 @@ def default_reply(key: str, request: GenerationRequest) -> str:
 
 class ScriptedSession(NodeSession):
     def __init__(self, backend: ScriptedBackend, key: str, model: str, n_ctx: int) -> None:
+        super().__init__(key, n_ctx)
         self._backend = backend
-        self.key = key
         self.model = model
-        self._n_ctx = n_ctx
         self.cache: list[str] | None = None  # None: released (the next call is cold)
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
 
     def release(self) -> None:
         self.cache = None
 
-    def generate(
-        self,
-        request: GenerationRequest,
-        on_token: TokenCallback | None = None,
-        cancel: threading.Event | None = None,
-    ) -> GenerationResult:
+    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
         started = time.perf_counter()
         prompt = render_tokens(request.messages)
         if len(prompt) >= self._n_ctx:
