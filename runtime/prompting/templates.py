@@ -94,8 +94,8 @@ def template_problems(nodes: Iterable[Any], source: str = "") -> list[Problem]:
 MAX_VALUE_DEPTH = 64
 
 
-class _Text(str):
-    """Text: no keys (``{{input.format}}`` finds nothing)."""
+class _NoKeys:
+    """A scalar a template sees: ``scope[part]`` finds nothing (``{{input.format}}`` is empty)."""
 
     __slots__ = ()
 
@@ -103,20 +103,18 @@ class _Text(str):
         raise KeyError(key)
 
 
-class _Whole(int):
+class _Text(_NoKeys, str):
     __slots__ = ()
 
-    def __getitem__(self, key: Any) -> Any:
-        raise KeyError(key)
+
+class _Whole(_NoKeys, int):
+    __slots__ = ()
 
 
-class _Truth(int):
+class _Truth(_NoKeys, int):
     """True or false (bool cannot be subclassed): renders and tests as the bool it stands for."""
 
     __slots__ = ()
-
-    def __getitem__(self, key: Any) -> Any:
-        raise KeyError(key)
 
     def __str__(self) -> str:
         return str(bool(self))
@@ -124,11 +122,8 @@ class _Truth(int):
     __repr__ = __str__
 
 
-class _Number(float):
+class _Number(_NoKeys, float):
     __slots__ = ()
-
-    def __getitem__(self, key: Any) -> Any:
-        raise KeyError(key)
 
 
 class _Record(dict):
