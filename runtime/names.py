@@ -6,8 +6,11 @@ The lowest floor of the runtime (it imports nothing of it), so every package can
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -50,6 +53,54 @@ def without_surrogates(text: str) -> str:
     if text.isascii():
         return text
     return SURROGATE.sub(REPLACEMENT, text)
+
+
+def json_leaves(data: Any) -> Iterator[tuple[tuple[Any, ...], Any, bool]]:
+    """Every scalar in parsed JSON ``data`` and every dict key, in file order, as (path, leaf, is_key):
+    a key's path ends with the key, as its value's does; a dict's keys come before what its values
+    hold. (A walk with a stack, not recursion: the data may be nested as deeply as a JSON file allows.)"""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            items = list(value.items())
+            for key, item in reversed(items):
+                stack.append(((*path, key), item))
+            for key, _item in items:
+                yield (*path, key), key, True
+        elif isinstance(value, list):
+            stack.extend(((*path, i), item) for i, item in reversed(list(enumerate(value))))
+        else:
+            yield path, value, False
+
+
+@dataclass(frozen=True)
+class LoneSurrogate:
+    """A text in parsed JSON (a value, or a dict key: ``in_key``) holding a lone surrogate, at ``path``."""
+
+    path: tuple[Any, ...]
+    in_key: bool
+    found: re.Match[str]
+
+    def message(self, key: str = "key") -> str:
+        """What is wrong and what to do; a key is called ``key`` (a format may call it a name)."""
+        return (f"the {key if self.in_key else 'text'} holds a lone surrogate ({self.found.group()!r} at character "
+                f"{self.found.start()}), which is not text and no UTF-8 file can hold; remove that \\u escape or "
+                "write the character it was meant to be")
+
+
+def lone_surrogates(data: Any) -> Iterator[LoneSurrogate]:
+    """Every text in parsed JSON ``data`` (value or key) holding a lone surrogate, in file order."""
+    try:  # the common case, none, found at C speed
+        json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+        return
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        pass
+    for path, leaf, is_key in json_leaves(data):
+        if isinstance(leaf, str) and not leaf.isascii():
+            found = SURROGATE.search(leaf)
+            if found:
+                yield LoneSurrogate(path, is_key, found)
 
 
 def utf8(text: str) -> bytes:

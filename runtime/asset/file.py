@@ -42,7 +42,7 @@ from runtime.files.located import (
 )
 from runtime.files.reading import MAX_INPUT_BYTES, file_kind, parse_input_json, read_input_text
 from runtime.files.writing import atomic_write_text, remove_stale_temp_files
-from runtime.names import REPLACEMENT, SURROGATE, shown_name, without_surrogates
+from runtime.names import REPLACEMENT, json_leaves, lone_surrogates, shown_name, without_surrogates
 from runtime.problems import AssetError, Problem
 
 # Keys first in this order; any other key keeps the model's order after them.
@@ -106,7 +106,7 @@ def parse_asset(text: str, source: str = "<asset>") -> Asset:
     """Parse and check an asset's JSON text. Raises ``AssetError`` naming every problem: lone
     surrogates (a ``\\ud800`` escape) are refused here, where the text comes from a file."""
     raw = parse_asset_json(text, source)
-    found = [_problem(raw, _key_path(path), message, source) for path, message in _surrogates(raw)]
+    found = _surrogate_problems(raw, source)
     try:
         asset = asset_from_dict(raw, source)  # too-long integers are markers already
     except AssetError as exc:
@@ -233,53 +233,16 @@ def _holds_too_long_int(raw: Any) -> bool:
 def _mark_too_long(raw: Any) -> None:
     """Replace every int too long to convert in ``raw`` by a ``_TooLong`` marker, in place. pydantic
     quotes the values it refuses, and quoting such an int fails (printing a traceback to stderr)."""
-    for path, value in list(_leaves(raw)):
-        if type(value) is int and _too_long(value) and path and path[-1] is not _KEY:
+    for path, value, is_key in list(json_leaves(raw)):
+        if type(value) is int and _too_long(value) and path and not is_key:
             holder = _walk(raw, list(path[:-1]))
             if isinstance(holder, (dict, list)):
                 holder[path[-1]] = _TooLong.of(value)
 
 
-def _surrogates(raw: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """(path, message) for every text (value or key, see ``_KEY``) holding a lone surrogate, in file order."""
-    try:  # the common case, none, found at C speed
-        json.dumps(raw, ensure_ascii=False, default=str).encode("utf-8")
-        return
-    except (UnicodeEncodeError, ValueError, RecursionError):
-        pass
-    for path, value in _leaves(raw):
-        if isinstance(value, str) and not value.isascii():
-            found = SURROGATE.search(value)
-            if found:
-                what = "name" if path and path[-1] is _KEY else "text"
-                yield path, (
-                    f"the {what} holds a lone surrogate ({found.group()!r} at character {found.start()}), which is "
-                    "not text and no UTF-8 file can hold; remove that \\u escape or write the character it was "
-                    "meant to be")
-
-
-_KEY = object()  # a path's last step when the leaf is a dict key, not a value
-
-
-def _key_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
-    return path[:-1] if path and path[-1] is _KEY else path
-
-
-def _leaves(raw: Any) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    """Every scalar in ``raw`` (and every dict key, with ``_KEY`` as its path's last step), in order."""
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), raw)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, dict):
-            items = list(value.items())
-            for key, item in reversed(items):
-                stack.append(((*path, key), item))
-            for key, _item in items:
-                yield (*path, key, _KEY), key
-        elif isinstance(value, list):
-            stack.extend(((*path, i), item) for i, item in reversed(list(enumerate(value))))
-        else:
-            yield path, value
+def _surrogate_problems(raw: Any, source: str) -> list[Problem]:
+    """A problem for every text (value or key, which an asset calls a name) holding a lone surrogate."""
+    return [_problem(raw, lone.path, lone.message("name"), source) for lone in lone_surrogates(raw)]
 
 
 def value_problems(raw: dict[str, Any], source: str = "<asset>") -> list[Problem]:
@@ -293,8 +256,7 @@ def node_value_problems(node: dict[str, Any], source: str = "<asset>") -> list[P
     """``value_problems`` for one node's dict (a pasted node), and its lone surrogates: what a file
     with that node would be refused for."""
     raw = {"nodes": [node]}
-    found = [_problem(raw, _key_path(path), message, source) for path, message in _surrogates(raw)]
-    return found + value_problems(raw, source)
+    return _surrogate_problems(raw, source) + value_problems(raw, source)
 
 
 def _refused_values(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
@@ -360,9 +322,9 @@ def _planned_values(plan: tuple[Any, ...], value: Any, path: tuple[Any, ...]
             if message:
                 yield path, message
     elif kind == "any":  # free-form data (metadata): kept as it is, if it can be written back
-        for leaf_path, leaf in _leaves(value):
+        for leaf_path, leaf, _is_key in json_leaves(value):
             if _too_long(leaf):
-                yield (*path, *_key_path(leaf_path)), _too_long_message(leaf)
+                yield (*path, *leaf_path), _too_long_message(leaf)
     elif kind == "tuple" and isinstance(value, list):
         plans, repeated = plan[1], plan[2]
         for i, item in enumerate(value):
@@ -494,17 +456,18 @@ def _repair_values(raw: dict[str, Any], source: str) -> list[Problem]:
     problem for each, in file order."""
     problems: list[Problem] = []
     # Deepest first: a key is renamed after the values below it, which are found by its old name.
-    for path, message in reversed(list(_surrogates(raw))):
-        holder = _walk(raw, list(_key_path(path)[:-1]))
-        leaf = _key_path(path)[-1] if _key_path(path) else None
-        if path[-1] is _KEY and isinstance(holder, dict) and leaf in holder:
+    for lone in reversed(list(lone_surrogates(raw))):
+        path = lone.path
+        holder = _walk(raw, list(path[:-1]))
+        leaf = path[-1] if path else None
+        if lone.in_key and isinstance(holder, dict) and leaf in holder:
             items = list(holder.items())
             holder.clear()
             holder.update((without_surrogates(k) if k == leaf else k, v) for k, v in items)
         elif isinstance(holder, (dict, list)) and isinstance(holder[leaf], str):
             holder[leaf] = without_surrogates(holder[leaf])
-        problems.append(_problem(raw, _key_path(path), f"{message}. Opened with {REPLACEMENT} in its place. {_UNCHANGED}",
-                                 source))
+        problems.append(_problem(raw, path, f"{lone.message('name')}. Opened with {REPLACEMENT} in its place. "
+                                 f"{_UNCHANGED}", source))
     problems.reverse()
     for path, message, steps, value in _remove_refused(raw):
         key = steps[-1]

@@ -9,9 +9,9 @@ reply and the state after each turn; version 1 files (no tree) still load, as on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
@@ -32,8 +32,8 @@ from runtime.names import (  # noqa: F401  (REPLACEMENT and without_surrogates: 
     ID_PATTERN,
     REPLACEMENT,
     SLOT_PATTERN,
-    SURROGATE,
     VariableValue,
+    lone_surrogates,
     shown_name,
     without_surrogates,
 )
@@ -332,33 +332,8 @@ _MAX_REPORTED = 20
 
 def _surrogate_problems(raw: Any, source: str) -> list[Problem]:
     """Every text (value or key) holding a lone surrogate, by field, in file order (the first few)."""
-    problems: list[Problem] = []
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(raw, ())]
-    while stack and len(problems) < _MAX_REPORTED:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            found = SURROGATE.search(value)
-            if found:
-                problems.append(_surrogate_problem(found, "text", path, source))
-        elif isinstance(value, dict):
-            for key, item in reversed(value.items()):
-                stack.append((item, (*path, key)))
-            for key in value:
-                found = SURROGATE.search(key) if isinstance(key, str) else None
-                if found:
-                    problems.append(_surrogate_problem(found, "key", (*path, key), source))
-        elif isinstance(value, list):
-            stack.extend((item, (*path, index)) for index, item in reversed(list(enumerate(value))))
-    return problems
-
-
-def _surrogate_problem(found: re.Match[str], what: str, path: tuple[Any, ...], source: str) -> Problem:
-    return Problem(
-        "error",
-        f"the {what} holds a lone surrogate ({found.group()!r} at character {found.start()}), which is not text "
-        "and no UTF-8 file can hold; remove that \\u escape or write the character it was meant to be",
-        source, field=".".join(shown_name(part) for part in path),
-    )
+    return [Problem("error", lone.message("key"), source, field=".".join(shown_name(part) for part in lone.path))
+            for lone in itertools.islice(lone_surrogates(raw), _MAX_REPORTED)]
 
 
 def _json_type(value: Any) -> str:
