@@ -8,11 +8,19 @@ server and says what it serves. Keys are never saved: ``--api-key-env VAR`` name
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from runtime.problems import BackendError, InputError
+
+if TYPE_CHECKING:
+    from runtime.backends.profiles import BackendProfile
+
+ProfilesVerb = Callable[[argparse.Namespace, "list[BackendProfile]"], int]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,23 +47,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.set_defaults(func=check_backend)
 
 
-def _saved_profiles() -> list | None:
-    """The saved profiles, or None after saying why the file cannot be read."""
-    from runtime.backends.profiles import load_profiles
+def _on_saved_profiles(verb: ProfilesVerb) -> Callable[[argparse.Namespace], int]:
+    """``verb`` as a command, handed the saved profiles; a profiles file that cannot be read is
+    said, and the command exits 2."""
 
-    try:
-        return load_profiles()
-    except InputError as exc:
-        print(exc, file=sys.stderr)
-        return None
+    @functools.wraps(verb)
+    def command(args: argparse.Namespace) -> int:
+        from runtime.backends.profiles import load_profiles
+
+        try:
+            profiles = load_profiles()
+        except InputError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        return verb(args, profiles)
+
+    return command
 
 
-def list_profiles(args: argparse.Namespace) -> int:
+@_on_saved_profiles
+def list_profiles(args: argparse.Namespace, profiles: list[BackendProfile]) -> int:
     from runtime.backends.profiles import profiles_path
 
-    profiles = _saved_profiles()
-    if profiles is None:
-        return 2
     print(f"# {profiles_path()}")
     print("embedded · llama.cpp on this computer (the default)")
     for p in profiles:
@@ -64,12 +77,10 @@ def list_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_profile(args: argparse.Namespace) -> int:
+@_on_saved_profiles
+def add_profile(args: argparse.Namespace, profiles: list[BackendProfile]) -> int:
     from runtime.backends.profiles import BackendProfile, _ask_kind, save_profiles
 
-    profiles = _saved_profiles()
-    if profiles is None:
-        return 2
     try:
         kind = args.kind or _ask_kind(args.url)
         profile = BackendProfile(name=args.name, kind=kind, url=args.url, api_key_env=args.api_key_env,
@@ -86,12 +97,10 @@ def add_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def remove_profile(args: argparse.Namespace) -> int:
+@_on_saved_profiles
+def remove_profile(args: argparse.Namespace, profiles: list[BackendProfile]) -> int:
     from runtime.backends.profiles import save_profiles
 
-    profiles = _saved_profiles()
-    if profiles is None:
-        return 2
     kept = [p for p in profiles if p.name != args.name]
     if len(kept) == len(profiles):
         print(f"no profile named {args.name!r}", file=sys.stderr)
