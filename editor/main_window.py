@@ -52,6 +52,7 @@ from editor.recovery import Autosave, offer_left_behind
 from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
+    DownloadReactions,
     SampleModelDownload,
     open_models_folder,
     with_copy_hint,
@@ -170,7 +171,13 @@ class MainWindow(QMainWindow):
         self.download_progress.hide()
         self.statusBar().addPermanentWidget(self.download_progress)
         self._download_from_menu = False
-        self._wire_download()
+        self.download_reactions = r = DownloadReactions(self.download, self.download_progress, parent=self)
+        r.running.connect(self._download_started)
+        r.step.connect(self._download_progress)
+        r.done.connect(self._download_finished)
+        r.failed.connect(self._download_failed)
+        r.refused.connect(self._download_refused)
+        self.download.busy_changed.connect(self._download_busy)
         self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
         self.autosave.failed.connect(lambda message: self.statusBar().showMessage(message, 15000))
         self.canvas.rebuild()
@@ -467,24 +474,17 @@ class MainWindow(QMainWindow):
 
     # --- the sample model -----------------------------------------------------------------------
 
-    def _wire_download(self) -> None:
-        d = self.download
-        d.started.connect(self._download_started)
-        d.progress.connect(self._download_progress)
-        d.finished.connect(self._download_finished)
-        d.failed.connect(self._download_failed)
-        d.busy_changed.connect(self._download_busy)
-
     def download_sample_model(self) -> bool:
         """Models > Download Sample Model: fetch it on a background thread; the status bar shows how it goes."""
-        if not self.download.start():
-            self.statusBar().showMessage("The sample model is already being downloaded.", 5000)
+        if not self.download_reactions.ask():
             return False
         self._download_from_menu = True
         return True
 
+    def _download_refused(self, sentence: str) -> None:
+        self.statusBar().showMessage(sentence, 5000)
+
     def _download_busy(self, busy: bool) -> None:
-        self.download_progress.setVisible(busy)
         self.download_sample_action.setEnabled(not busy)
 
     def _download_started(self) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QWidget
 
 from editor.thread_service import OneRunService
 from runtime.asset.model import Asset
@@ -163,3 +164,66 @@ class SampleModelDownload(OneRunService):
         self._end()
         self.failed.emit(message, cancelled)
 
+
+
+ALREADY_DOWNLOADING = "The sample model is already being downloaded."
+
+
+class DownloadReactions(QObject):
+    """How one place follows the window's sample model download, written once for both places that
+    show it: the window (its status bar and Models menu) and the Conversation dock (its missing-model
+    offer).
+
+    The place gives its busy ``bar`` and, if it shows the download only at times, the widget that
+    shows it (``shown_in``: the dock's offer). While that is shown, the bar runs from the download's
+    start to its end and the place hears of each step: ``running`` (at the start, or when it begins to
+    show one under way: ``show_running``), ``step`` (a progress line), ``done`` (the model's path) and
+    ``failed``. ``ask`` starts a download, or says through ``refused`` why not. Signals, not callbacks:
+    this object holds no reference to its place, so neither keeps the other alive."""
+
+    running = Signal()
+    step = Signal(str)  # a line of progress ("  40 of 95 MB")
+    done = Signal(str)  # the model's path
+    failed = Signal(str, bool)  # message, cancelled
+    refused = Signal(str)  # the sentence to say when a download is asked for while one runs
+
+    def __init__(self, download: SampleModelDownload, bar: QWidget, shown_in: QWidget | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.download = download
+        self.bar = bar
+        self.shown_in = shown_in
+        download.started.connect(self.show_running)
+        download.progress.connect(self._on_progress)
+        download.finished.connect(self._on_finished)
+        download.failed.connect(self._on_failed)
+
+    def watching(self) -> bool:
+        return self.shown_in is None or not self.shown_in.isHidden()
+
+    def ask(self) -> bool:
+        """Start the download; False (and ``refused``) when one is running already."""
+        if self.download.start():
+            return True
+        self.refused.emit(ALREADY_DOWNLOADING)
+        return False
+
+    def show_running(self) -> None:
+        """Show the download as running (also when the place begins to show one already under way)."""
+        if self.watching():
+            self.bar.show()
+            self.running.emit()
+
+    def _on_progress(self, message: str) -> None:
+        if self.watching():
+            self.step.emit(message)
+
+    def _on_finished(self, path: str) -> None:
+        self.bar.hide()
+        if self.watching():
+            self.done.emit(path)
+
+    def _on_failed(self, message: str, cancelled: bool) -> None:
+        self.bar.hide()
+        if self.watching():
+            self.failed.emit(message, cancelled)

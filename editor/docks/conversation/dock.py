@@ -38,6 +38,7 @@ from editor.docks.conversation.history_dialogs import EditTurnDialog, HistoryEdi
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
+    DownloadReactions,
     SampleModelDownload,
     is_sample_model,
     missing_models,
@@ -306,11 +307,12 @@ class ConversationDock(QDockWidget):
         self._fill_backends()
         if self.backends.note:
             self.show_error(self.backends.note)
-        d = self.download
-        d.started.connect(self._download_started)
-        d.progress.connect(self._download_progress)
-        d.finished.connect(self._download_finished)
-        d.failed.connect(self._download_failed)
+        self.download_reactions = r = DownloadReactions(self.download, self.download_progress, self.model_offer, self)
+        r.running.connect(self._download_started)
+        r.step.connect(self._download_progress)
+        r.done.connect(self._download_finished)
+        r.failed.connect(self._download_failed)
+        r.refused.connect(self.set_status)
 
     def _history_rejected(self, message: str) -> None:
         self.show_error(f"Nothing changed: {message}")
@@ -527,36 +529,29 @@ class ConversationDock(QDockWidget):
         self.download_button.setVisible(sample)
         self.model_offer.show()
         if sample and self.download.busy:
-            self._download_started()
+            self.download_reactions.show_running()
 
     def download_sample_model(self) -> None:
-        if not self.download.start():
-            self.set_status("The sample model is already being downloaded.")
+        self.download_reactions.ask()
+
+    # The offer's part of the download (DownloadReactions tells these while the offer is up).
 
     def _download_started(self) -> None:
-        if self.model_offer.isHidden():
-            return
         self.download_button.hide()
-        self.download_progress.show()
         self._download_progress(self.download.last_message)
         self.set_status("Your line is kept: send it again once the model is in place.")
 
     def _download_progress(self, message: str) -> None:
-        if not self.model_offer.isHidden():
-            self.model_offer_label.setText(f"Downloading the sample model ({SAMPLE_MODEL_SIZE}) into "
-                                           f"{models_dir()}\u2026\n{message}")
+        self.model_offer_label.setText(f"Downloading the sample model ({SAMPLE_MODEL_SIZE}) into "
+                                       f"{models_dir()}\u2026\n{message}")
 
     def _download_finished(self, path: str) -> None:
-        self.download_progress.hide()
-        if self.model_offer.isHidden():
-            return
         self.model_offer.hide()
         self.set_status(f"The sample model is ready ({path}). Press Send to say your line again.")
         self.line.setFocus()
 
     def _download_failed(self, message: str, cancelled: bool) -> None:
-        self.download_progress.hide()
-        if self.model_offer.isHidden() or cancelled:
+        if cancelled:
             return
         self.model_offer_label.setText(with_copy_hint(f"The download failed: {message}"))
         self.download_button.setText("Try again")
