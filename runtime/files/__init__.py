@@ -1,2 +1,3 @@
 """Files a user gives or gets: reading regular files within limits (``reading``), writing them
-atomically (``writing``), and one translator from pydantic's errors to located problems."""
+atomically (``writing``), and one translator from pydantic's errors to located problems
+(``located``)."""
