@@ -129,12 +129,13 @@ class Estimate:
 
 
 ModelResolver = Callable[[str], "str | os.PathLike[str]"]
+DEFAULT_SETTINGS = Settings()  # frozen, so one default serves every call
 
 
 def estimate_asset(
     asset: Asset,
     resolve_model: ModelResolver,
-    settings: Settings = Settings(),
+    settings: Settings = DEFAULT_SETTINGS,
     *,
     context_overrides: Mapping[str, int] | None = None,
     model_overrides: Mapping[str, str] | None = None,
@@ -212,13 +213,13 @@ def _load(name: str, resolve_model: ModelResolver, asset_file: str, node_id: str
 # what-ifs a designer asks
 
 
-def what_if_context(asset: Asset, resolve_model: ModelResolver, node_id: str, n_ctx: int, settings: Settings = Settings(), **kw: object) -> Estimate:
+def what_if_context(asset: Asset, resolve_model: ModelResolver, node_id: str, n_ctx: int, settings: Settings = DEFAULT_SETTINGS, **kw: object) -> Estimate:
     """The estimate with one node's context size changed."""
     asset.node(node_id)  # KeyError for an unknown node
     return estimate_asset(asset, resolve_model, settings, context_overrides={node_id: n_ctx}, **kw)  # type: ignore[arg-type]
 
 
-def what_if_shared_model(asset: Asset, resolve_model: ModelResolver, node_id: str, settings: Settings = Settings(), **kw: object) -> Estimate:
+def what_if_shared_model(asset: Asset, resolve_model: ModelResolver, node_id: str, settings: Settings = DEFAULT_SETTINGS, **kw: object) -> Estimate:
     """The estimate with one node (say, the summarizer) using the agent's default model."""
     asset.node(node_id)
     return estimate_asset(asset, resolve_model, settings, model_overrides={node_id: ""}, **kw)  # type: ignore[arg-type]
