@@ -105,7 +105,7 @@ def _forward_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> 
             _recent_errors.append(line)
         if llama_log.isEnabledFor(py_level):
             llama_log.log(py_level, "%s", line)
-    except Exception:  # a callback from C must never raise
+    except Exception:  # noqa: BLE001, S110 - a callback from C must never raise
         pass
 
 
@@ -164,7 +164,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     """A GBNF grammar for JSON valid for ``schema`` (llama-cpp-python's converter)."""
     try:
         return LlamaGrammar.from_json_schema(json.dumps(schema))._grammar
-    except Exception as e:  # the converter raises assertions and KeyErrors on schemas it cannot express
+    except Exception as e:  # noqa: BLE001 - the converter raises assertions and KeyErrors on schemas it cannot express
         raise BackendError(f"the JSON schema cannot be turned into a grammar ({type(e).__name__}: {e})") from None
 
 
@@ -261,7 +261,7 @@ class _LoadedModel:
                     bos_token=self.token_text(self.model.token_bos()),
                     add_generation_prompt=True,
                 )
-            except Exception as e:  # jinja2 syntax errors in the model's template
+            except Exception as e:  # noqa: BLE001 - jinja2 syntax errors in the model's template
                 raise BackendError(f"{self.name}: its chat template is not valid Jinja ({e})") from None
         return self._formatter
 
@@ -284,7 +284,7 @@ class _LoadedModel:
             text = self.formatter()(messages=payload).prompt
         except BackendError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a template's Jinja can raise anything; the user hears which model
             roles = ", ".join(dict.fromkeys(m.role for m in messages))
             raise BackendError(
                 f"{self.name}: the model's chat template failed to render the prompt "
