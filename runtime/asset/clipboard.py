@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from runtime.asset.file import node_to_dict, node_value_problems, parse_asset_json, problems_from_validation
-from runtime.asset.model import END, NODE_TYPES, NodeBase, is_valid_id
+from runtime.asset.model import END, NodeBase, is_valid_id
 from runtime.names import shown_name
+from runtime.nodes import NODE_TYPES, node_model
 from runtime.problems import AssetError, Problem
 
 SOURCE = "clipboard"
@@ -51,7 +52,7 @@ def nodes_from_text(text: str) -> list[NodeBase]:
         node_id = item.get("id")
         label = shown_name(node_id) if isinstance(node_id, str) and node_id else f"nodes[{index}]"
         kind = item.get("type")
-        cls = NODE_TYPES.get(kind) if isinstance(kind, str) else None
+        cls = node_model(kind) if isinstance(kind, str) and kind in NODE_TYPES else None
         if cls is None:
             what = f"unknown node type {kind!r}" if isinstance(kind, str) else (
                 "a node needs a 'type'" if kind is None else f"a node's type is a name, not {json.dumps(kind)[:60]}")

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from runtime.asset.model import ASSET_VERSION, NODE_TYPES, Asset, FieldError
+from runtime.asset.model import ASSET_VERSION, Asset, FieldError
 from runtime.files.located import (
     MISSING_FIELD,
     UNKNOWN_KEY,
@@ -43,6 +43,7 @@ from runtime.files.located import (
 from runtime.files.reading import MAX_INPUT_BYTES, file_kind, parse_input_json, read_input_text
 from runtime.files.writing import atomic_write_text, remove_stale_temp_files
 from runtime.names import REPLACEMENT, json_leaves, lone_surrogates, shown_name, without_surrogates
+from runtime.nodes import NODE_TYPES, node_model
 from runtime.problems import AssetError, Problem
 
 # Keys first in this order; any other key keeps the model's order after them.
@@ -349,7 +350,7 @@ def _planned_values(plan: tuple[Any, ...], value: Any, path: tuple[Any, ...]
 def _node_model(node: Any) -> type[BaseModel] | None:
     """The model of a raw node's type, or None (not a node, or a type no installed plugin gives)."""
     kind = node.get("type") if isinstance(node, dict) else None
-    return NODE_TYPES.get(kind) if isinstance(kind, str) else None
+    return node_model(kind) if isinstance(kind, str) and kind in NODE_TYPES else None
 
 
 def _too_long(value: Any) -> bool:

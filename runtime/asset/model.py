@@ -2,7 +2,8 @@
 
 Each node type is one module of ``runtime.nodes`` and one entry of its registry
 (``runtime.nodes.NODE_TYPES``, plugins included); ``Node`` is the discriminated union over
-``type`` built from that table. Field order is the order keys are written in a saved file,
+``type`` built from that table, and rebuilt when a type is registered later (a plugin that
+imports this module while the registry is loading it). Field order is the order keys are written in a saved file,
 so keep new fields at the end of their model to keep diffs small. Field descriptions are
 the help text the editor shows as tooltips, and ``json_schema_extra["group"]`` says which
 section of the properties dock a field belongs in.
@@ -22,6 +23,7 @@ from runtime.names import FreeFormData
 from runtime.nodes import (
     END,
     ID_PATTERN,
+    NODE_TYPES,  # the registry's own table (name -> NodeType), not a copy
     SLOT_PATTERN,
     TOKENS_PER_MESSAGE,
     Attribute,
@@ -35,6 +37,7 @@ from runtime.nodes import (
     KnowledgeEntry,
     ModelParams,
     NodeBase,
+    NodeType,
     Retrieve,
     SamplingParams,
     Strict,
@@ -44,18 +47,21 @@ from runtime.nodes import (
     VariableValue,
     field_help,
     is_valid_id,
+    load_plugins,
+    node_model,
     node_models,
-)
-from runtime.nodes import (
-    NODE_TYPES as _REGISTRY,
+    when_registered,
 )
 
 ASSET_VERSION = 1
 _help = field_help
 
-Node = Annotated[Union[node_models()], Field(discriminator="type")]  # noqa: UP007 - built from the registry
-# Node type name -> model class, plugins included.
-NODE_TYPES: dict[str, type[NodeBase]] = {name: entry.model for name, entry in _REGISTRY.items()}
+
+def _node_union() -> Any:
+    return Annotated[Union[node_models()], Field(discriminator="type")]  # noqa: UP007 - built from the registry
+
+
+Node = _node_union()
 
 __all__ = [
     "ASSET_VERSION", "END", "ID_PATTERN", "NODE_TYPES", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "Asset", "Attribute",
@@ -108,5 +114,16 @@ class Asset(Strict):
 
 def new_node(type_name: str, node_id: str, **fields: Any) -> NodeBase:
     """A node of ``type_name`` with its defaults (the editor's palette and tests use this)."""
-    return NODE_TYPES[type_name](id=node_id, **fields)
+    return node_model(type_name)(id=node_id, **fields)
+
+
+def _add_to_union(entry: NodeType) -> None:
+    global Node
+    Node = _node_union()
+    Asset.model_fields["nodes"].annotation = list[Node]
+    Asset.model_rebuild(force=True)
+
+
+when_registered(_add_to_union)
+load_plugins()  # a plugin that waited for this module to finish importing is added now
 

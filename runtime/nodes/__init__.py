@@ -11,17 +11,28 @@ A plugin package declares, in its ``pyproject.toml``::
 
 where ``NODE_TYPE`` is a ``NodeType`` whose model derives from ``runtime.nodes.NodeBase``. Its
 ``editor`` names the editor's description of the type (``"parley_mood.view:VIEW"``, an
-``editor.node_types.NodeView``), so the runtime never imports the editor. Plugins are loaded once,
-when this package is first imported; a plugin module must not import ``runtime.asset.model`` at import
-time (the asset model is built from this table). See docs/node-types.md.
+``editor.node_types.NodeView``), so the runtime never imports the editor. Plugins are loaded when
+this package is first imported; what is built from the table (the asset model's union of node
+types) follows every type registered later (``when_registered``).
+
+This package is also the one surface a plugin imports from: everything a node type needs (the
+model's base and parameter blocks, ``NodeRun`` and ``NodeChecks``, the errors, templates, the
+diagnostics records, the messages and requests of a model call, the budget arithmetic) is
+exported here (``__all__``). See docs/node-types.md.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 
+from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
+from runtime.diagnostics import NodeDiagnostics, NodeInput, NodeTimings, NodeTokens, PromptMessage
+from runtime.dialogue.history import DialogHistory, Reply, Summary, Turn
+from runtime.events import Speak, Token
 from runtime.nodes.base import (
     END,
     ID_PATTERN,
@@ -46,6 +57,9 @@ from runtime.nodes.retrieve.node import KnowledgeEntry, Retrieve
 from runtime.nodes.running import NodeRun, TurnCancelled, TurnError
 from runtime.nodes.summarize.node import Summarize
 from runtime.nodes.tool_call import Tool, ToolCall
+from runtime.prompting.budget import PromptBudget, TokenCounter, message_tokens, messages_tokens
+from runtime.prompting.prompt import message_parts, slot_text, template_values
+from runtime.prompting.templates import TemplateError, render_template
 
 log = logging.getLogger("parley.runtime")
 
@@ -78,6 +92,12 @@ NODE_TYPES: dict[str, NodeType] = {
 # Why a plugin could not be added (its entry point, then the reason); shown by `parley validate`
 # and the editor's Problems dock rather than stopping either.
 PLUGIN_PROBLEMS: list[str] = []
+# Told of every type registered after it subscribed (the asset model rebuilds its union of types).
+_SUBSCRIBERS: list[Callable[[NodeType], None]] = []
+# Entry points (name, value) tried so far, and those that wait for a module to finish importing
+# (-> the problem reported meanwhile): load_plugins tries each once, and a waiting one again.
+_TRIED: set[tuple[str, str]] = set()
+_WAITING: dict[tuple[str, str], str] = {}
 
 
 def node_type(name: str) -> NodeType:
@@ -85,42 +105,94 @@ def node_type(name: str) -> NodeType:
     return NODE_TYPES[name]
 
 
+def node_model(name: str) -> type[NodeBase]:
+    """The model class of the registered type called ``name``. Raises KeyError."""
+    return NODE_TYPES[name].model
+
+
 def node_models() -> tuple[type[NodeBase], ...]:
     return tuple(t.model for t in NODE_TYPES.values())
 
 
+def when_registered(callback: Callable[[NodeType], None]) -> None:
+    """Call ``callback`` with every type registered from now on (what is built from the table, such
+    as the asset model's union of node types, is rebuilt by it)."""
+    _SUBSCRIBERS.append(callback)
+
+
 def register(entry: NodeType) -> None:
-    """Add a node type to the table. Only before ``runtime.asset.model`` is imported (plugins register
-    while this package loads): the asset model's union of node types is built from the table."""
+    """Add a node type to the table (and to everything built from it)."""
     model = entry.model
     if not (isinstance(model, type) and issubclass(model, NodeBase)) or "type" not in model.model_fields:
         raise TypeError("a node type's model derives from runtime.nodes.NodeBase and has a Literal 'type' field")
     if entry.name in NODE_TYPES:
         raise ValueError(f"node type {entry.name!r} is already registered")
     NODE_TYPES[entry.name] = entry
+    for callback in _SUBSCRIBERS:
+        callback(entry)
 
 
-def _load_plugins() -> None:
+def _still_importing(exc: BaseException) -> str:
+    """The module a failed plugin import stopped at because it is itself still being imported
+    (a plugin that imports, say, ``runtime.asset.model`` while that module is loading the
+    registry), or ''."""
+    if isinstance(exc, ImportError):
+        module = sys.modules.get(exc.name or "")
+    elif isinstance(exc, AttributeError):
+        module = getattr(exc, "obj", None)
+    else:
+        return ""
+    spec = getattr(module, "__spec__", None)
+    return spec.name if spec is not None and getattr(spec, "_initializing", False) else ""
+
+
+def load_plugins() -> None:
+    """Add the types of the ``parley.node_types`` entry points not tried yet. Runs when this package
+    is first imported; a module built on the table (the asset model) calls it again once it is
+    complete, which adds a plugin that had to wait for that module to finish importing."""
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = (point.name, point.value)
+        if key in _TRIED and key not in _WAITING:
+            continue
+        _TRIED.add(key)
+        earlier = _WAITING.pop(key, "")
+        if earlier in PLUGIN_PROBLEMS:
+            PLUGIN_PROBLEMS.remove(earlier)
         package = point.dist.name if point.dist is not None else ""
         try:
             loaded = point.load()
             if not isinstance(loaded, NodeType):
                 raise TypeError(f"{point.value} is a {type(loaded).__name__}, not a runtime.nodes.NodeType")
             register(NodeType(loaded.model, loaded.editor, loaded.package or package))
-        except Exception as exc:  # a broken plugin must not stop the app or the CLI
-            problem = f"node type plugin {point.name!r} ({point.value}) was not added: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the app or the CLI
+            waiting = _still_importing(exc)
+            reason = (f"it imports {waiting} at import time, while that module is still being imported "
+                      "(import it inside the function that needs it)" if waiting else f"{type(exc).__name__}: {exc}")
+            problem = f"node type plugin {point.name!r} ({point.value}) was not added: {reason}"
             PLUGIN_PROBLEMS.append(problem)
-            log.warning("%s", problem)
+            if waiting:  # tried again when that module calls load_plugins; reported until then
+                _WAITING[key] = problem
+            else:
+                log.warning("%s", problem)
 
+load_plugins()
 
-_load_plugins()
-
-__all__ = [
-    "END", "ENTRY_POINT_GROUP", "ID_PATTERN", "NODE_TYPES", "OPTIONAL_SLOT_PATTERN", "PLUGIN_PROBLEMS",
-    "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "Attribute", "ClassifyAttributes", "ClassifyIntent", "FieldError",
-    "Generate", "GenerateAndSpeak", "GeneratingNode", "Intent", "KnowledgeEntry", "ModelParams", "ModelUse",
-    "NodeBase", "NodeChecks", "NodeRun", "NodeType", "Retrieve", "SamplingParams", "Strict", "Summarize",
-    "Tool", "ToolCall", "TurnCancelled", "TurnError", "VariableValue", "field_help", "is_valid_id", "node_models",
-    "node_type", "register",
+__all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
+    # the registry
+    "ENTRY_POINT_GROUP", "NODE_TYPES", "PLUGIN_PROBLEMS", "NodeType", "load_plugins", "node_model", "node_models",
+    "node_type", "register", "when_registered",
+    # a node type's model: its base, parameter blocks and names
+    "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "FieldError", "ModelParams", "ModelUse", "NodeBase",
+    "SamplingParams", "Strict", "VariableValue", "field_help", "is_valid_id",
+    # running and checking a node
+    "NodeChecks", "NodeRun", "TurnCancelled", "TurnError",
+    # what a run reads and writes: the history, a model call, events, diagnostics
+    "ChatMessage", "DialogHistory", "GenerationRequest", "GenerationResult", "NodeDiagnostics", "NodeInput",
+    "NodeTimings", "NodeTokens", "PromptMessage", "Reply", "Speak", "Summary", "Token", "Turn",
+    # templates and the token budget
+    "TOKENS_PER_MESSAGE", "PromptBudget", "TemplateError", "TokenCounter", "message_parts", "message_tokens",
+    "messages_tokens", "render_template", "slot_text", "template_values",
+    # the built-in types
+    "Attribute", "ClassifyAttributes", "ClassifyIntent", "Generate", "GenerateAndSpeak", "GeneratingNode", "Intent",
+    "KnowledgeEntry", "Retrieve", "Summarize", "Tool", "ToolCall",
 ]

@@ -16,7 +16,8 @@ from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
 from editor.document import Document, FieldRejected
 from editor.node_types import view_of
-from runtime.asset.model import END, NODE_TYPES, Asset, NodeBase
+from runtime.asset.model import END, Asset, NodeBase
+from runtime.nodes import node_model
 from runtime.problems import Problem
 
 AGENT_EXCLUDE = ("version", "nodes")
@@ -82,7 +83,7 @@ class PropertiesDock(QDockWidget):
                 form.field_edited.connect(self._agent_edited)
             else:
                 view = view_of(key)
-                form = ModelForm(NODE_TYPES[key], self._exit_choices, exclude=view.hidden_fields,
+                form = ModelForm(node_model(key), self._exit_choices, exclude=view.hidden_fields,
                                  group_order=view.groups)
                 form.field_edited.connect(self._node_edited)
             self._forms[key] = form

@@ -29,7 +29,7 @@ from runtime.resources import examples_dir
 
 FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXAMPLES = [json.loads(p.read_text()) for p in sorted(examples_dir().glob("*.json"))]
-FIELD_NAMES = sorted({name for model in (Asset, *NODE_TYPES.values()) for name in model.model_fields})
+FIELD_NAMES = sorted({name for model in (Asset, *(t.model for t in NODE_TYPES.values())) for name in model.model_fields})
 
 # Text with what breaks naive code: lone surrogates, NUL, newlines, dots, braces, non-ASCII.
 odd_text = st.text(

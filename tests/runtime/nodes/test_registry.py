@@ -52,7 +52,7 @@ def test_a_broken_plugin_is_reported_not_raised(monkeypatch) -> None:
     broken = metadata.EntryPoint("broken", "no_such_module_anywhere:NODE_TYPE", nodes.ENTRY_POINT_GROUP)
     monkeypatch.setattr(nodes.metadata, "entry_points", lambda group: [broken] if group == nodes.ENTRY_POINT_GROUP else [])
     monkeypatch.setattr(nodes, "PLUGIN_PROBLEMS", [])
-    nodes._load_plugins()
+    nodes.load_plugins()
     assert len(nodes.PLUGIN_PROBLEMS) == 1
     assert "broken" in nodes.PLUGIN_PROBLEMS[0] and "ModuleNotFoundError" in nodes.PLUGIN_PROBLEMS[0]
     assert "broken" not in NODE_TYPES
@@ -73,3 +73,57 @@ def test_no_type_checks_over_node_types_outside_the_registry() -> None:
                     r"\.type(_name)?\s*(==|!=|in)\s*[\"(]", line) or "PLAYER_FACING_TYPES" in line:
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+EAGER_PLUGIN = '''
+from typing import Literal
+
+from runtime.asset.model import Asset  # at import time: the registry is still loading this module
+from runtime.nodes import END, NodeBase, NodeType
+
+
+class Eager(NodeBase):
+    type: Literal["Eager"] = "Eager"
+    default_exit: str = END
+
+    def exits(self):
+        return {"default_exit": self.default_exit}
+
+
+assert Asset is not None
+NODE_TYPE = NodeType(Eager)
+'''
+
+EAGER_SESSION = '''
+import json, sys
+first = sys.argv[1]
+__import__(first)
+from runtime.asset.file import asset_from_dict
+from runtime.nodes import NODE_TYPES, PLUGIN_PROBLEMS
+asset = asset_from_dict({"version": 1, "start_node": "e", "nodes": [{"id": "e", "type": "Eager"}]}, "eager.json")
+print("RESULT " + json.dumps({"registered": "Eager" in NODE_TYPES, "problems": PLUGIN_PROBLEMS,
+                              "loaded": [n.type_name for n in asset.nodes]}))
+'''
+
+
+@pytest.mark.parametrize("first", ["runtime.asset.model", "runtime.nodes", "runtime.asset.file", "runtime.agent"])
+def test_a_plugin_that_imports_the_asset_model_at_import_time_is_added(tmp_path, first) -> None:
+    """The registry makes the old rule ("do not import runtime.asset.model at import time") unneeded:
+    whichever module is imported first, the plugin's type is registered and the asset model reads it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "parley_eager.py").write_text(EAGER_PLUGIN, encoding="utf-8")
+    dist = tmp_path / "parley_eager-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: parley-eager\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(f"[{nodes.ENTRY_POINT_GROUP}]\neager = parley_eager:NODE_TYPE\n",
+                                           encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", EAGER_SESSION, first], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, check=False)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads(result[-1][len("RESULT "):]) == {"registered": True, "problems": [], "loaded": ["Eager"]}

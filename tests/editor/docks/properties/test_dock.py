@@ -37,7 +37,7 @@ def dock(qtbot):
 def test_every_field_has_a_typed_editor_with_help(dock, type_name):
     dock.show_selection([type_name.lower()])
     form = dock.form
-    model = NODE_TYPES[type_name]
+    model = NODE_TYPES[type_name].model
     assert set(form.editors) == set(model.model_fields) - {"type"}
     for name, info in model.model_fields.items():
         if name == "type":
