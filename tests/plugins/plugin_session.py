@@ -20,6 +20,7 @@ from runtime.asset.file import asset_from_dict
 from runtime.asset.validation import validate_asset
 from runtime.models.folder import sample_model_for_checks
 from runtime.nodes import NODE_TYPES, PLUGIN_PROBLEMS
+from runtime.problems import AssetError
 
 out: dict = {"registered": "Remember" in NODE_TYPES, "plugin_problems": list(PLUGIN_PROBLEMS),
              "package": NODE_TYPES["Remember"].package if "Remember" in NODE_TYPES else ""}
@@ -55,7 +56,7 @@ wrong["nodes"][0]["variable"] = "not a name"
 try:
     asset_from_dict(wrong, "wrong.json")
     out["wrong_field"] = "accepted"
-except Exception as exc:  # AssetError naming the node and field
+except AssetError as exc:  # naming the node and field
     out["wrong_field"] = str(exc)
 
 # --- run on the sample model, without the editor ------------------------------------------------

@@ -84,3 +84,21 @@ def test_the_turn_inspector_shows_its_run(plugin_session) -> None:
     assert inspector["shown"] == "name"
     assert "Brenna" in inspector["prompt_and_output"]
     assert Path(plugin_session["screenshot"]).stat().st_size > 10_000
+
+
+def test_the_plugin_imports_nothing_of_the_runtime_but_runtime_nodes() -> None:
+    """``runtime.nodes`` is the one surface a plugin uses; its view module may import the editor."""
+    import ast
+
+    imported: dict[str, set[str]] = {}
+    for path in (PLUGIN / "parley_remember").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = {node.module}
+            elif isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            else:
+                continue
+            imported.setdefault(path.name, set()).update(n for n in names if n.split(".")[0] in ("runtime", "editor"))
+    assert imported["__init__.py"] == {"runtime.nodes"}
+    assert all(n == "runtime.nodes" or n.startswith("editor") for names in imported.values() for n in names), imported

@@ -2,9 +2,9 @@
 result in an agent variable, so later turns can use it as ``{{vars.NAME}}`` (the player's name,
 a promise, the quest they took).
 
-Everything the runtime needs is the model class below and ``NODE_TYPE``; the editor's look is
-in ``parley_remember.view`` (imported only by the editor). Import nothing from ``runtime.asset.model``
-here: the asset model is built from the registry this module is being added to.
+Everything the runtime needs is the model class below and ``NODE_TYPE``, built from what
+``runtime.nodes`` exports (the one module of the runtime a plugin imports); the editor's look is
+in ``parley_remember.view`` (imported only by the editor).
 """
 
 from __future__ import annotations
@@ -14,10 +14,21 @@ from typing import Literal
 
 from pydantic import Field
 
-from runtime.diagnostics import NodeInput, PromptMessage
-from runtime.nodes import END, SLOT_PATTERN, NodeBase, NodeChecks, NodeRun, NodeType, TurnError, field_help
-from runtime.prompting.prompt import template_values
-from runtime.prompting.templates import TemplateError, render_template
+from runtime.nodes import (
+    END,
+    SLOT_PATTERN,
+    NodeBase,
+    NodeChecks,
+    NodeInput,
+    NodeRun,
+    NodeType,
+    PromptMessage,
+    TemplateError,
+    TurnError,
+    field_help,
+    render_template,
+    template_values,
+)
 
 
 class Remember(NodeBase):
