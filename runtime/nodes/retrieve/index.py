@@ -1,4 +1,4 @@
-"""Retrieve nodes: knowledge entries (from the asset and a file beside it), ranked for a query.
+"""A Retrieve node's knowledge index: its entries (from the asset and a file beside it), ranked for a query.
 
 Ranking sits behind ``Ranker`` so a backend can offer a better one: BM25 (rank_bm25)
 by default; when a node sets ``embedding_model`` and the backend has an

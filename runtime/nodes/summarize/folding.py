@@ -185,7 +185,7 @@ def fold_messages(node: Summarize, previous: Summary | None, turns: list[Turn], 
     return messages + [ChatMessage("user", user)]
 
 
-def run_summarize(
+def fold_turns(
     node: Summarize,
     turns: list[Turn],
     previous: Summary | None,

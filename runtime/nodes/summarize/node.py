@@ -25,7 +25,7 @@ from runtime.nodes.base import (
 )
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.running import NodeRun
-from runtime.nodes.summarize.folding import TurnCosts, run_summarize
+from runtime.nodes.summarize.folding import TurnCosts, fold_turns
 from runtime.prompting.budget import messages_tokens
 from runtime.prompting.prompt import message_parts
 from runtime.resources import default_prompt
@@ -67,7 +67,7 @@ class Summarize(AnswerInContext, NodeBase, ModelParams, SamplingParams):
         count = run.counter(model)
         turn, diag = run.turn, run.diag
         turns = run.history.turns + [Turn(turn.player, list(turn.entries))]
-        fold = run_summarize(
+        fold = fold_turns(
             self, turns, run.history.summary, context, count,
             lambda request: run.generate(model, request), run.source,
             costs=run.cache().setdefault("turn_costs", TurnCosts()),

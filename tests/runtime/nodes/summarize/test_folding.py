@@ -13,7 +13,7 @@ from runtime.events import Summarized
 from runtime.nodes.summarize.folding import (
     cut_to_tokens,
     fold_messages,
-    run_summarize,
+    fold_turns,
     transcript,
     turn_tokens,
 )
@@ -143,7 +143,7 @@ def test_largest_prefix_that_fits_is_folded():
     node = new_node("Summarize", "s", context_size=300, max_summary_tokens=100, trigger_turns=1, keep_recent_turns=0)
     count = lambda text: len(text.split())
     turns = [Turn(words(25, f"t{i}w"), [Reply("npc", words(10, f"r{i}w"))]) for i in range(10)]
-    fold = run_summarize(node, turns, None, 300, count, lambda req: _result("short summary"))
+    fold = fold_turns(node, turns, None, 300, count, lambda req: _result("short summary"))
     k = fold.summary.folded_turns
     assert 0 < k < 10 and fold.summary.covered_through == k - 1
     room = 300 - 100
@@ -168,7 +168,7 @@ def test_a_turn_larger_than_the_summarizers_context_is_folded_shortened():
     turn = Turn(words(250, "p"), [Reply("npc", words(40, "r")), Reply("plan", words(500, "hidden"), replay=False)])
     assert turn_tokens(turn, count) > 200  # larger than the summarizer's whole context
     requests = []
-    fold = run_summarize(node, [turn], None, 200, count, lambda req: requests.append(req) or _result("the gist"))
+    fold = fold_turns(node, [turn], None, 200, count, lambda req: requests.append(req) or _result("the gist"))
     # Room is 200 - 100 = 100 = (1 + 8) + (14 + transcript + 8): the transcript gets 69 words.
     # "Player:" and "Character:" take 2, so each message keeps 28 words (14 first, 14 last) and a
     # 5-word marker: 2 + 2 * (28 + 5) = 68; keeping 29 would need 70.
@@ -197,7 +197,7 @@ def test_a_long_previous_summary_is_shortened_so_the_fold_still_happens(player_w
     previous = Summary(words(100, "s"), covered_through=0, folded_turns=1, node="s")
     turns = [Turn("old"), Turn(words(player_words, "p"))]
     requests = []
-    fold = run_summarize(node, turns, previous, 200, count, lambda req: requests.append(req) or _result("new gist"))
+    fold = fold_turns(node, turns, previous, 200, count, lambda req: requests.append(req) or _result("new gist"))
     # 100 = (1 + 8) + (2 + summary + 14 + transcript + 8): summary and transcript share 67 words.
     # The turn first drops to 8 words per message ("Player:" + 8 + marker = 14, or whole when short),
     # then the summary keeps what is left beside its 5-word marker.
@@ -218,7 +218,7 @@ def test_a_fold_prompt_too_big_for_any_turn_warns_and_folds_nothing():
     # The default system prompt alone is longer than the 100 tokens this context leaves for the prompt.
     node = new_node("Summarize", "s", context_size=200, max_summary_tokens=100, trigger_turns=1, keep_recent_turns=0)
     turns = [Turn(words(150, "huge"), [])]
-    fold = run_summarize(node, turns, None, 200, lambda t: len(t.split()), lambda req: _result("never called"))
+    fold = fold_turns(node, turns, None, 200, lambda t: len(t.split()), lambda req: _result("never called"))
     assert fold.summary is None and fold.result is None
     assert "cannot fold turn 0" in fold.warnings[0] and "Shorten the Summarize node's system prompt" in fold.warnings[0]
 
@@ -290,9 +290,9 @@ def test_trigger_tokens_counts_unsummarized_turns_as_prompts_do():
     assert turn_tokens(turn, count) == (3 + 8) + (2 + 8)
     assert transcript([turn]) == "Player: a b c\nCharacter: d e"
     node = new_node("Summarize", "s", trigger_tokens=43, keep_recent_turns=0)
-    assert not run_summarize(node, [turn, turn], None, 2048, count, lambda r: _result("x")).triggered
+    assert not fold_turns(node, [turn, turn], None, 2048, count, lambda r: _result("x")).triggered
     node = new_node("Summarize", "s", trigger_tokens=42, keep_recent_turns=0)
-    assert run_summarize(node, [turn, turn], None, 2048, count, lambda r: _result("x")).triggered
+    assert fold_turns(node, [turn, turn], None, 2048, count, lambda r: _result("x")).triggered
 
 
 def _result(text: str):

@@ -8,7 +8,7 @@ from runtime.agent import Agent
 from runtime.asset.file import load_asset
 from runtime.backends.scripted import ScriptedBackend
 from runtime.dialogue.history import Reply, Turn
-from runtime.nodes.summarize.folding import TurnCosts, run_summarize, turn_tokens
+from runtime.nodes.summarize.folding import TurnCosts, fold_turns, turn_tokens
 from runtime.resources import examples_dir
 
 
@@ -83,9 +83,9 @@ def test_the_fold_is_the_same_with_remembered_costs():
     def count(text: str) -> int:
         return len(text.split())
 
-    plain = run_summarize(node, turns, None, 1024, count, generate)
+    plain = fold_turns(node, turns, None, 1024, count, generate)
     costs = TurnCosts()
-    run_summarize(node, turns[:-1], None, 1024, count, generate, costs=costs)
-    remembered = run_summarize(node, turns, None, 1024, count, generate, costs=costs)
+    fold_turns(node, turns[:-1], None, 1024, count, generate, costs=costs)
+    remembered = fold_turns(node, turns, None, 1024, count, generate, costs=costs)
     assert plain.summary == remembered.summary and plain.unsummarized_tokens == remembered.unsummarized_tokens
     assert plain.messages == remembered.messages
