@@ -91,6 +91,7 @@ EventCallback = Callable[[Event], None]
 
 # A sentence ends at . ! ? or … (optionally followed by closing quotes or brackets) and then whitespace.
 _SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*\s+")
+_SENTENCE_END_CHARS = frozenset(".!?\u2026\"'\u201d\u2019)]")
 
 
 class SentenceSplitter:
@@ -98,20 +99,29 @@ class SentenceSplitter:
 
     def __init__(self) -> None:
         self._pending = ""
+        self._scanned = 0  # where in the pending text a sentence end may still begin
 
     def feed(self, text: str) -> list[str]:
         self._pending += text
         sentences: list[str] = []
         while True:
-            match = _SENTENCE_END.search(self._pending)
+            match = _SENTENCE_END.search(self._pending, self._scanned)
             if not match:
+                # Only the trailing run of punctuation and closing quotes can still begin a sentence
+                # end, so the next token is searched from there, not from the start: a long reply
+                # with no full stop was scanned again for every token (quadratic).
+                start = len(self._pending)
+                while start > self._scanned and self._pending[start - 1] in _SENTENCE_END_CHARS:
+                    start -= 1
+                self._scanned = start
                 return sentences
             sentence = self._pending[: match.end()].strip()
             self._pending = self._pending[match.end():]
+            self._scanned = 0
             if sentence:
                 sentences.append(sentence)
 
     def flush(self) -> list[str]:
         """The text left over at the end of generation (a last sentence without trailing space)."""
-        rest, self._pending = self._pending.strip(), ""
+        rest, self._pending, self._scanned = self._pending.strip(), "", 0
         return [rest] if rest else []
