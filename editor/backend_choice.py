@@ -133,7 +133,7 @@ class BackendChoice(QObject):
         profile = self.profile
         if profile is None:
             return EMBEDDED_LABEL
-        return f"{profile.name} ({profile.url}) \u00b7 {KIND_LABELS[profile.kind]}"
+        return f"{profile.name} ({profile.shown_url}) \u00b7 {KIND_LABELS[profile.kind]}"
 
     def maker(self) -> BackendMaker | None:
         """What the test conversation makes its backend with: None for the embedded runtime (the

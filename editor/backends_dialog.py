@@ -494,7 +494,7 @@ class BackendsDialog(QDialog):
         if not self.check.start(profile):
             return False
         self.check_result.setStyleSheet("color: #9a9a9a;")
-        self.check_result.setText(f"Contacting {profile.url}\u2026")
+        self.check_result.setText(f"Contacting {profile.shown_url}\u2026")
         return True
 
     def _checked(self, ok: bool, text: str) -> None:

@@ -14,13 +14,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
+from runtime.files.located import Place
 from runtime.problems import BackendError, InputError
 
 if TYPE_CHECKING:
     from runtime.backends.profiles import BackendProfile
 
 ProfilesVerb = Callable[[argparse.Namespace, "list[BackendProfile]"], int]
+# A profile's field -> how `parley backends add` takes it.
+OPTIONS = {"name": "NAME", "url": "URL", "kind": "--kind", "api_key_env": "--api-key-env", "model": "--model",
+           "context_size": "--context-size", "timeout": "--timeout"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,21 +85,30 @@ def list_profiles(args: argparse.Namespace, profiles: list[BackendProfile]) -> i
 @_on_saved_profiles
 def add_profile(args: argparse.Namespace, profiles: list[BackendProfile]) -> int:
     from runtime.backends.profiles import BackendProfile, _ask_kind, save_profiles
+    from runtime.files.located import located_problems
 
+    values = {"name": args.name, "url": args.url, "api_key_env": args.api_key_env, "model": args.model,
+              "context_size": args.context_size, "timeout": args.timeout}
     try:
+        BackendProfile(kind="openai", **values)  # every field checked before the server is asked its kind
         kind = args.kind or _ask_kind(args.url)
-        profile = BackendProfile(name=args.name, kind=kind, url=args.url, api_key_env=args.api_key_env,
-                                 model=args.model, context_size=args.context_size, timeout=args.timeout)
+        profile = BackendProfile(kind=kind, **values)
     except BackendError as exc:
-        print(exc, file=sys.stderr)
+        print(f"parley backends add {args.name}: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
-        err = exc.errors()[0]
-        print(f"{'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+        for problem in located_problems(exc, "", lambda err: _option_place(err)):
+            print(f"parley backends add: {problem.where.lstrip(':')}: error: {problem.message}", file=sys.stderr)
         return 2
     kept = [p for p in profiles if p.name != profile.name]
     print(f"saved {profile.description} in {save_profiles([*kept, profile])}")
     return 0
+
+
+def _option_place(err: ErrorDetails) -> Place:
+    """Where ``parley backends add``'s error is: the option (``--api-key-env``) or argument (``URL``)."""
+    field = str(err["loc"][0]) if err["loc"] else "name"
+    return Place(field=OPTIONS.get(field, field))
 
 
 @_on_saved_profiles
