@@ -52,6 +52,10 @@ class Canvas(QObject):
         self.search = self.gestures.search
         self.drawing.built.connect(self.built)
         self.drawing.selection_changed.connect(self.selection_changed)
+        # The viewer holds these lambdas, and so this canvas (and its parts) as long as it lives: a
+        # canvas whose NodeGraph is left to a later garbage collection crashed that collection.
+        self.viewer.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
+        self.viewer.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         self.gestures.file_dropped.connect(self.file_dropped)
         self.gestures.text_dropped.connect(self.text_dropped)
 

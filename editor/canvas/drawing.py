@@ -108,7 +108,7 @@ class Drawing(QObject):
     """The scene of one document: which nodes are drawn, the terminals, and the pipes."""
 
     built = Signal()  # every node of the asset is drawn (after a progressive rebuild)
-    selection_changed = Signal(list)  # asset ids of the selected nodes
+    selection_changed = Signal(list)  # asset ids of the nodes ``select`` selected
     # For the overlays: a node was just drawn (marks asked for before show now), and the scene was
     # thrown away. Signals, not callbacks held here: the parts hold no reference to each other in a
     # cycle, so the NodeGraph goes when the canvas does, not at some later garbage collection.
@@ -142,8 +142,6 @@ class Drawing(QObject):
         self._froze = False  # whether this canvas moved the objects it made out of garbage collection
         self._unfreeze_on_destroyed = False
         self._collect_after_clearing = False
-        self.viewer.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
-        self.viewer.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
 
     # --- building ----------------------------------------------------------------------------
 
