@@ -10,6 +10,7 @@ import pytest
 
 from editor.backend_choice import EMBEDDED_LABEL, SETTINGS_KEY, BackendChoice
 from editor.backends_dialog import BackendsDialog
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.settings import app_settings
 from runtime.asset.model import Asset
 from runtime.backends.llama_server import LlamaServerBackend
@@ -186,7 +187,7 @@ def test_switching_backend_keeps_the_conversation_and_each_turn_says_where_it_ra
     assert text.index("hello there") < text.index(f"via {EMBEDDED_LABEL}") < text.index("and again")
     shot(dock, "conversation-two-backends.png")
 
-    vram = window.docks["VramEstimatorDock"]
+    vram = window.dock(VramEstimatorDock)
     assert not vram.backend_note.isHidden()
     note = vram.backend_note.text()
     assert "on this computer" in note and f"Turn 2 ran on {_Alpha.label}" in note

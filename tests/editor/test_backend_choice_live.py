@@ -11,6 +11,8 @@ import pytest
 
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.backends_dialog import BackendsDialog
+from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
 from tests.servers import openai_server
 
@@ -74,7 +76,7 @@ def test_a_turn_on_a_real_server_then_back_on_this_computer(server, window, qtbo
     assert dock.backend_label.text() == served, "the top says the backend with its model once a turn ran"
     assert f"via {served}" in dock.chat.toPlainText()
     assert "on local-openai" in dock.status.text()
-    vram = window.docks["VramEstimatorDock"]
+    vram = window.dock(VramEstimatorDock)
     note = vram.backend_note.text()
     assert not vram.backend_note.isHidden()
     assert "on this computer" in note and "local-openai" in note and "memory is on the server" in note
@@ -99,7 +101,7 @@ def test_a_turn_on_a_real_server_then_back_on_this_computer(server, window, qtbo
     assert "Turn 2 ran on this computer" in vram.backend_note.text()
     shot(dock, "conversation-back-on-embedded.png")
     # the Turn Inspector says where each turn ran when it was not this computer
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     qtbot.waitUntil(lambda: inspector.turn_picker.count() == 2, timeout=TURN_TIMEOUT_MS)
     inspector.turn_picker.setCurrentIndex(0)
     assert f"on {served}" in inspector.path_label.text().replace("&amp;", "&")

@@ -3,6 +3,7 @@ and is estimated with the problem named, never a RuntimeError."""
 
 from __future__ import annotations
 
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from runtime.asset.model import Asset, new_node
 
 
@@ -11,7 +12,7 @@ def test_the_editor_and_the_vram_dock_name_an_unknown_home_folder(window):
     asset = Asset(name="a", default_model="~nosuchuser/m.gguf", start_node="r",
                   nodes=[new_node("GenerateAndSpeak", "r")])
     window.set_asset(asset)
-    dock = window.docks["VramEstimatorDock"]
+    dock = window.dock(VramEstimatorDock)
     dock.update_estimate()
     assert dock.estimate is not None
     assert any("nosuchuser" in p.message for p in dock.estimate.problems)

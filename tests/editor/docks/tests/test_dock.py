@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from editor.docks.tests.dock import TestsDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.asset.model import Asset
 from runtime.backends.scripted import ScriptedBackend, default_reply
 from runtime.suites.file import load_suite
@@ -72,7 +74,7 @@ def suites(tmp_path) -> Path:
 def dock(window, suites):
     window.suite_run.make_backend = ScriptedBackend
     assert window.open_path(str(suites))
-    return window.docks["TestsDock"]
+    return window.dock(TestsDock)
 
 
 def rows(item) -> list[tuple[str, str]]:
@@ -133,7 +135,7 @@ def test_run_all_shows_each_turn_and_a_failing_case_does_not_stop_the_others(doc
 
 def test_a_failed_turn_opens_in_the_turn_inspector_with_its_checks(dock, qtbot, window):
     run(qtbot, dock, dock.run_all)
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     failed_turn = dock.tree.topLevelItem(1).child(0).child(0)
     with qtbot.waitSignal(dock.turn_opened) as opened:
         dock.tree.itemClicked.emit(failed_turn, 0)
@@ -219,7 +221,7 @@ def test_closing_the_window_mid_run_stops_the_thread(make_window, suites, qtbot)
     release = threading.Event()
     window.suite_run.make_backend = lambda: ScriptedBackend(lambda k, r: (release.wait(0.2), default_reply(k, r))[1])
     window.open_path(str(suites))
-    dock = window.docks["TestsDock"]
+    dock = window.dock(TestsDock)
     with qtbot.waitSignal(dock.run.turn_done, timeout=10_000):
         dock.run_all()
     window.close()  # the conftest fails the test if the run's thread is still going
@@ -227,7 +229,7 @@ def test_closing_the_window_mid_run_stops_the_thread(make_window, suites, qtbot)
 
 
 def test_an_unsaved_asset_and_an_asset_without_suites_say_what_to_do(window, tmp_path):
-    dock = window.docks["TestsDock"]
+    dock = window.dock(TestsDock)
     assert "Save the asset to a file" in dock.tree.topLevelItem(0).text(0)
     assert not dock.run_all()
     (tmp_path / "lonely.json").write_text(json.dumps(ASSET), encoding="utf-8")

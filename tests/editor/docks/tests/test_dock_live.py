@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from editor.docks.tests.dock import TestsDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.asset.file import save_asset
 from runtime.resources import examples_dir
 from tests.editor.live import example, sample_model, talk
@@ -64,7 +66,7 @@ def run_all(qtbot, dock):
 
 def test_the_example_suite_passes_turn_by_turn_and_coverage_marks_what_it_never_took(window, qtbot, router):
     assert window.open_path(str(router))
-    dock = window.docks["TestsDock"]
+    dock = window.dock(TestsDock)
     suite = dock.tree.topLevelItem(0)
     assert suite.text(0) == "intent_router.suite.yaml"
     assert [suite.child(i).text(0) for i in range(suite.childCount())] == ["asks the way",
@@ -91,7 +93,7 @@ def test_a_failing_suite_shows_the_check_and_opens_the_turn_in_the_inspector(win
     (router.parent / "unicorns.suite.yaml").write_text(IMPOSSIBLE, encoding="utf-8")
     (router.parent / "broken.suite.yaml").write_text(BROKEN, encoding="utf-8")
     assert window.open_path(str(router))
-    dock = window.docks["TestsDock"]
+    dock = window.dock(TestsDock)
     broken = dock.tree.topLevelItem(0)
     assert broken.text(0) == "broken.suite.yaml"
     assert broken.child(0).text(0) == ("broken.suite.yaml, line 8: case 'asks the way', "
@@ -105,7 +107,7 @@ def test_a_failing_suite_shows_the_check_and_opens_the_turn_in_the_inspector(win
     assert turn.text(1) == "\u2717 1 of 2 checks failed"
     assert turn.child(0).text(0) == "\u2717 reply: contains 'purple unicorn'"
 
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     dock.tree.itemClicked.emit(turn, 0)
     assert inspector.turn_picker.currentText() == "Test: speaks of unicorns \u00b7 turn 1"
     note = html.unescape(inspector.note_label.text())
@@ -126,7 +128,7 @@ def test_a_conversation_saved_as_a_test_case_runs_and_passes(window, qtbot, rout
     assert chat.save_as_test_case("my walk to the inn") == "my walk to the inn"
     suite = router.parent / "intent_router.suite.yaml"
     assert suite.is_file() and "my walk to the inn" in suite.read_text(encoding="utf-8")
-    dock = window.docks["TestsDock"]
+    dock = window.dock(TestsDock)
     case = dock.tree.topLevelItem(0).child(0)
     assert case.text(0) == "my walk to the inn" and case.text(1) == "not run"
 

@@ -8,6 +8,9 @@ import re
 
 import pytest
 
+from editor.docks.conversation.dock import ConversationDock
+from editor.docks.raw_json.dock import RawJsonDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.prompting.prompt import SUMMARY_HEADING
 from tests.editor.live import example, sample_model, talk
 
@@ -29,7 +32,7 @@ def model() -> str:
 def test_each_turns_prompt_path_and_budget(window, qtbot, model):
     window.set_asset(example("chat", model, reply={"max_tokens": 20}))
     conversation = window.conversation
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     records = [talk(qtbot, conversation, line) for line in LINES]
     assert inspector.turn_picker.count() == 3
     assert window.canvas.highlighted_path() == ["reply"], "the turn's path is outlined on the canvas"
@@ -58,7 +61,7 @@ def test_each_turns_prompt_path_and_budget(window, qtbot, model):
         # From turn 1 on the previous turn is replayed without its template: the inspector says why it was re-read.
         assert ("Why the previous turn was read again" in stats) == (turn > 0)
         assert conversation.selected_turn == turn
-        assert window.docks["RawJsonDock"].data["turn"] == turn, "the raw JSON follows the inspector"
+        assert window.dock(RawJsonDock).data["turn"] == turn, "the raw JSON follows the inspector"
 
     # Compare turn 1 with turn 2: the prompt gained turn 1's exchange and the new line.
     inspector.turn_picker.setCurrentIndex(2)
@@ -80,7 +83,7 @@ def test_a_trim_in_a_long_conversation(window, qtbot, model):
                     summarize={"max_summary_tokens": 32, "trigger_tokens": 150})
     window.set_asset(asset)
     conversation = window.conversation
-    inspector = window.docks["TurnInspectorDock"]
+    inspector = window.dock(TurnInspectorDock)
     lines = [
         "Tell me about the old mill by the river, please.",
         "And who built the stone bridge to the north?",
@@ -123,7 +126,7 @@ def test_a_trim_in_a_long_conversation(window, qtbot, model):
     # A summary, once written, is shown in the chat where it folded and told apart in the prompt.
     summaries = conversation.saved.history.summaries
     if summaries:
-        assert "Summary by" in window.docks["ConversationDock"].chat.toPlainText()
+        assert "Summary by" in window.dock(ConversationDock).chat.toPlainText()
         last = conversation.record(max(conversation.records))
         parts = last.parts["reply"]
         if any(p.kind == "summary" for p in parts):

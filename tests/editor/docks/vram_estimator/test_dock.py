@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from editor.commands import set_node_field
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from runtime.asset.estimate import estimate_asset
 from runtime.models.folder import resolve_model
 from runtime.models.memory import GIB, Settings
@@ -20,7 +21,7 @@ def model() -> str:
 
 def test_the_estimate_follows_edits_and_settings(window, qtbot, model):
     window.set_asset(example("long_conversation", model))
-    dock = window.docks["VramEstimatorDock"]
+    dock = window.dock(VramEstimatorDock)
     doc = window.document
     assert dock.estimate is not None and not dock.estimate.problems
     assert [n.node_id for n in dock.estimate.nodes] == ["reply", "summarize"]
@@ -71,7 +72,7 @@ def test_the_estimate_follows_edits_and_settings(window, qtbot, model):
 
 def test_a_missing_model_is_named(window, model):
     window.set_asset(example("chat", "no-such-model.gguf"))
-    dock = window.docks["VramEstimatorDock"]
+    dock = window.dock(VramEstimatorDock)
     assert dock.estimate is not None and dock.estimate.problems
     assert "reply" in dock.problems.text() and "no-such-model.gguf" in dock.problems.text()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 from runtime.asset.model import Asset, new_node
 from runtime.models.folder import MODELS_DIR_ENV
 from tests.runtime.tiny_gguf import write_tiny_gguf
@@ -15,7 +16,7 @@ def test_the_legend_names_every_colour_of_the_chart(window, tmp_path, monkeypatc
     nodes = [new_node("Generate", f"step_{i}", context_size=512, default_exit=f"step_{i + 1}" if i < 3 else "")
              for i in range(4)]
     window.set_asset(Asset(default_model="Tiny.gguf", start_node="step_0", nodes=nodes))
-    dock = window.docks["VramEstimatorDock"]
+    dock = window.dock(VramEstimatorDock)
     dock.show()
     dock.raise_()
     qtbot.wait(10)
