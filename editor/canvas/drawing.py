@@ -110,8 +110,7 @@ class Drawing(QObject):
     built = Signal()  # every node of the asset is drawn (after a progressive rebuild)
     selection_changed = Signal(list)  # asset ids of the nodes ``select`` selected
     # For the overlays: a node was just drawn (marks asked for before show now), and the scene was
-    # thrown away. Signals, not callbacks held here: the parts hold no reference to each other in a
-    # cycle, so the NodeGraph goes when the canvas does, not at some later garbage collection.
+    # thrown away. Signals, not callbacks held here: the drawing holds no reference to the overlays.
     node_drawn = Signal(str)
     cleared = Signal()
 
