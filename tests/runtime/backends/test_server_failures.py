@@ -2,18 +2,17 @@
 streams. Each gives a clear error naming the backend, and the conversation stays exactly as it
 was before the turn.
 
-The servers here are small real HTTP servers on 127.0.0.1 that answer the calls a backend makes
-before generating (the template, the tokenizer, the model list) correctly, then misbehave on the
-generation call in one chosen way. The acceptance tests on real inference servers are in
-test_remote_backends.py."""
+The server is tests/hostile_server.py's, a real HTTP server on 127.0.0.1 that answers the calls
+a backend makes before generating (the template, the tokenizer, the model list) correctly, then
+misbehaves on one endpoint in one chosen way. The acceptance tests on real inference servers are
+in test_servers.py; every hostile mode ending a turn is in test_hostile_server.py."""
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,107 +25,16 @@ from runtime.backends.llama_server import LlamaServerBackend
 from runtime.backends.openai_server import OpenAIBackend
 from runtime.dialogue.dialog_file import save_history
 from runtime.problems import BackendError
+from tests.hostile_server import HostileServer, hostile_server
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAT = ROOT / "resources" / "examples" / "chat.json"
 
 
-class Misbehaving(BaseHTTPRequestHandler):
-    """Answers like a llama.cpp server (and an OpenAI-compatible one) until the generation call."""
-
-    protocol_version = "HTTP/1.1"
-    mode = "ok"
-    slots = 4
-    stall = threading.Event()
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _json(self, status: int, body) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path == "/props":
-            self._json(200, {"default_generation_settings": {"n_ctx": 4096}, "total_slots": type(self).slots,
-                             "model_path": "/models/fake.gguf"})
-        elif self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": "fake", "max_model_len": 4096}]})
-        else:
-            self._json(404, {"error": {"message": "no such page"}})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/tokenize" and "content" not in body:  # llama.cpp's answer to vLLM's shape
-            self._json(400, {"error": {"message": "\"content\" must be provided"}})
-        elif self.path == "/tokenize":
-            self._json(200, {"tokens": list(range(len(body["content"].split()))), "count": 1})
-        elif self.path == "/apply-template":
-            self._json(200, {"prompt": "".join(f"<{m['role']}>{m['content']}</>" for m in body["messages"])
-                             + "<assistant>"})
-        elif self.path in ("/completion", "/v1/chat/completions"):
-            self._generate(self.path == "/completion")
-        else:
-            self._json(404, {"error": {"message": "no such page"}})
-
-    def _generate(self, llama: bool) -> None:
-        mode = type(self).mode
-        if mode == "timeout":
-            type(self).stall.wait(10)
-            return
-        if mode == "http500":
-            self._json(500, {"error": {"code": 500, "message": "the model crashed (out of memory)"}})
-            return
-        if mode == "http401":
-            self._json(401, {"error": {"message": "Invalid API Key"}})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-
-        def event(payload: str) -> None:
-            self.wfile.write(f"data: {payload}\n\n".encode())
-            self.wfile.flush()
-
-        piece = (lambda t: json.dumps({"content": t, "stop": False})) if llama else \
-            (lambda t: json.dumps({"choices": [{"delta": {"content": t}, "finish_reason": None}]}))
-        event(piece("Hel"))
-        if mode == "malformed":
-            event('{"content": "lo", "stop": tru')
-        elif mode == "truncated":
-            self.wfile.write(b'data: {"content": "lo"')  # cut in the middle of an event
-        elif mode == "error_event":
-            event(json.dumps({"error": {"code": 500, "message": "slot crashed"}}))
-        elif mode == "closed":
-            pass  # the connection ends with no final event
-        else:
-            final = {"content": "lo", "stop": True, "stop_type": "eos",
-                     "timings": {"cache_n": 0, "prompt_n": 3, "predicted_n": 2}} if llama else \
-                {"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}
-            event(json.dumps(final))
-            if not llama:
-                event("[DONE]")
-        self.close_connection = True
-
-
 @pytest.fixture
-def fake_server() -> Iterator[str]:
-    Misbehaving.mode = "ok"
-    Misbehaving.slots = 4
-    Misbehaving.stall = threading.Event()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    Misbehaving.stall.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+def fake_server() -> Iterator[HostileServer]:
+    with hostile_server() as server:
+        yield server
 
 
 def _closed_port() -> int:
@@ -154,7 +62,7 @@ def _snapshot(agent: Agent, tmp_path: Path) -> str:
 @pytest.mark.parametrize("kind", [0, 1], ids=["llama-server", "openai"])
 def test_a_well_behaved_fake_runs_a_turn(fake_server, kind, tmp_path) -> None:
     """The control: the same server in mode 'ok' runs turns, so each failure below is the mode's."""
-    agent = _agent(_backends(fake_server)[kind])
+    agent = _agent(_backends(fake_server.url)[kind])
     result = agent.run_turn("Hello there")
     assert result.reply == "Hello"
     assert ("gpu-box" if kind == 0 else "vllm-box") in result.backend
@@ -172,20 +80,19 @@ def test_a_well_behaved_fake_runs_a_turn(fake_server, kind, tmp_path) -> None:
 ])
 def test_a_failing_server_names_itself_and_leaves_the_conversation_as_it_was(
         fake_server, kind, mode, error, words, tmp_path) -> None:
-    backend = _backends(fake_server, timeout=0.5 if mode == "timeout" else 5.0)[kind]
+    backend = _backends(fake_server.url, timeout=0.5 if mode == "timeout" else 5.0)[kind]
     agent = _agent(backend)
     agent.run_turn("Hello there")  # one good turn first: there is a conversation to lose
     before = _snapshot(agent, tmp_path)
-    Misbehaving.mode = mode
+    fake_server.mode = mode
     with pytest.raises(error) as caught:
         agent.run_turn("And now?")
     message = str(caught.value)
-    assert ("gpu-box" if kind == 0 else "vllm-box") in message and fake_server in message
+    assert ("gpu-box" if kind == 0 else "vllm-box") in message and fake_server.url in message
     for word in words:
         assert word in message
     assert _snapshot(agent, tmp_path) == before
-    Misbehaving.mode = "ok"
-    Misbehaving.stall.set()
+    fake_server.mode = "ok"
     assert agent.run_turn("And now?").reply == "Hello"  # the conversation goes on from where it was
 
 
@@ -206,7 +113,7 @@ def test_an_unknown_host_is_named() -> None:
 
 
 def test_a_server_that_is_not_a_llama_cpp_server_is_said_so(fake_server) -> None:
-    backend = LlamaServerBackend(fake_server + "/v1", "wrong")  # /v1/props is a 404 here
+    backend = LlamaServerBackend(fake_server.url + "/v1", "wrong")  # /v1/props is a 404 here
     with pytest.raises(ServerRefused, match="HTTP 404.*right kind of server"):
         backend.model_context_size("")
 
@@ -218,7 +125,7 @@ def test_bad_addresses_are_refused_before_any_call() -> None:
 
 
 def test_an_openai_server_without_structured_output_fails_the_node_that_needs_it(fake_server) -> None:
-    backend = OpenAIBackend(fake_server, "plain", structured_output="none")
+    backend = OpenAIBackend(fake_server.url, "plain", structured_output="none")
     session = backend.session("classify", "", 0)
     request = GenerationRequest([ChatMessage("user", "hi")], 8, choices=["greet", "other"])
     with pytest.raises(BackendError, match="node 'classify' needs its output constrained to one of its labels"):
@@ -229,10 +136,8 @@ def test_an_openai_server_without_structured_output_fails_the_node_that_needs_it
 
 def test_cancel_closes_a_stalled_request_at_once(fake_server) -> None:
     """Stop while the server has not sent a byte: the socket is shut, the call returns cancelled."""
-    import time
-
-    Misbehaving.mode = "timeout"
-    backend = LlamaServerBackend(fake_server, "slow", timeout=30)
+    fake_server.mode = "timeout"
+    backend = LlamaServerBackend(fake_server.url, "slow", timeout=30)
     session = backend.session("reply", "", 0)
     cancel = threading.Event()
     threading.Timer(0.2, cancel.set).start()
@@ -243,11 +148,11 @@ def test_cancel_closes_a_stalled_request_at_once(fake_server) -> None:
 
 
 def test_a_node_hears_when_the_server_serves_another_model_or_has_too_few_slots(fake_server) -> None:
-    Misbehaving.slots = 1
-    backend = LlamaServerBackend(fake_server, "small-box")
+    fake_server.slots = 1
+    backend = LlamaServerBackend(fake_server.url, "small-box")
     agent = Agent(load_asset(ROOT / "resources" / "examples" / "intent_router.json"), backend,
                   str(ROOT / "resources" / "examples"))
-    Misbehaving.mode = "ok"
+    fake_server.mode = "ok"
     result = agent.run_turn("Hello there")
     first, second = result.diagnostics.nodes[:2]
     assert any("names the model SmolLM2-135M-Instruct.Q4_1.gguf, but small-box" in w and "serves fake.gguf" in w
