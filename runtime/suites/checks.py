@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from runtime.agent import TurnResult
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.backends.http import ServerUnavailable
@@ -18,6 +20,11 @@ from runtime.dialogue.history import ToolExchange, Turn
 from runtime.nodes.classify_intent import port_intent
 from runtime.problems import BackendError
 from runtime.suites.file import ReplyExpect, TurnExpect
+
+# How long a reply's regex may search. A designer can write a pattern that backtracks
+# catastrophically ((\w+\s?)+$) by accident: ``re`` would search for ever holding the GIL (the
+# editor frozen, Stop dead); the ``regex`` module stops at this limit and lets other threads run.
+REGEX_TIMEOUT_SECONDS = 1.0
 
 JUDGE_KEY = "__judge__"
 JUDGE_SCHEMA = {
@@ -54,8 +61,7 @@ def check_reply(expect: ReplyExpect, reply: str) -> list[Check]:
     for text in expect.not_contains:
         checks.append(Check("reply", text.lower() not in low, f"does not contain {text!r}"))
     if expect.regex:
-        checks.append(Check("reply", re.search(expect.regex, reply, re.IGNORECASE) is not None,
-                            f"matches /{expect.regex}/"))
+        checks.append(_regex_check(expect.regex, reply))
     if expect.max_words is not None:
         count = len(_words(reply))
         checks.append(Check("reply", count <= expect.max_words, f"at most {expect.max_words} words (has {count})"))
@@ -65,6 +71,18 @@ def check_reply(expect: ReplyExpect, reply: str) -> list[Check]:
         checks.append(Check("reply", bool(found), f"mentions one of {', '.join(expect.mentions_one_of)}"
                             + (f" (mentions {found[0]!r})" if found else " (mentions none)")))
     return checks
+
+
+def _regex_check(pattern: str, reply: str) -> Check:
+    """Whether ``reply`` matches ``pattern`` (searched, case-insensitive), within ``REGEX_TIMEOUT_SECONDS``."""
+    try:
+        found = regex.search(pattern, reply, regex.IGNORECASE, timeout=REGEX_TIMEOUT_SECONDS, concurrent=True)
+    except TimeoutError:
+        return Check("reply", False, f"matches /{pattern}/ (gave up after {REGEX_TIMEOUT_SECONDS:g} s: the pattern "
+                     "backtracks without end on this reply; rewrite it, e.g. (\\w+\\s?)+ as [\\w\\s]+)")
+    except regex.error as exc:  # checked when the suite loads; a suite built in code may skip that
+        return Check("reply", False, f"matches /{pattern}/ (not a regular expression: {exc})")
+    return Check("reply", found is not None, f"matches /{pattern}/")
 
 
 def _partial(expected: Any, actual: Any) -> bool:

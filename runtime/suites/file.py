@@ -4,13 +4,15 @@ adding a case to one."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -18,11 +20,22 @@ from pydantic_core import ErrorDetails
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
-from runtime.files.reading import read_input_text
+from runtime.files.reading import MAX_INPUT_BYTES, read_input_text
 from runtime.files.writing import atomic_write_text
 from runtime.problems import InputError, Problem
 
 SUITE_SUFFIXES = (".suite.yaml", ".suite.yml")
+
+# Limits of a suite file. A suite is read on the editor's UI thread as its asset opens, so each is
+# set where reading (and listing the cases in the dock) still takes well under a second:
+MAX_SUITE_BYTES = 4 * 1024 * 1024  # an 8,000-case suite is about 1.5 MB
+MAX_SUITE_CASES = 10_000
+# Nesting of mappings and lists: a suite needs about 8, a tool's arguments schema a few more. The
+# YAML parser recurses once per level (C code, which a deep enough file crashes), so it is counted first.
+MAX_SUITE_NESTING = 64
+# A reply's regex: far longer than any real check, short enough to read in one glance.
+MAX_REGEX_CHARS = 1_000
+assert MAX_SUITE_BYTES <= MAX_INPUT_BYTES
 
 
 class SuiteError(InputError):
@@ -47,9 +60,11 @@ class ReplyExpect(_SuiteModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, v: str) -> str:
+        if len(v) > MAX_REGEX_CHARS:
+            raise ValueError(f"the regular expression is {len(v):,} characters long; at most {MAX_REGEX_CHARS:,}")
         try:
-            re.compile(v)
-        except re.error as exc:
+            regex.compile(v)  # the module checks_reply matches with (it has a time limit)
+        except (regex.error, RecursionError) as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return v
 
@@ -113,8 +128,7 @@ class Suite(_SuiteModel):
     @field_validator("cases")
     @classmethod
     def _unique_names(cls, v: list[Case]) -> list[Case]:
-        names = [c.name for c in v]
-        repeated = sorted({n for n in names if names.count(n) > 1})
+        repeated = sorted(n for n, count in Counter(c.name for c in v).items() if count > 1)
         if repeated:
             raise ValueError(f"case names must be unique; repeated: {', '.join(repeated)}")
         return v
@@ -141,9 +155,11 @@ class LoadedSuite:
         return f"{self.path.name}::{case.name}"
 
 
-def _line_of(root: yaml.Node | None, loc: Iterable[Any]) -> int:
-    """The 1-based line of the YAML node at ``loc`` (or of its nearest parent that exists)."""
-    node, line = root, (root.start_mark.line + 1 if root is not None else 0)
+def _where(root: yaml.Node | None, loc: Iterable[Any]) -> tuple[int, int]:
+    """The 1-based line and column of the YAML node at ``loc`` (or of its nearest parent that exists)."""
+    if root is None:
+        return 0, 0
+    node = root
     for key in loc:
         if isinstance(node, yaml.MappingNode):
             found = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
@@ -153,8 +169,13 @@ def _line_of(root: yaml.Node | None, loc: Iterable[Any]) -> int:
             found = None
         if found is None:
             break
-        node, line = found, found.start_mark.line + 1
-    return line
+        node = found
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _at(path: Path, message: str, root: yaml.Node | None, loc: Iterable[Any]) -> Problem:
+    line, column = _where(root, loc)
+    return Problem("error", message, str(path), line=line, column=column)
 
 
 _WORDING: Wording = {"extra_forbidden": UNKNOWN_KEY}
@@ -169,71 +190,207 @@ def _case_place(raw: dict[str, Any], root: yaml.Node | None, err: ErrorDetails) 
         if isinstance(cases, list) and loc[1] < len(cases) and isinstance(cases[loc[1]], dict):
             case = str(cases[loc[1]].get("name", ""))
     label = f"case {case!r}, " if case else ""
-    return Place(line=_line_of(root, loc), words=label + ".".join(str(p) for p in loc))
+    return Place(line=_where(root, loc)[0], words=label + ".".join(str(p) for p in loc))
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when installed: 7x faster
+
+
+def _problem(path: Path, message: str, mark: Any = None) -> Problem:
+    """A problem at a YAML mark (0-based line and column), as 1-based line and column."""
+    return Problem("error", message, str(path), line=mark.line + 1 if mark else 0, column=mark.column + 1 if mark else 0)
+
+
+def _compose(text: str, path: Path) -> yaml.Node | None:
+    """The YAML text's one document as a node tree (with each node's line and column), read once.
+
+    The nodes are built here from the parser's events, without recursion, so that what would hang
+    or crash the program is refused, located, before anything is built from it: nesting deeper
+    than ``MAX_SUITE_NESTING`` (libyaml's own composer recurses in C) and aliases (``*name``: a few
+    hundred bytes of aliases of aliases expand to gigabytes; a suite writes its values out)."""
+    loader = _LOADER(text)
+    resolver = yaml.resolver.Resolver()
+    root: yaml.Node | None = None
+    stack: list[yaml.Node] = []
+    keys: list[yaml.Node | None] = []  # per open mapping: its key waiting for a value
+    documents = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.AliasEvent):
+                raise SuiteError([_problem(path, f"an alias (*{event.anchor}): suites do not take aliases or "
+                                           "anchors; write the value out", event.start_mark)])
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    raise SuiteError([_problem(path, "a second YAML document (---): a suite is one document",
+                                               event.start_mark)])
+                continue
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                stack.pop().end_mark = event.end_mark
+                keys.pop()
+                continue
+            if isinstance(event, yaml.ScalarEvent):
+                tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
+                    yaml.ScalarNode, event.value, event.implicit)
+                node: yaml.Node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+            elif isinstance(event, yaml.SequenceStartEvent):
+                tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
+                    yaml.SequenceNode, None, event.implicit)
+                node = yaml.SequenceNode(tag, [], event.start_mark, None, event.flow_style)
+            elif isinstance(event, yaml.MappingStartEvent):
+                tag = event.tag if event.tag not in (None, "!") else resolver.resolve(
+                    yaml.MappingNode, None, event.implicit)
+                node = yaml.MappingNode(tag, [], event.start_mark, None, event.flow_style)
+            else:  # stream start and end, document end
+                continue
+            if not stack:
+                root = node
+            elif isinstance(stack[-1], yaml.SequenceNode):
+                stack[-1].value.append(node)
+            elif keys[-1] is None:
+                keys[-1] = node
+            else:
+                stack[-1].value.append((keys[-1], node))
+                keys[-1] = None
+            if isinstance(node, yaml.CollectionNode):
+                if len(stack) >= MAX_SUITE_NESTING:
+                    raise SuiteError([_problem(path, f"nested too deeply: at most {MAX_SUITE_NESTING} levels of "
+                                               "mappings and lists", event.start_mark)])
+                stack.append(node)
+                keys.append(None)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise SuiteError([_problem(path, f"not valid YAML: {exc.problem or exc.context or exc}", mark)]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError([_problem(path, f"not valid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+    return root
+
+
+def read_suite_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """A suite file's YAML: its value and its node tree (for the lines of errors), parsed once.
+
+    Only a regular file of at most ``MAX_SUITE_BYTES`` is read (a pipe or a device is refused
+    unread); aliases and nesting deeper than ``MAX_SUITE_NESTING`` are refused, located. Raises
+    ``SuiteError``."""
+    path = Path(path)
+    text = read_input_text(path, SuiteError, MAX_SUITE_BYTES)
+    root = _compose(text, path)
+    if root is None:
+        return None, None
+    try:
+        raw = yaml.constructor.SafeConstructor().construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise SuiteError([_problem(path, f"not valid YAML: {exc.problem or exc.context or exc}", mark)]) from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:  # a malformed timestamp, say
+        raise SuiteError([_problem(path, f"not valid YAML: {exc}", root.start_mark)]) from None
+    return raw, root
 
 
 def load_suite(path: str | Path) -> LoadedSuite:
-    """Read and check a suite and load its asset. Raises ``SuiteError`` naming file, line, case and field."""
+    """Read and check a suite and load its asset. Raises ``SuiteError`` naming file, line, column, case and field."""
     path = Path(path)
-    text = read_input_text(path, SuiteError)
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SuiteError([Problem("error", f"not valid YAML: {getattr(exc, 'problem', None) or exc}", str(path),
-                                  line=mark.line + 1 if mark else 0, column=mark.column + 1 if mark else 0)]) from None
-    except RecursionError:
-        raise SuiteError([Problem("error", "nested too deeply", str(path))]) from None
+    raw, root = read_suite_yaml(path)
+    return _checked(path, raw, root)
+
+
+def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
+    """A parsed suite checked and its asset loaded (``load_suite`` after the YAML is read)."""
     if not isinstance(raw, dict):
-        raise SuiteError([Problem("error", "a suite is a mapping with 'asset' and 'cases'", str(path), line=1)])
+        raise SuiteError([Problem("error", "a suite is a mapping with 'asset' and 'cases'", str(path), line=1, column=1)])
+    cases = raw.get("cases")
+    if isinstance(cases, list) and len(cases) > MAX_SUITE_CASES:
+        raise SuiteError([_at(path, f"cases: {len(cases):,} cases; a suite holds at most {MAX_SUITE_CASES:,} "
+                              "(split it into several suite files)", root, ["cases"])])
     try:
         suite = Suite.model_validate(raw)
     except ValidationError as exc:
-        raise SuiteError(located_problems(exc, str(path), functools.partial(_case_place, raw, root),
-                                          functools.partial(error_message, wording=_WORDING))) from None
+        problems = located_problems(exc, str(path), functools.partial(_case_place, raw, root),
+                                    functools.partial(error_message, wording=_WORDING))
+        # located_problems gives one problem per error, in pydantic's order: add each one's column
+        errors = exc.errors(include_url=False)
+        raise SuiteError([dataclasses.replace(p, column=_where(root, e["loc"])[1]) if p.line else p
+                          for p, e in zip(problems, errors)]) from None
     asset_path = (path.parent / suite.asset).resolve()
     asset = load_asset(asset_path)
     if suite.model:
         asset = asset.model_copy(update={"default_model": suite.model})
     problems = []
+    node_ids = set(asset.node_ids())
     for i, case in enumerate(suite.cases):
         unknown = [k for k in case.variables if k not in asset.variables]
         if unknown:
-            problems.append(Problem("error", f"case {case.name!r}, cases.{i}.variables: not variables of the asset: "
-                                    f"{', '.join(unknown)}", str(path), line=_line_of(root, ["cases", i, "variables"])))
+            problems.append(_at(path, f"case {case.name!r}, cases.{i}.variables: not variables of the asset: "
+                                f"{', '.join(unknown)}", root, ["cases", i, "variables"]))
         if case.history and not (path.parent / case.history).is_file():
-            problems.append(Problem("error", f"case {case.name!r}, cases.{i}.history: no file {case.history}",
-                                    str(path), line=_line_of(root, ["cases", i, "history"])))
-        node_ids = set(asset.node_ids())
+            problems.append(_at(path, f"case {case.name!r}, cases.{i}.history: no file {case.history}",
+                                root, ["cases", i, "history"]))
         for t, turn in enumerate(case.turns):
             named = set(turn.expect.visits) | set(turn.expect.not_visits) | set(turn.expect.exits) | set(turn.expect.path or [])
             for missing in sorted(named - node_ids):
-                problems.append(Problem("error", f"case {case.name!r}, cases.{i}.turns.{t}.expect: no node {missing!r} in "
-                                        f"{suite.asset}", str(path), line=_line_of(root, ["cases", i, "turns", t, "expect"])))
+                problems.append(_at(path, f"case {case.name!r}, cases.{i}.turns.{t}.expect: no node {missing!r} in "
+                                    f"{suite.asset}", root, ["cases", i, "turns", t, "expect"]))
         for e, check in enumerate(case.expect):
             if check.at_turn > len(case.turns):
-                problems.append(Problem("error", f"case {case.name!r}, cases.{i}.expect.{e}.at_turn: the case has "
-                                        f"{len(case.turns)} turns", str(path),
-                                        line=_line_of(root, ["cases", i, "expect", e, "at_turn"])))
+                problems.append(_at(path, f"case {case.name!r}, cases.{i}.expect.{e}.at_turn: the case has "
+                                    f"{len(case.turns)} turns", root, ["cases", i, "expect", e, "at_turn"]))
     if problems:
         raise SuiteError(problems)
     return LoadedSuite(path, suite, asset)
 
 
+@dataclass
+class SuiteBeside:
+    """A suite file beside an asset: loaded, or the problems that keep it from loading."""
+
+    path: Path
+    loaded: LoadedSuite | None
+    problems: list[Problem]
+
+
+def _names_asset(path: Path, raw: Any, asset_path: Path) -> bool:
+    if not isinstance(raw, dict):
+        return False
+    try:
+        return (path.parent / str(raw.get("asset", ""))).resolve() == asset_path
+    except (OSError, ValueError, RuntimeError):  # a NUL in the name, a symlink loop
+        return False
+
+
+def _suite_files(asset_path: Path) -> list[Path]:
+    return [p for p in sorted(asset_path.parent.iterdir()) if p.name.endswith(SUITE_SUFFIXES)]
+
+
 def find_suites(asset_path: str | Path) -> list[Path]:
-    """The suite files beside an asset that test it."""
+    """The suite files beside an asset that test it (and those that cannot be read: listed, so their
+    errors are shown). Raises ``OSError`` when the folder cannot be listed."""
+    return [s.path for s in suites_beside(asset_path, load=False)]
+
+
+def suites_beside(asset_path: str | Path, load: bool = True) -> list[SuiteBeside]:
+    """The suites beside an asset that test it, each file read once (within the suite limits, never
+    a pipe or a device): loaded (with ``load``), or the problems that keep it from loading; a file
+    that cannot be read is listed with why. Raises ``OSError`` when the folder cannot be listed."""
     asset_path = Path(asset_path).resolve()
     found = []
-    for candidate in sorted(asset_path.parent.iterdir()):
-        if candidate.name.endswith(SUITE_SUFFIXES):
-            try:
-                raw = yaml.safe_load(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError):
-                found.append(candidate)  # broken: listed, so its errors are shown
-                continue
-            if isinstance(raw, dict) and (candidate.parent / str(raw.get("asset", ""))).resolve() == asset_path:
-                found.append(candidate)
+    for candidate in _suite_files(asset_path):
+        try:
+            raw, root = read_suite_yaml(candidate)
+        except InputError as exc:
+            found.append(SuiteBeside(candidate, None, list(exc.problems)))  # broken: listed, so its errors are shown
+            continue
+        if not _names_asset(candidate, raw, asset_path):
+            continue
+        if not load:
+            found.append(SuiteBeside(candidate, None, []))
+            continue
+        try:
+            found.append(SuiteBeside(candidate, _checked(candidate, raw, root), []))
+        except InputError as exc:
+            found.append(SuiteBeside(candidate, None, list(exc.problems)))
     return found
 
 
@@ -245,11 +402,7 @@ def save_case(suite_path: str | Path, asset_path: str | Path, case: dict[str, An
     got (made unique). Raises ``SuiteError`` when the existing file cannot be read; it is then untouched."""
     suite_path = Path(suite_path)
     if suite_path.exists():
-        text = read_input_text(suite_path, SuiteError)
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise SuiteError([Problem("error", f"not valid YAML: {exc}", str(suite_path))]) from None
+        raw = read_suite_yaml(suite_path)[0] or {}
         if not isinstance(raw, dict) or not isinstance(raw.get("cases", []), list):
             raise SuiteError([Problem("error", "not a suite: expected a mapping with a 'cases' list", str(suite_path))])
     else:
