@@ -1,23 +1,32 @@
-"""The dialog file format (``parley-dialog`` version 2).
+"""The dialog file format (``parley-dialog``, written as version 3; versions 1 and 2 are read).
 
-It holds the history (``runtime.dialogue.history``) plus the agent state that decides future
-prompts: each node's window start, the agent variables and any system prompts changed at
-runtime. Exporting then importing it gives the same future prompts. Version 2 adds
-``branches``: the whole conversation tree (``runtime.dialogue.tree``) with every alternative
-reply and the state after each turn; version 1 files (no tree) still load, as one branch.
+It holds the whole conversation tree (``runtime.dialogue.tree``): every turn with the node of each
+reply and its tool pairs, every alternative, the agent's state after each turn (summaries, each
+node's window start, the agent variables, system prompts changed at runtime), the turn the
+conversation is at and the branch last followed from each turn. Exporting then importing it gives
+the same future prompts, and loading what was saved gives what was saved.
+
+Version 3 writes each turn once (in ``turns``, each after its parent, one per line) and each turn's
+state as what changed in it; the current branch is the path to ``current``. Version 2 wrote the
+current branch twice (top-level ``turns`` and ``branches``): it is read only when the two agree.
+Version 1 (no tree) loads as one branch whose earlier states are reconstructed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import json
 import os
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
 from runtime.dialogue.history import DialogHistory, Reply, SavedDialog, Summary, ToolExchange, Turn
+from runtime.dialogue.tree import AgentState, ConversationTree
 from runtime.files.located import (
     MISSING_FIELD,
     UNKNOWN_KEY,
@@ -27,8 +36,9 @@ from runtime.files.located import (
     located_problems,
     validator_says,
 )
-from runtime.files.reading import parse_input_json, read_input_text
-from runtime.names import (  # noqa: F401  (REPLACEMENT and without_surrogates: kept importable from here)
+from runtime.files.reading import MAX_INPUT_BYTES, parse_input_json, read_input_text
+from runtime.files.writing import atomic_write_text
+from runtime.names import (  # noqa: F401  (REPLACEMENT, VariableValue and without_surrogates: kept importable from here)
     ID_PATTERN,
     REPLACEMENT,
     SLOT_PATTERN,
@@ -39,16 +49,21 @@ from runtime.names import (  # noqa: F401  (REPLACEMENT and without_surrogates: 
 )
 from runtime.problems import InputError, Problem
 
-if TYPE_CHECKING:  # pragma: no cover
-    from runtime.dialogue.tree import ConversationTree
-
-
 HISTORY_FORMAT = "parley-dialog"
-HISTORY_VERSION = 2
+HISTORY_VERSION = 3  # the version written; versions 1 and 2 are still read (``READ_VERSIONS``)
+READ_VERSIONS = (1, 2, 3)
+
+# The largest history file written: the largest any reader of a user's file takes. A history that
+# would be larger is not written (the file there is kept), since it could never be loaded again.
+MAX_HISTORY_BYTES = MAX_INPUT_BYTES
 
 
 class HistoryError(InputError):
-    """A dialog history file that cannot be read; every problem names the file and field."""
+    """A dialog history file that cannot be read (or written); every problem names the file and field."""
+
+
+class HistoryConflict(HistoryError):
+    """The file changed since the conversation was read from it (another process wrote it): not replaced."""
 
 
 # --- the file format --------------------------------------------------------------------------
@@ -62,6 +77,10 @@ class _Strict(BaseModel):
 NodeKey = Annotated[str, Field(pattern=ID_PATTERN)]
 VariableName = Annotated[str, Field(pattern=SLOT_PATTERN)]
 WindowStart = Annotated[int, Field(ge=0)]
+# JSON has no NaN or infinity (Python's reader takes them): refused, so what loads saves and loads the same.
+FileVariableValue = bool | int | Annotated[float, Field(allow_inf_nan=False)] | str
+SummaryIndex = Annotated[int, Field(ge=0)]
+TurnId = Annotated[int, Field(ge=0)]
 
 
 class ReplyInFile(_Strict):
@@ -105,23 +124,44 @@ class SummaryInFile(_Strict):
     covered_through: int = Field(ge=0, description="Index of the last turn covered (turns count from 0).")
     folded_turns: int = Field(ge=1)
     node: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_\-]*)?$")
-    summary_chars: int | None = Field(None, description="Written for readers; recomputed on import.")
+    summary_chars: int | None = Field(None, description="Written for readers by version 2; recomputed on import.")
 
 
 class StateInFile(_Strict):
-    summaries: list[Annotated[int, Field(ge=0)]] = Field(
-        default_factory=list, description="Indexes into branches.summaries, oldest first.")
+    summaries: list[SummaryIndex] = Field(default_factory=list, description="Indexes into the summaries, oldest first.")
     windows: dict[NodeKey, WindowStart] = Field(default_factory=dict)
-    variables: dict[VariableName, VariableValue] = Field(default_factory=dict)
+    variables: dict[VariableName, FileVariableValue] = Field(default_factory=dict)
     system_prompts: dict[NodeKey, str] = Field(default_factory=dict)
 
 
+class StateChangeInFile(_Strict):
+    """Version 3: a turn's state as what differs from the state before it (its parent's, or the
+    start's for a first turn); a part left out is the same as there."""
+
+    summaries: list[SummaryIndex] | None = None
+    windows: dict[NodeKey, WindowStart] | None = None
+    variables: dict[VariableName, FileVariableValue] | None = None
+    system_prompts: dict[NodeKey, str] | None = None
+
+
 class BranchTurnInFile(TurnInFile):
-    id: int = Field(ge=0)
+    id: TurnId
     parent: int | None = Field(None, ge=0, description="The turn before it; null for a first turn.")
     edited: bool = False
     exact: bool = True
     state: StateInFile = Field(default_factory=StateInFile, description="The agent's state after the turn.")
+
+
+class TreeTurnInFile(TurnInFile):
+    """Version 3: one turn of the tree, listed after its parent."""
+
+    id: TurnId
+    parent: int | None = Field(None, ge=0, description="The turn before it; null (or left out) for a first turn.")
+    edited: bool = False
+    exact: bool = True
+    state: StateChangeInFile = Field(default_factory=StateChangeInFile,
+                                     description="The agent's state after the turn, as what changed in it.")
+    followed: int | None = Field(None, ge=0, description="The turn after it that was followed last.")
 
 
 class BranchesInFile(_Strict):
@@ -130,124 +170,170 @@ class BranchesInFile(_Strict):
     turns: list[BranchTurnInFile] = Field(default_factory=list)
     current: int | None = None
 
-    @model_validator(mode="after")
-    def _a_tree(self) -> BranchesInFile:
-        seen: set[int] = set()
-        for i, turn in enumerate(self.turns):
-            if turn.id in seen:
-                raise ValueError(f"turns.{i}.id {turn.id} is used twice")
-            if turn.parent is not None and turn.parent not in seen:
-                raise ValueError(f"turns.{i}.parent {turn.parent} is not a turn listed before it")
-            for state_owner, state in ((f"turns.{i}", turn.state),):
-                bad = [s for s in state.summaries if s >= len(self.summaries)]
-                if bad:
-                    raise ValueError(f"{state_owner}.state.summaries names summary {bad[0]}, but there are "
-                                     f"{len(self.summaries)}")
-            seen.add(turn.id)
-        if self.current is not None and self.current not in seen:
-            raise ValueError(f"current is {self.current}, which is not a turn of the tree")
-        return self
-
 
 class DialogFile(_Strict):
+    """Versions 1 and 2 (and a seeded file without a version): the current branch's turns at the top
+    level; version 2 adds the tree (``branches``), whose current branch they must be."""
+
     format: Literal["parley-dialog"] = HISTORY_FORMAT
-    version: int = Field(HISTORY_VERSION, ge=1)
+    version: Literal[1, 2] = 2
     turns: list[TurnInFile] = Field(default_factory=list)
     summaries: list[SummaryInFile] = Field(default_factory=list)
     windows: dict[NodeKey, WindowStart] = Field(default_factory=dict)
-    variables: dict[VariableName, VariableValue] = Field(default_factory=dict)
+    variables: dict[VariableName, FileVariableValue] = Field(default_factory=dict)
     system_prompts: dict[NodeKey, str] = Field(default_factory=dict)
     branches: BranchesInFile | None = None
     seed_salt: int = Field(0, ge=0, description="Added to every fixed seed: re-rolled seeds give other replies.")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> DialogFile:
-        count = len(self.turns)
-        previous = -1
-        for i, summary in enumerate(self.summaries):
-            if summary.covered_through >= count:
-                raise ValueError(
-                    f"summaries.{i}.covered_through is {summary.covered_through} but the history has only "
-                    f"{count} turns (they count from 0)"
-                )
-            if summary.covered_through < previous:
-                raise ValueError(f"summaries.{i}.covered_through goes back; summaries must be in the order written")
-            previous = summary.covered_through
-        for node, start in self.windows.items():
-            if start > count:
-                raise ValueError(f"windows.{shown_name(node)} is {start} but the history has only {count} turns")
-        return self
+
+class TreeDialogFile(_Strict):
+    """Version 3: every turn once, in the tree; the current branch is the path to ``current``."""
+
+    format: Literal["parley-dialog"] = HISTORY_FORMAT
+    version: Literal[3]
+    seed_salt: int = Field(0, ge=0, description="Added to every fixed seed: re-rolled seeds give other replies.")
+    current: int | None = Field(None, ge=0, description="The turn the conversation is at; null: before the first.")
+    followed: int | None = Field(None, ge=0, description="The first turn that was followed last.")
+    variables: dict[VariableName, FileVariableValue] = Field(
+        default_factory=dict, description="The agent variables now (they may be changed between turns).")
+    system_prompts: dict[NodeKey, str] = Field(
+        default_factory=dict, description="System prompts set at runtime, now.")
+    start: StateInFile = Field(default_factory=StateInFile, description="The state before the first turn.")
+    summaries: list[SummaryInFile] = Field(default_factory=list, description="Every summary of the tree, once.")
+    turns: list[TreeTurnInFile] = Field(default_factory=list)
 
 
-def _turn_dict(turn: Turn) -> dict[str, Any]:
-    entries: list[dict[str, Any]] = []
-    for entry in turn.entries:
-        if isinstance(entry, Reply):
-            entries.append({"kind": "reply", "node": entry.node, "text": entry.text, "replay": entry.replay})
-        else:
-            entries.append({
-                "kind": "tool", "node": entry.node, "tool": entry.tool, "arguments": entry.arguments,
-                "result": entry.result, "replay": entry.replay,
-            })
-    return {"player": turn.player, "entries": entries}
+# --- writing ----------------------------------------------------------------------------------
 
 
-def _summary_dict(s: Summary) -> dict[str, Any]:
-    return {"text": s.text, "covered_through": s.covered_through, "folded_turns": s.folded_turns, "node": s.node,
-            "summary_chars": s.summary_chars}
-
-
-def _branches_dict(tree: ConversationTree) -> dict[str, Any]:
-    pool: dict[Summary, int] = {}
-
-    def state(s) -> dict[str, Any]:
-        return {"summaries": [pool.setdefault(x, len(pool)) for x in s.summaries],
-                "windows": dict(sorted(s.windows.items())), "variables": dict(s.variables),
-                "system_prompts": dict(sorted(s.system_prompts.items()))}
-
-    start = state(tree.start)
-    turns = []
-    for node in sorted(tree.nodes.values(), key=lambda n: n.id):  # a parent's id is always smaller
-        turns.append({"id": node.id, "parent": node.parent, **_turn_dict(node.turn), "edited": node.edited,
-                      "exact": node.exact, "state": state(node.after)})
-    summaries = [_summary_dict(s) for s, _ in sorted(pool.items(), key=lambda item: item[1])]
-    return {"start": start, "summaries": summaries, "turns": turns, "current": tree.current}
-
-
-def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
-    out = {
-        "format": HISTORY_FORMAT,
-        "version": HISTORY_VERSION,
-        "turns": [_turn_dict(t) for t in saved.history.turns],
-        "summaries": [_summary_dict(s) for s in saved.history.summaries],
-        "windows": dict(sorted(saved.windows.items())),
-        "variables": dict(saved.variables),
-        "system_prompts": dict(sorted(saved.system_prompts.items())),
-        "seed_salt": saved.seed_salt,
-    }
-    if saved.tree is not None:
-        out["branches"] = _branches_dict(saved.tree)
+def _entry_dict(entry: Reply | ToolExchange) -> dict[str, Any]:
+    if isinstance(entry, Reply):  # "kind" and "replay" are left out when they are the defaults
+        out: dict[str, Any] = {"node": entry.node, "text": entry.text}
+    else:
+        out = {"kind": "tool", "node": entry.node, "tool": entry.tool, "arguments": entry.arguments,
+               "result": entry.result}
+    if not entry.replay:
+        out["replay"] = False
     return out
 
 
+def _summary_dict(s: Summary) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": s.text, "covered_through": s.covered_through, "folded_turns": s.folded_turns}
+    if s.node:
+        out["node"] = s.node
+    return out
+
+
+def written_tree(saved: SavedDialog) -> ConversationTree:
+    """The tree a file of ``saved`` holds: its own, or, for a history that kept none, its turns as
+    one branch with their earlier states reconstructed (as ``Agent.import_dialog`` makes it)."""
+    if saved.tree is not None:
+        return saved.tree
+    final = AgentState(tuple(saved.history.summaries), dict(saved.windows), dict(saved.variables),
+                       dict(saved.system_prompts))
+    return ConversationTree.from_turns(saved.history.turns, final)
+
+
+def _tree_order(tree: ConversationTree) -> list[int]:
+    """Every turn id, each after its parent, alternatives in their order: depth first, so a
+    branch reads from top to bottom. (Ids say nothing of the order: a file may give a turn a
+    smaller id than its parent's.)"""
+    order: list[int] = []
+    stack = list(reversed(tree.children.get(None, [])))
+    while stack:
+        turn_id = stack.pop()
+        order.append(turn_id)
+        stack.extend(reversed(tree.children.get(turn_id, [])))
+    return order
+
+
 def dumps_history(saved: SavedDialog) -> str:
-    """The file's text. Lone surrogates (which an asset's ``\\ud800`` escape can put into a reply)
-    are written as U+FFFD: the file stays UTF-8 that any JSON reader takes, and saving never fails."""
-    return without_surrogates(json.dumps(history_to_dict(saved), indent=2, ensure_ascii=False)) + "\n"
+    """The file's text (version 3): every turn of the tree once, on a line of its own, with its
+    state as what changed in it. The history's turns, summaries and window starts are the current
+    branch's; its variables and runtime system prompts are written as they are now. Lone surrogates
+    (which an asset's ``\\ud800`` escape can put into a reply) are written as U+FFFD: the file stays
+    UTF-8 that any JSON reader takes, and saving never fails."""
+    with _no_garbage_collection():
+        return _dumps(saved)
+
+
+def _dumps(saved: SavedDialog) -> str:
+    tree = written_tree(saved)
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    pool: dict[Summary, int] = {}
+
+    def index(summary: Summary) -> int:
+        return pool.setdefault(summary, len(pool))
+
+    start = tree.start
+    head: dict[str, Any] = {
+        "format": HISTORY_FORMAT, "version": HISTORY_VERSION, "seed_salt": saved.seed_salt,
+        "current": tree.current, "followed": tree.followed.get(None),
+        "variables": dict(saved.variables), "system_prompts": dict(sorted(saved.system_prompts.items())),
+        "start": {"summaries": [index(s) for s in start.summaries], "windows": dict(sorted(start.windows.items())),
+                  "variables": dict(start.variables), "system_prompts": dict(sorted(start.system_prompts.items()))},
+    }
+    turns: list[str] = []
+    for turn_id in _tree_order(tree):
+        node = tree.nodes[turn_id]
+        before = tree.state_after(node.parent)
+        after = node.after
+        record: dict[str, Any] = {"id": turn_id}
+        if node.parent is not None:
+            record["parent"] = node.parent
+        record["player"] = node.turn.player
+        record["entries"] = [_entry_dict(e) for e in node.turn.entries]
+        if node.edited:
+            record["edited"] = True
+        if not node.exact:
+            record["exact"] = False
+        change: dict[str, Any] = {}
+        if after.summaries != before.summaries:
+            change["summaries"] = [index(s) for s in after.summaries]
+        if after.windows != before.windows:
+            change["windows"] = dict(sorted(after.windows.items()))
+        if after.variables != before.variables:
+            change["variables"] = dict(after.variables)
+        if after.system_prompts != before.system_prompts:
+            change["system_prompts"] = dict(sorted(after.system_prompts.items()))
+        if change:
+            record["state"] = change
+        followed = tree.followed.get(turn_id)
+        if followed is not None:
+            record["followed"] = followed
+        turns.append(encode(record))
+    summaries = [encode(_summary_dict(s)) for s in pool]  # in the order of their indexes
+    text = (encode(head)[:-1] + ',\n"summaries":' + _lines(summaries) + ',\n"turns":' + _lines(turns) + "}\n")
+    return without_surrogates(text)
+
+
+def _lines(items: list[str]) -> str:
+    return "[\n" + ",\n".join(items) + "\n]" if items else "[]"
+
+
+def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
+    """The file's JSON value (what ``dumps_history`` writes)."""
+    return json.loads(dumps_history(saved))
+
+
+# --- reading ----------------------------------------------------------------------------------
 
 
 def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
-    """Check and convert a parsed dialog file. Raises ``HistoryError`` naming every problem."""
+    """Check and convert a parsed dialog file (any version read). Raises ``HistoryError`` naming
+    every problem. What loads always has a tree (one branch for a file that kept none), and
+    saving it and loading that again gives the same value."""
     if not isinstance(raw, dict):
         raise HistoryError([Problem("error", f"a dialog history is a JSON object, not {_json_type(raw)}", source)])
-    version = raw.get("version", HISTORY_VERSION)
+    version = raw.get("version", 2)
     if isinstance(version, int) and not isinstance(version, bool) and version > HISTORY_VERSION:
         raise HistoryError([Problem(
             "error", f"this history is version {version}; this Parley Studio reads up to version {HISTORY_VERSION}",
             source, field="version",
         )])
+    model: type[DialogFile | TreeDialogFile] = TreeDialogFile if version == 3 else DialogFile
     try:
-        record = DialogFile.model_validate(raw)
+        record = model.model_validate(raw)
     except ValidationError as exc:
         raise HistoryError(located_problems(exc, source, _field_place, _message)) from None
     except RecursionError:
@@ -255,41 +341,171 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
     surrogates = _surrogate_problems(raw, source)
     if surrogates:
         raise HistoryError(surrogates)
+    if isinstance(record, TreeDialogFile):
+        return _from_tree_file(record, source)
+    return _from_flat_file(record, source)
+
+
+def _from_tree_file(record: TreeDialogFile, source: str) -> SavedDialog:
+    tree = _tree(record.summaries, record.start, record.turns, record.current, record.followed, "", True, source)
+    state = tree.state_after(tree.current)
+    history = DialogHistory(tree.turns(), list(state.summaries))
+    return SavedDialog(history, dict(state.windows), dict(record.variables), dict(record.system_prompts),
+                       seed_salt=record.seed_salt, tree=tree)
+
+
+def _from_flat_file(record: DialogFile, source: str) -> SavedDialog:
+    problems = _flat_problems(record, source)
+    if problems:
+        raise HistoryError(problems)
     turns = [_turn(t) for t in record.turns]
-    summaries = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in record.summaries]
-    saved = SavedDialog(
-        DialogHistory(turns, summaries), dict(record.windows), dict(record.variables), dict(record.system_prompts),
-        seed_salt=record.seed_salt,
-    )
-    if record.branches is not None:
-        saved.tree = _tree(record.branches)
-        if [t.player for t in saved.tree.turns()] != [t.player for t in turns]:
-            raise HistoryError([Problem("error", "the current branch's turns differ from the history's turns",
-                                        source, field="branches.current")])
+    summaries = [_summary(s) for s in record.summaries]
+    saved = SavedDialog(DialogHistory(turns, summaries), dict(record.windows), dict(record.variables),
+                        dict(record.system_prompts), seed_salt=record.seed_salt)
+    if record.branches is None:  # a history that kept no tree: one branch, its earlier states reconstructed
+        saved.tree = written_tree(saved)
+        return saved
+    b = record.branches
+    saved.tree = _tree(b.summaries, b.start, b.turns, b.current, None, "branches.", False, source)
+    problems = _differences(saved, saved.tree, source)
+    if problems:
+        raise HistoryError(problems)
     return saved
+
+
+def _flat_problems(record: DialogFile, source: str) -> list[Problem]:
+    count = len(record.turns)
+    problems = _state_problems([s.covered_through for s in record.summaries], dict(record.windows), count, source,
+                               lambda i: f"summaries.{i}.covered_through", "windows")
+    return problems[:_MAX_REPORTED]
+
+
+def _differences(saved: SavedDialog, tree: ConversationTree, source: str) -> list[Problem]:
+    """A version 2 file's turns, summaries and window starts are its current branch's: where they
+    differ, the file is refused (which of the two is meant cannot be told)."""
+    def problem(field: str, what: str) -> Problem:
+        return Problem("error", f"{what}, but a version 2 history's top level is its current branch "
+                       "(branches.current); make them the same, or remove branches", source, field=field)
+
+    branch = tree.turns()
+    state = tree.state_after(tree.current)
+    turns = saved.history.turns
+    if len(turns) != len(branch):
+        return [problem("turns", f"{len(turns)} turns, where the current branch has {len(branch)}")]
+    for i, (mine, theirs) in enumerate(zip(turns, branch)):
+        if mine != theirs:
+            return [problem(f"turns.{i}", f"turn {i} differs from the current branch's")]
+    if saved.history.summaries != list(state.summaries):
+        return [problem("summaries", "the summaries differ from the current branch's")]
+    if saved.windows != dict(state.windows):
+        node = next(k for k in sorted({*saved.windows, *state.windows})
+                    if saved.windows.get(k) != state.windows.get(k))
+        return [problem(f"windows.{shown_name(node)}", f"the window start {saved.windows.get(node)} differs from "
+                        f"the current branch's ({state.windows.get(node)})")]
+    return []
+
+
+def _state_problems(covered: list[int], windows: dict[str, int], count: int, source: str,
+                    summary_field: Callable[[int], str], windows_field: str) -> list[Problem]:
+    """What is wrong with a state after ``count`` turns: summaries that cover turns not there yet
+    or go back, window starts past the turns."""
+    problems: list[Problem] = []
+    previous = -1
+    for i, through in enumerate(covered):
+        if through >= count:
+            problems.append(Problem("error", f"covered_through is {through}, but {count} turns lead to here "
+                                    "(they count from 0)", source, field=summary_field(i)))
+        elif through < previous:
+            problems.append(Problem("error", "covered_through goes back; summaries must be in the order written",
+                                    source, field=summary_field(i)))
+        previous = max(previous, through)
+    for node, start in windows.items():
+        if start > count:
+            problems.append(Problem("error", f"the window starts at turn {start}, but {count} turns lead to here",
+                                    source, field=f"{windows_field}.{shown_name(node)}"))
+    return problems
 
 
 def _turn(t: TurnInFile) -> Turn:
     return Turn(t.player, [
-        Reply(e.node, e.text, e.replay) if isinstance(e, ReplyInFile)
-        else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)
+        Reply(e.node, e.text, e.replay) if e.kind == "reply"
+        else ToolExchange(e.node, e.tool, dict(e.arguments), e.result, e.replay)  # type: ignore[union-attr]
         for e in t.entries
     ])
 
 
-def _tree(branches: BranchesInFile) -> ConversationTree:
-    from runtime.dialogue.tree import AgentState, ConversationTree
+def _summary(s: SummaryInFile) -> Summary:
+    return Summary(s.text, s.covered_through, s.folded_turns, s.node)
 
-    pool = [Summary(s.text, s.covered_through, s.folded_turns, s.node) for s in branches.summaries]
 
-    def state(s: StateInFile) -> AgentState:
-        return AgentState(tuple(pool[i] for i in s.summaries), dict(s.windows), dict(s.variables),
-                          dict(s.system_prompts))
+def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[BranchTurnInFile] | list[TreeTurnInFile],
+          current: int | None, first_followed: int | None, where: str, changes: bool, source: str
+          ) -> ConversationTree:
+    """The tree of a file's turns (``where``: the fields' prefix; ``changes``: turn states are
+    what changed, version 3). Every state is checked against the turns that lead to it; every
+    problem is named, or the tree is returned."""
+    pool = [_summary(s) for s in summaries]
+    problems: list[Problem] = []
 
-    tree = ConversationTree(state(branches.start))
-    for t in branches.turns:
-        tree.add(t.parent, _turn(t), state(t.state), t.edited, t.exact, turn_id=t.id)
-    tree.select(branches.current)
+    def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, field: str) -> AgentState:
+        chosen = before.summaries
+        if s.summaries is not None:
+            chosen = tuple(pool[i] for i in s.summaries if i < len(pool))
+            if len(chosen) < len(s.summaries):
+                problems.extend(Problem("error", f"names summary {i}, but there are {len(pool)} ({where}summaries, "
+                                        "from 0)", source, field=f"{field}.summaries.{k}")
+                                for k, i in enumerate(s.summaries) if i >= len(pool))
+            if chosen and chosen[-1].covered_through >= count or any(
+                    a.covered_through > b.covered_through for a, b in itertools.pairwise(chosen)):
+                named = [i for i in s.summaries if i < len(pool)]
+                problems.extend(_state_problems(
+                    [x.covered_through for x in chosen], {}, count, source,
+                    lambda k: f"{where}summaries.{named[k]}.covered_through (in {field}.summaries)", ""))
+        windows = before.windows
+        if s.windows is not None:
+            windows = s.windows
+            if any(start > count for start in windows.values()):
+                problems.extend(_state_problems([], windows, count, source, str, f"{field}.windows"))
+        variables = before.variables if s.variables is None else s.variables
+        prompts = before.system_prompts if s.system_prompts is None else s.system_prompts
+        return AgentState(chosen, windows, variables, prompts)
+
+    empty = AgentState()
+    tree = ConversationTree(full_state(start, empty, 0, f"{where}start"))
+    depth: dict[int, int] = {}
+    for i, t in enumerate(turns):
+        field = f"{where}turns.{i}"
+        if t.id in tree.nodes:
+            problems.append(Problem("error", f"turn id {t.id} is used twice", source, field=f"{field}.id"))
+            continue
+        if t.parent is not None and t.parent not in tree.nodes:
+            problems.append(Problem("error", f"parent {t.parent} is not a turn listed before it", source,
+                                    field=f"{field}.parent"))
+            continue
+        count = 1 if t.parent is None else depth[t.parent] + 2
+        before = tree.state_after(t.parent) if changes else empty
+        after = full_state(t.state, before, count, f"{field}.state")
+        depth[t.id] = count - 1
+        tree.add(t.parent, _turn(t), after, t.edited, t.exact, turn_id=t.id)
+        if len(problems) >= _MAX_REPORTED:
+            break
+    if not problems:
+        followed = [(None, first_followed, f"{where}followed")] if first_followed is not None else []
+        if changes:
+            followed += [(t.id, t.followed, f"{where}turns.{i}.followed")
+                         for i, t in enumerate(turns) if t.followed is not None]  # type: ignore[union-attr]
+        for parent, child, field in followed:
+            if child not in tree.nodes or tree.nodes[child].parent != parent:
+                after = "a first turn" if parent is None else f"a turn after turn {parent}"
+                problems.append(Problem("error", f"{child} is not {after}", source, field=field))
+            else:
+                tree.followed[parent] = child
+        if current is not None and current not in tree.nodes:
+            problems.append(Problem("error", f"current is {current}, which is not a turn of the tree", source,
+                                    field=f"{where}current"))
+    if problems:
+        raise HistoryError(problems[:_MAX_REPORTED])
+    tree.select(current)
     return tree
 
 
@@ -298,8 +514,8 @@ def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = 
     of its branches): each names the field. ``Agent.import_dialog`` refuses such a history."""
     states = [("", saved.windows)]
     if saved.tree is not None:
-        states.append(("branches.start.", saved.tree.start.windows))
-        states.extend((f"branches.turns[id {n.id}].state.", n.after.windows)
+        states.append(("start.", saved.tree.start.windows))
+        states.extend((f"turns[id {n.id}].state.", n.after.windows)
                       for n in sorted(saved.tree.nodes.values(), key=lambda n: n.id))
     problems: list[Problem] = []
     for prefix, windows in states:
@@ -314,17 +530,57 @@ def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = 
 
 
 def parse_history(text: str, source: str = "<history>") -> SavedDialog:
-    return history_from_dict(parse_input_json(text, source, HistoryError), source)
+    with _no_garbage_collection():
+        return history_from_dict(parse_input_json(text, source, HistoryError), source)
+
+
+@contextlib.contextmanager
+def _no_garbage_collection() -> Iterator[None]:
+    """Python's cycle collector, paused: a large history makes millions of objects, none of them
+    garbage, and each full collection walks them all again (half the time of loading 100,000 turns)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def load_history(path: str | os.PathLike[str]) -> SavedDialog:
-    return parse_history(read_input_text(path, HistoryError), str(path))
+    return parse_history(read_input_text(path, HistoryError, MAX_HISTORY_BYTES), str(path))
 
 
-def save_history(saved: SavedDialog, path: str | os.PathLike[str]) -> None:
-    from runtime.files.writing import atomic_write_text
+FileStamp = tuple[int, int, int] | None  # a file's inode, size and modification time (ns); None: no file
 
-    atomic_write_text(path, dumps_history(saved))
+
+def file_stamp(path: str | os.PathLike[str]) -> FileStamp:
+    """What tells whether ``path`` was written since: ``save_history(..., expected=)`` compares it."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def save_history(saved: SavedDialog, path: str | os.PathLike[str], expected: FileStamp | bool = False) -> None:
+    """Write ``saved`` to ``path`` atomically. Raises ``HistoryError`` and leaves the file as it was
+    when the history would be over ``MAX_HISTORY_BYTES`` (no reader would take it), and
+    ``HistoryConflict`` when ``expected`` (a ``file_stamp`` taken when the conversation was read
+    from or first meant for ``path``) no longer matches: another process wrote the file since.
+    ``expected=False`` replaces whatever is there. Raises OSError when the file cannot be written."""
+    text = dumps_history(saved)
+    data = text.encode("utf-8")  # no lone surrogates are left in it
+    if len(data) > MAX_HISTORY_BYTES:
+        raise HistoryError([Problem(
+            "error", f"not written: the history would be {len(data) / 2**20:,.1f} MB, and a history over "
+            f"{MAX_HISTORY_BYTES / 2**20:,.0f} MB cannot be read back; the file there is kept. Rewind, or save a "
+            "shorter conversation", str(path))])
+    if expected is not False and file_stamp(path) != expected:
+        raise HistoryConflict([Problem(
+            "error", "not replaced: the file changed since this conversation read it (another program or "
+            "chat wrote it); it is kept as it is", str(path))])
+    atomic_write_text(path, text)
 
 
 _MAX_REPORTED = 20
@@ -362,7 +618,9 @@ _WORDING: Wording = {
     "union_tag_invalid": "an entry's kind is 'reply' or 'tool'",
     "union_tag_not_found": "an entry needs a 'kind' ('reply' or 'tool')",
     "literal_error": lambda err: (f"not a Parley dialog history (format must be {HISTORY_FORMAT!r})"
-                                  if _user_loc(err)[0] == ["format"] else validator_says(err)),
+                                  if _user_loc(err)[0] == ["format"]
+                                  else f"a history's version is {', '.join(map(str, READ_VERSIONS))}"
+                                  if _user_loc(err)[0] == ["version"] else validator_says(err)),
 }
 
 

@@ -98,8 +98,8 @@ class ConversationTree:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConversationTree):
             return NotImplemented
-        return (self.start, self.nodes, self.children, self.current) == (
-            other.start, other.nodes, other.children, other.current)
+        return (self.start, self.nodes, self.children, self.current, self.followed) == (
+            other.start, other.nodes, other.children, other.current, other.followed)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -144,8 +144,11 @@ class ConversationTree:
                    exact: bool = False) -> ConversationTree:
         """A tree of one path, from a history that kept no tree: each turn's state is reconstructed
         (the summaries that cover no later turn, window starts no later than it) except the last,
-        which is ``final``."""
-        tree = cls(start or AgentState(variables=dict(final.variables), system_prompts=dict(final.system_prompts)))
+        which is ``final`` (with no turns, ``final`` is the start)."""
+        if start is None:
+            start = AgentState(variables=dict(final.variables), system_prompts=dict(final.system_prompts)) if turns \
+                else final
+        tree = cls(start)
         parent: int | None = None
         for index, turn in enumerate(turns):
             last = index == len(turns) - 1

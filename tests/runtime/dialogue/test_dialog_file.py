@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from runtime.dialogue.dialog_file import (
     load_history,
     parse_history,
     save_history,
+    written_tree,
 )
 from runtime.dialogue.history import DialogHistory, Reply, SavedDialog, Summary, ToolExchange, Turn
 from tests.runtime.conversations import asset, backend, player_lines, prompt_of, words
@@ -36,10 +38,11 @@ def test_round_trip_is_exact(tmp_path):
     path = tmp_path / "dialog.json"
     save_history(saved, path)
     loaded = load_history(path)
-    assert loaded == saved
+    # A history that kept no tree is saved as one branch (its earlier states reconstructed).
+    assert loaded == replace(saved, tree=written_tree(saved))
     assert dumps_history(loaded) == path.read_text(encoding="utf-8")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    assert raw["format"] == "parley-dialog" and raw["summaries"][0]["summary_chars"] == len("They met.")
+    assert raw["format"] == "parley-dialog" and raw["version"] == 3 and raw["summaries"][0]["text"] == "They met."
 
 
 def test_a_seeded_file_needs_only_turns():
@@ -55,10 +58,11 @@ def test_a_seeded_file_needs_only_turns():
     ('{"turns": [{"player": "a", "entries": [{"kind": "note"}]}]}', "turns.0.entries.0", "'reply' or 'tool'"),
     ('{"turns": [{"player": "a", "entries": [{"kind": "tool", "node": "x", "tool": "t"}]}]}',
      "turns.0.entries.0.result", "missing"),
-    ('{"turns": [], "summaries": [{"text": "s", "covered_through": 0, "folded_turns": 1}]}', "", "only 0 turns"),
-    ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "", "windows.npc is 5"),
+    ('{"turns": [], "summaries": [{"text": "s", "covered_through": 0, "folded_turns": 1}]}',
+     "summaries.0.covered_through", "0 turns lead to here"),
+    ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "windows.npc", "starts at turn 5, but 1 turns"),
     ('{"format": "something-else"}', "format", "not a Parley dialog history"),
-    ('{"version": 9}', "version", "reads up to version 2"),
+    ('{"version": 9}', "version", "reads up to version 3"),
     ('{"turns": [], "tunrs": []}', "tunrs", "unknown key"),
     ('{"turns": [{"player": "a", "entries": [{"kind": "reply", "node": "bad id!", "text": "x"}]}]}',
      "turns.0.entries.0.node", "pattern"),

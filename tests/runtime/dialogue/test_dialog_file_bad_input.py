@@ -23,8 +23,8 @@ from runtime.dialogue.tree import AgentState, ConversationTree
     ({"variables": {"x\n": 1}}, "h.json:variables.'x\\n'", "not a valid name"),
     ({"windows": {"a\x00b": 0}}, "h.json:windows.'a\\x00b'", "a node id is"),
     ({"system_prompts": {"n.x": "hi"}}, "h.json:system_prompts.'n.x'", "a node id is"),
-    ({"version": -1}, "h.json:version", "greater than or equal to 1"),
-    ({"version": 0}, "h.json:version", "greater than or equal to 1"),
+    ({"version": -1}, "h.json:version", "a history's version is 1, 2, 3"),
+    ({"version": 0}, "h.json:version", "a history's version is 1, 2, 3"),
     ({"branches": {"start": {"variables": {"x\n": 1}}}}, "h.json:branches.start.variables.'x\\n'", "not a valid name"),
 ])
 def test_names_and_versions_the_format_refuses(raw, where, message):
@@ -68,6 +68,6 @@ def test_windows_for_unknown_nodes_are_found_in_the_state_and_every_branch():
     saved = SavedDialog(DialogHistory([Turn("hi")]), windows={"npc": 1, "ghost": 1}, tree=tree)
     problems = unknown_node_problems(saved, {"npc"}, "h.json")
     assert [f"{p.file}:{p.field}" for p in problems] == [
-        "h.json:windows.ghost", "h.json:branches.start.windows.gone",
-        "h.json:branches.turns[id 0].state.windows.'also\\ngone'"]
+        "h.json:windows.ghost", "h.json:start.windows.gone",
+        "h.json:turns[id 0].state.windows.'also\\ngone'"]
     assert unknown_node_problems(saved, {"npc", "ghost", "gone", "also\ngone"}) == []
