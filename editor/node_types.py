@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import textwrap
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,7 +31,7 @@ from runtime.asset.model import (
     Summarize,
     ToolCall,
 )
-from runtime.nodes import NODE_TYPES, node_type
+from runtime.nodes import MAX_PROBLEM_CHARS, NODE_TYPES, PLUGIN_PROBLEMS, node_type
 from runtime.prompting.templates import TemplateError, check_template
 
 log = logging.getLogger("parley.editor")
@@ -299,9 +300,18 @@ def view_of(type_name: str) -> NodeView:
         view = getattr(importlib.import_module(module), attribute)
         if not isinstance(view, NodeView):
             raise TypeError(f"{entry.editor} is a {type(view).__name__}, not an editor.node_types.NodeView")
-    except Exception as exc:  # noqa: BLE001 - a broken plugin view must not stop the editor
-        log.warning("node type %s: its editor description %s could not be loaded (%s: %s)",
-                    type_name, entry.editor, type(exc).__name__, exc)
+        if view.type != type_name or not all(isinstance(v, str) for v in (view.label, view.category, view.help)):
+            raise TypeError(f"{entry.editor} describes {view.type!r}, or its label, category or help is not text")
+    # A broken plugin view must not stop the editor (SystemExit included); Ctrl+C on the main
+    # thread goes on, as in runtime.nodes.load_plugins.
+    except BaseException as exc:
+        problem = (f"node type {type_name!r}: its editor description {entry.editor} could not be loaded, so it is "
+                   f"shown plainly ({type(exc).__name__}: {str(exc)[:MAX_PROBLEM_CHARS]})")
+        log.warning("%s", problem)
+        if problem not in PLUGIN_PROBLEMS:
+            PLUGIN_PROBLEMS.append(problem)
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            raise
         return fallback_view(type_name)
     return view
 

@@ -40,6 +40,7 @@ from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
 from runtime.dialogue.tree import AgentState, ConversationTree
 from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
+from runtime.nodes import failure_text
 from runtime.nodes.running import (
     NodeRun,
     RecordedPrompt,
@@ -49,12 +50,13 @@ from runtime.nodes.running import (
     TurnState,
     elapsed_ms,
 )
-from runtime.problems import Problem
+from runtime.problems import BackendError, InputError, Problem
 
 log = logging.getLogger("parley.runtime")
 # Token counts an agent remembers (message texts by model), the least recently used forgotten
 # first: clearing them all at once made the next turn recount every message of a long history.
 TOKEN_COUNT_CACHE = 200_000
+MAX_PORT_CHARS = 64  # of an exit a node took but does not have, quoted in the error
 
 __all__ = ["Agent", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
 
@@ -319,11 +321,22 @@ class Agent:
         run.emit(NodeStarted(node.id, node.type_name))
         started = time.perf_counter()
         diag = NodeDiagnostics(node=node.id, type=node.type_name)
-        port = node.run(NodeRun(self, run, node, diag))
-        exits = node.exits()
-        if port not in exits:
-            raise TurnError(f"the node took exit {port!r}, which it does not have (its exits: "
-                            f"{', '.join(exits) or 'none'})", node.id)
+        try:
+            port = node.run(NodeRun(self, run, node, diag))
+            exits = node.exits()
+        except (TurnError, BackendError, InputError):
+            raise
+        # Any other failure of a node type's code (a plugin's above all, SystemExit included) fails the
+        # turn, naming the node and its type, and the turn is rolled back; only Ctrl+C on the main
+        # thread goes on as it is.
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+                raise
+            log.warning("node %s (%s) raised", node.id, node.type_name, exc_info=exc)
+            raise TurnError(f"the {node.type_name} node failed: {failure_text(exc)}", node.id) from exc
+        if not isinstance(port, str) or port not in exits:
+            raise TurnError(f"the {node.type_name} node took exit {str(port)[:MAX_PORT_CHARS]!r}, which it does not "
+                            f"have (its exits: {', '.join(map(str, exits)) or 'none'})", node.id)
         next_node = exits[port]
         diag.exit, diag.next_node = port, next_node
         diag.timings.total_ms = elapsed_ms(started)
@@ -337,7 +350,9 @@ class Agent:
     # --- what node types share -----------------------------------------------------------------
 
     def token_counter(self, model: str) -> Callable[[str], int]:
-        """Token counts by ``model``'s tokenizer, cached (the same texts are counted every turn)."""
+        """Token counts by ``model``'s tokenizer, cached (the same texts are counted every turn).
+        The cache keeps whole numbers only: a backend that answers anything else (a list of ids, a
+        negative count) is a ``BackendError`` here, not a list kept for the agent's lifetime."""
         counts = self._token_counts
 
         def count(text: str) -> int:
@@ -346,7 +361,14 @@ class Agent:
             if found is not None:
                 counts.move_to_end(key)  # least recently used first: a long history keeps its counts
                 return found
-            found = counts[key] = self.backend.count_tokens(model, text)
+            counted = self.backend.count_tokens(model, text)
+            if isinstance(counted, bool) or not isinstance(counted, int):
+                raise BackendError(f"{self.backend.label} counted a text's tokens as a "
+                                   f"{type(counted).__name__}, not a whole number")
+            if counted < 0:
+                raise BackendError(f"{self.backend.label} counted {counted} tokens in a text; a count is never "
+                                   "negative")
+            found = counts[key] = int(counted)  # a plain int, never a subclass carrying more
             if len(counts) > TOKEN_COUNT_CACHE:
                 counts.popitem(last=False)
             return found

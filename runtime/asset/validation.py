@@ -9,14 +9,17 @@ loaded, an estimate otherwise).
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.models.folder import ModelFileError, resolve_model
 from runtime.models.gguf import GGUFInfo, read_gguf
-from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks
+from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, failure_text
 from runtime.nodes.checks import GraphShape, ModelContext, TokenCounter, estimate_tokens
 from runtime.problems import AssetError, InputError, Problem
 
@@ -24,6 +27,7 @@ __all__ = ["ModelContext", "ModelFiles", "TokenCounter", "Validator", "check_fil
 
 
 _LOOKUP_ERRORS = (InputError, ModelFileError, OSError, ValueError)
+log = logging.getLogger("parley.runtime")
 
 
 class ModelFiles:
@@ -77,11 +81,12 @@ class _NodeFacts:
     """What validation keeps about one node object while it is unchanged (the editor replaces a
     node it changes; only its position is set in place, and no rule reads it)."""
 
-    __slots__ = ("entry", "local", "memo", "node", "own_model", "uses_model")
+    __slots__ = ("entry", "exits", "exits_failed", "local", "memo", "node", "own_model", "uses_model")
 
     def __init__(self, node: NodeBase) -> None:
         self.node = node  # kept alive, so id(node) names this object for as long as the facts live
-        self.entry = (node.id, tuple(node.exits().values()))
+        self.exits, self.exits_failed = _node_exits(node)
+        self.entry = (node.id, tuple(self.exits.values()))
         self.uses_model = node.uses_model()
         self.own_model = node.model_name if isinstance(node, ModelParams) else ""
         self.local: tuple[tuple, list[Problem]] | None = None  # (what check() saw, its problems)
@@ -155,17 +160,19 @@ class Validator:
             self._local_key = local_key
         local_key = self._local_key
         for index, (node, fact) in enumerate(zip(asset.nodes, ordered)):
+            if fact.exits_failed:
+                error(fact.exits_failed, node.id)
             if index in dangling:
-                for port, target in node.exits().items():
+                for port, target in fact.exits.items():
                     if target != END and target not in by_id:
-                        error(f"exit names no node: {target!r}", node.id, node.exit_field(port))
+                        error(f"exit names no node: {target!r}", node.id, _exit_field(node, port))
             if fact.uses_model and not asset.model_source(fact.own_model)[0]:
                 warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
             if fact.local is not None and fact.local[0] is local_key and not node.CHECK_READS_FILES:
                 problems += fact.local[1]
             else:
                 first = len(problems)
-                node.check(checks.about(node))
+                _run_check(node, "check", lambda node=node: node.check(checks.about(node)), problems, source)
                 fact.local = (local_key, problems[first:])
 
         if asset.start_node in by_id:
@@ -183,8 +190,58 @@ class Validator:
                     if trouble:
                         warning(trouble, node.id if field == "model_name" else "", field)
         for node in asset.nodes:
-            node.check_in_graph(checks.about(node))
+            _run_check(node, "check_in_graph", lambda node=node: node.check_in_graph(checks.about(node)), problems,
+                       source)
         return problems
+
+
+# --- a node type's own code, which may fail (a plugin's above all) -----------------------------------
+
+
+def _node_exits(node: NodeBase) -> tuple[dict[str, str], str]:
+    """The node's exits, and why they could not be read ("" when they could): a node type whose
+    exits() raises, or gives something other than port -> node id, is a problem on the node and
+    has no exits, so the rest of the graph is still checked."""
+    found: dict[str, str] = {}
+
+    def read() -> None:
+        exits = node.exits()
+        if not isinstance(exits, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in exits.items()):
+            raise TypeError(f"it gave a {type(exits).__name__}, not a dict of port -> node id")
+        found.update(exits)
+
+    failed = _node_code(node, "exits", read)
+    return ({}, failed) if failed else (found, "")
+
+
+def _run_check(node: NodeBase, method: str, call: Callable[[], object], problems: list[Problem],
+               source: str) -> None:
+    """``call`` (one of the node's rules); if the node type's code raises, that is an error on the node
+    and the other nodes are checked as usual."""
+    failed = _node_code(node, method, call)
+    if failed:
+        problems.append(Problem("error", failed, source, node.id))
+
+
+def _node_code(node: NodeBase, method: str, call: Callable[[], object]) -> str:
+    """Why ``call`` into the node type's code failed ("" when it did not). Whatever it raises is
+    kept (SystemExit too); only Ctrl+C on the main thread goes on."""
+    try:
+        call()
+    except BaseException as exc:  # a node type's bug is a problem on its node, not a crash
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            raise
+        log.warning("node %s (%s): %s() raised", node.id, node.type_name, method, exc_info=exc)
+        return (f"the {node.type_name} node type's {method}() failed, so the node is not fully checked: "
+                f"{failure_text(exc)} (a bug in the node type: tell its author)")
+    return ""
+
+
+def _exit_field(node: NodeBase, port: str) -> str:
+    try:
+        return node.exit_field(port)
+    except Exception:  # noqa: BLE001 - a node type's bug: the problem is shown on the node itself
+        return ""
 
 
 def _repeated_ids(shape: GraphShape, source: str) -> list[Problem]:

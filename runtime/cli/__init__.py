@@ -33,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()  # imports the subcommands, and through them loads the node type plugins
+    except KeyboardInterrupt:  # Ctrl+C (or a plugin raising it) while starting: said, not a traceback
+        print("parley: interrupted while starting", file=sys.stderr)
+        return 130
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -24,7 +24,9 @@ exported here (``__all__``). See docs/node-types.md.
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -64,6 +66,9 @@ from runtime.prompting.templates import TemplateError, render_template
 log = logging.getLogger("parley.runtime")
 
 ENTRY_POINT_GROUP = "parley.node_types"
+MAX_PROBLEM_CHARS = 2000  # of a plugin's own error message, quoted in its problem
+MAX_TYPE_NAME_CHARS = 64  # a node type's name: a word in files, menus and the palette
+TYPE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_TYPE_NAME_CHARS - 1}}}")
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,17 @@ def when_registered(callback: Callable[[NodeType], None]) -> None:
 
 
 def register(entry: NodeType) -> None:
-    """Add a node type to the table (and to everything built from it)."""
+    """Add a node type to the table (and to everything built from it). Raises TypeError or
+    ValueError, saying why, for a model that is not a node type or a name that is not a plain
+    identifier (asset files, the palette and the properties dock all key on it)."""
     model = entry.model
     if not (isinstance(model, type) and issubclass(model, NodeBase)) or "type" not in model.model_fields:
         raise TypeError("a node type's model derives from runtime.nodes.NodeBase and has a Literal 'type' field")
+    name = entry.name
+    if not isinstance(name, str) or not TYPE_NAME.fullmatch(name):
+        shown = repr(name)[:MAX_TYPE_NAME_CHARS + 2] if isinstance(name, str) else f"a {type(name).__name__}"
+        raise ValueError(f"the type name {shown} is not a plain identifier: its 'type' field's default is a name of "
+                         f"letters, digits and '_' (up to {MAX_TYPE_NAME_CHARS}), not starting with a digit")
     if entry.name in NODE_TYPES:
         raise ValueError(f"node type {entry.name!r} is already registered")
     NODE_TYPES[entry.name] = entry
@@ -164,23 +176,42 @@ def load_plugins() -> None:
             if not isinstance(loaded, NodeType):
                 raise TypeError(f"{point.value} is a {type(loaded).__name__}, not a runtime.nodes.NodeType")
             register(NodeType(loaded.model, loaded.editor, loaded.package or package))
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the app or the CLI
+        # A broken plugin must not stop the app or the CLI: SystemExit and the rest are its problem.
+        # Only a KeyboardInterrupt on the main thread goes on (after it is recorded): it is how
+        # Ctrl+C stops the program, and a plugin cannot be told from the user pressing it.
+        except BaseException as exc:
             waiting = _still_importing(exc)
             reason = (f"it imports {waiting} at import time, while that module is still being imported "
-                      "(import it inside the function that needs it)" if waiting else f"{type(exc).__name__}: {exc}")
+                      "(import it inside the function that needs it)" if waiting else failure_text(exc))
             problem = f"node type plugin {point.name!r} ({point.value}) was not added: {reason}"
             PLUGIN_PROBLEMS.append(problem)
             if waiting:  # tried again when that module calls load_plugins; reported until then
                 _WAITING[key] = problem
             else:
                 log.warning("%s", problem)
+            if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+                raise
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a node type's code raised, in words (SystemExit's code, an exception's message, at most
+    ``MAX_PROBLEM_CHARS``): how a plugin that fails to load, run or check is reported."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): it tried to exit the program, which a node type must never do"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KeyboardInterrupt: interrupted"
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a plugin's exception whose message itself fails
+        text = type(exc).__name__
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS] + "\u2026"
 
 load_plugins()
 
 __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     # the registry
-    "ENTRY_POINT_GROUP", "NODE_TYPES", "PLUGIN_PROBLEMS", "NodeType", "load_plugins", "node_model", "node_models",
-    "node_type", "register", "when_registered",
+    "ENTRY_POINT_GROUP", "MAX_PROBLEM_CHARS", "MAX_TYPE_NAME_CHARS", "NODE_TYPES", "PLUGIN_PROBLEMS", "NodeType",
+    "failure_text", "load_plugins", "node_model", "node_models", "node_type", "register", "when_registered",
     # a node type's model: its base, parameter blocks and names
     "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "FieldError", "ModelParams", "ModelUse", "NodeBase",
     "SamplingParams", "Strict", "VariableValue", "field_help", "is_valid_id",

@@ -1,0 +1,66 @@
+"""A plugin node type whose check() (or check_in_graph()) raises: the editor opens the asset whole,
+the node on the canvas and the failure a problem on it (issue 20: it opened half-loaded, Problems
+saying "no nodes" while the canvas showed one). A fresh interpreter, because the editor builds its
+canvas classes from the node types registered when it is imported, as it does with real plugins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SESSION = '''
+import json, sys
+from pathlib import Path
+from runtime.nodes import NodeType, register
+from tests.plugins.failing_types import CheckRaises, GraphCheckExits
+for model in (CheckRaises, GraphCheckExits):
+    register(NodeType(model, package="parley-failing"))  # as load_plugins does, before the editor is imported
+
+from PySide6.QtWidgets import QApplication
+from editor.main_window import MainWindow
+
+app = QApplication.instance() or QApplication(sys.argv)
+folder = Path(sys.argv[1])
+out = {}
+for node_type in ("CheckRaises", "GraphCheckExits"):
+    path = folder / f"{node_type}.json"
+    path.write_text(json.dumps({"version": 1, "start_node": "p", "nodes": [
+        {"id": "p", "type": node_type, "default_exit": "reply", "position": [0, 0]},
+        {"id": "reply", "type": "Generate", "position": [300, 0]}]}))
+    window = MainWindow(autosave_ms=0)
+    window.resize(1200, 700)
+    opened = window.open_path(str(path))
+    window.show()
+    app.processEvents()
+    out[node_type] = {
+        "opened": opened, "ids": window.document.asset.node_ids(),
+        "canvas": [n for n in ("p", "reply") if window.canvas.canvas_node(n) is not None],
+        "problems": [[p.severity, p.node_id, p.message] for p in window.problems_dock.problems],
+    }
+    window.grab().save(str(folder / f"{node_type}.png"))
+    window.close()
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_a_check_that_raises_opens_the_asset_with_the_node_and_its_problem(tmp_path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", "QT_PREFERRED_BINDING": "PySide6",
+           "PARLEY_STUDIO_SETTINGS": str(tmp_path / "settings" / "parley-studio.ini"),
+           "PARLEY_STUDIO_RECOVERY": str(tmp_path / "recovery"),
+           "PARLEY_BACKENDS": str(tmp_path / "settings" / "backends.json")}
+    done = subprocess.run([sys.executable, "-c", SESSION, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, check=False)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(result[-1][len("RESULT "):])
+    for node_type, method in (("CheckRaises", "check"), ("GraphCheckExits", "check_in_graph")):
+        seen = found[node_type]
+        assert seen["opened"] and seen["ids"] == ["p", "reply"] and seen["canvas"] == ["p", "reply"], seen
+        assert not [p for p in seen["problems"] if "no nodes" in p[2]], seen["problems"]
+        assert [p for p in seen["problems"] if p[:2] == ["error", "p"] and f"{method}() failed" in p[2]], seen
+        assert any(p[1] == "reply" for p in seen["problems"])  # the other node is checked as usual
