@@ -12,11 +12,13 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -43,6 +45,7 @@ from runtime.backends.profiles import (
     make_backend,
     profiles_path,
     save_profiles,
+    shown_url,
 )
 from runtime.files.located import Place, located_problems
 from runtime.problems import BackendError, InputError
@@ -118,6 +121,26 @@ def _form_field(err: ErrorDetails) -> Place:
     return Place(field=field if field in FIELDS else "name")
 
 
+def _credentials(url: str) -> str:
+    """The ``user:password`` of ``url`` ("" when it has none)."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return ""
+    return netloc.rpartition("@")[0]
+
+
+def _with_credentials(url: str, credentials: str) -> str:
+    """``url`` with ``credentials`` put back before its host, unless it has its own (or is no URL)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.netloc or "@" in parts.netloc:
+        return url
+    return parts._replace(netloc=f"{credentials}@{parts.netloc}").geturl()
+
+
 def _draft(profile: BackendProfile) -> dict[str, Any]:
     return profile.model_dump()
 
@@ -143,6 +166,7 @@ class BackendsDialog(QDialog):
         self.drafts: list[dict[str, Any]] = []
         self.load_error = ""
         self._filling = False
+        self._saved_credentials = ""  # the shown profile's user:password, kept while its box is ticked
         try:
             self.drafts = [_draft(p) for p in load_profiles(self.path)]
         except InputError as exc:
@@ -205,6 +229,10 @@ class BackendsDialog(QDialog):
         self.url_edit = QLineEdit(self)
         self.url_edit.setPlaceholderText("http://HOST:PORT")
         self.url_edit.setToolTip(BackendProfile.model_fields["url"].description)
+        # An address's user:password@ is never shown: the field shows the rest, and this box keeps them.
+        self.keep_credentials = QCheckBox("Keep the user name and password saved in this address (not shown)", self)
+        self.keep_credentials.setChecked(True)
+        self.keep_credentials.hide()
         self.key_env_edit = QLineEdit(self)
         self.key_env_edit.setPlaceholderText("none (the server needs no key)")
         self.key_env_edit.setToolTip(BackendProfile.model_fields["api_key_env"].description)
@@ -233,7 +261,7 @@ class BackendsDialog(QDialog):
         self.openai_note.setWordWrap(True)
         self.openai_note.setStyleSheet("color: #9a9a9a;")
         rows = [("name", "Name", self.name_edit, []), ("kind", "Kind", self.kind_combo, []),
-                ("url", "URL", self.url_edit, []),
+                ("url", "URL", self.url_edit, [self.keep_credentials]),
                 ("api_key_env", "API key variable", self.key_env_edit, [self.key_state, key_note]),
                 ("model", "Model", self.model_edit, []),
                 ("context_size", "Context size", self.context_spin, [self.openai_note]),
@@ -280,6 +308,7 @@ class BackendsDialog(QDialog):
         for edit in (self.name_edit, self.url_edit, self.key_env_edit, self.model_edit):
             edit.textEdited.connect(self._edited)
         self.kind_combo.currentIndexChanged.connect(self._edited)
+        self.keep_credentials.toggled.connect(self._edited)
         self.context_spin.valueChanged.connect(self._edited)
         self.timeout_spin.valueChanged.connect(self._edited)
 
@@ -330,6 +359,8 @@ class BackendsDialog(QDialog):
             for edit in (self.name_edit, self.url_edit, self.key_env_edit, self.model_edit):
                 edit.clear()
             self._filling = False
+            self._saved_credentials = ""
+            self.keep_credentials.hide()
             self._show_errors({})
             self.key_state.setText("")
             return
@@ -337,7 +368,10 @@ class BackendsDialog(QDialog):
         self._filling = True
         self.name_edit.setText(draft["name"])
         self.kind_combo.setCurrentIndex(max(0, self.kind_combo.findData(draft["kind"])))
-        self.url_edit.setText(draft["url"])
+        self.url_edit.setText(shown_url(draft["url"]))
+        self._saved_credentials = _credentials(draft["url"])
+        self.keep_credentials.setChecked(True)
+        self.keep_credentials.setVisible(bool(self._saved_credentials))
         self.key_env_edit.setText(draft["api_key_env"])
         self.model_edit.setText(draft["model"])
         self.context_spin.setValue(int(draft["context_size"]))
@@ -350,8 +384,11 @@ class BackendsDialog(QDialog):
         if self._filling or not 0 <= row < len(self.drafts):
             return
         draft = self.drafts[row]
+        url = self.url_edit.text().strip()
+        if self._saved_credentials and self.keep_credentials.isChecked():
+            url = _with_credentials(url, self._saved_credentials)
         draft.update(name=self.name_edit.text().strip(), kind=self.kind_combo.currentData(),
-                     url=self.url_edit.text().strip(), api_key_env=self.key_env_edit.text().strip(),
+                     url=url, api_key_env=self.key_env_edit.text().strip(),
                      model=self.model_edit.text().strip(), context_size=self.context_spin.value(),
                      timeout=float(self.timeout_spin.value()))
         self.list.item(row).setText(draft["name"] or "(no name)")
@@ -384,7 +421,7 @@ class BackendsDialog(QDialog):
 
     def _relayout(self) -> None:
         """Wrapped notes and errors appear and go: QFormLayout keeps the old row heights unless told."""
-        for label in [*self.errors.values(), self.key_state, self.openai_note]:
+        for label in [*self.errors.values(), self.key_state, self.openai_note, self.keep_credentials]:
             label.updateGeometry()
             parent = label.parentWidget()
             if parent is not None and parent.layout() is not None:

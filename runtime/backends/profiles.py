@@ -117,9 +117,9 @@ class BackendProfile(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if value.lower() in RESERVED_NAMES:
-            raise ValueError(f"{value!r} is reserved: --backend and the backend picker read {EMBEDDED} and "
-                             f"{EMBEDDED_ALIAS} as this computer and {SCRIPTED} as the test replies, before any "
-                             "profile; give the profile another name")
+            raise ValueError(f"{value!r} is reserved, so it is not a profile name: --backend and the backend picker "
+                             f"read {EMBEDDED} and {EMBEDDED_ALIAS} as this computer and {SCRIPTED} as the test "
+                             "replies, before any profile; give the profile another name")
         if not _NAME.fullmatch(value):
             raise ValueError(f"{value[:MAX_SHOWN_NAME_CHARS]!r} is not a profile name: use letters, digits, '.', '_' "
                              f"and '-' (up to {MAX_NAME_CHARS}), starting with a letter or digit")

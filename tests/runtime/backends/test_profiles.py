@@ -185,7 +185,7 @@ def test_a_backend_that_cannot_be_made_fails_each_case_with_the_reason() -> None
 @pytest.mark.parametrize("name", ["embedded", "llama", "scripted", "Llama", "EMBEDDED"])
 def test_a_word_backend_reads_itself_is_no_profile_name(profiles_file, name, capsys) -> None:
     """A profile named 'llama' saved, but --backend llama and the picker ran on this computer."""
-    with pytest.raises(ValueError, match=f"'{name}' is reserved: --backend and the backend picker read"):
+    with pytest.raises(ValueError, match=f"'{name}' is reserved, so it is not a profile name: --backend and the"):
         BackendProfile(name=name, kind="openai", url="http://h:1")
     assert parley(["backends", "add", name, "http://h:1", "--kind", "openai"]) == 2
     assert f"NAME: error: '{name}' is reserved" in capsys.readouterr().err
