@@ -20,7 +20,7 @@ generation call); that one is answered in the server's ``mode``:
 ``huge_declared``  a body that says ``Content-Length`` is 1 GB
 ``nested``         JSON nested ``NESTED_DEPTH`` deep (an event's too)
 ``wrong_types``    fields of the wrong type or out of range: ``WRONG_TYPES[at][variant]``
-``close_stream``   a stream with ``Connection: close`` that sends a token every 50 ms, forever
+``close_stream``   a stream with ``Connection: close`` that sends one token, then nothing
 =================  =============================================================================
 
 Everything endless is bounded: it stops when the client leaves (``disconnected`` is then set),
@@ -31,6 +31,7 @@ mode; ``hit`` is set at the first.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -77,7 +78,11 @@ WRONG_TYPES: dict[str, list[str]] = {
 
 
 class ClientLeft(Exception):
-    """The client closed the connection (or the server is closing): stop answering."""
+    """The client closed the connection: stop answering."""
+
+
+class _Done(Exception):
+    """The server is closing, or the answer ran for ``max_seconds``: stop answering."""
 
 
 class HostileServer:
@@ -181,6 +186,9 @@ class _Handler(BaseHTTPRequestHandler):
                 hostile.disconnected.set()
                 self.close_connection = True
                 return None
+            except _Done:
+                self.close_connection = True
+                return None
         answer = self._correct(path, body)
         if answer is None:
             return self._json(404, {"error": {"message": "no such page"}})
@@ -210,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _alive(self, started: float) -> None:
         hostile = self.hostile
         if hostile.closing.is_set() or time.monotonic() - started > hostile.max_seconds:
-            raise ClientLeft()
+            raise _Done()
 
     def _write(self, data: bytes) -> None:
         self.wfile.write(data)
@@ -251,9 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
         llama = path == "/completion"
         started = time.monotonic()
         if mode == "timeout":
-            while not hostile.closing.wait(0.05):
-                self._alive(started)
-            return
+            return self._stall(started)
         if mode == "http500":
             return self._json(500, {"error": {"code": 500, "message": "the model crashed (out of memory)"}})
         if mode == "http401":
@@ -272,11 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._spaces(started, hostile.huge_bytes)
         if mode == "close_stream":
             self._stream_head(close=True)
-            while True:
-                self._alive(started)
-                self._event(_piece(llama, "a"))
-                if hostile.closing.wait(0.05):
-                    raise ClientLeft()
+            self._event(_piece(llama, "Hel"))
+            return self._stall(started)
         if generate:
             return self._hostile_stream(llama, mode, started)
         return self._hostile_json(path, mode, started)
@@ -302,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 sent += len(chunk)
                 if mode == "endless" and hostile.closing.wait(0.01):
-                    raise ClientLeft()
+                    raise _Done()
                 chunk = b"0," * 32768 if mode == "huge" else chunk
             self._write(b"0\r\n\r\n")
             return None
@@ -331,7 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._alive(started)
                 self._write(b": ping\n\n" if mode == "endless" else f"data: {_piece(llama, 'a')}\n\n".encode())
                 if hostile.closing.wait(0.01):
-                    raise ClientLeft()
+                    raise _Done()
         elif mode == "huge":
             line = b"data: " + b"x" * 65536 + b"\n"  # data: lines with no blank line between them: one event
             sent = 0
@@ -359,7 +362,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._alive(started)
             self._write(answer[i:i + 1])
             if hostile.closing.wait(hostile.drip_seconds):
-                raise ClientLeft()
+                raise _Done()
+
+    def _stall(self, started: float) -> None:
+        """Send nothing more; notice when the client leaves (its end of the connection reads as closed)."""
+        conn = self.connection
+        while True:
+            self._alive(started)
+            readable, _, _ = select.select([conn], [], [], 0.05)
+            if readable:
+                try:
+                    if not conn.recv(1, socket.MSG_PEEK):
+                        raise ClientLeft()
+                except OSError:
+                    raise ClientLeft() from None
+                if self.hostile.closing.wait(0.05):  # the client sent more: still there
+                    raise _Done()
 
     def _spaces(self, started: float, total: int) -> None:
         sent = 0
