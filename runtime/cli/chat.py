@@ -4,7 +4,10 @@ Interactive when no ``--script`` is given (replies stream as they are written; a
 empty line or end of input ends the chat). With ``--script FILE`` every non-empty
 line of FILE is one player line and each reply is printed. ``--diagnostics OUT.jsonl``
 appends one turn-diagnostics object per turn; ``--history-in``/``--history-out`` load
-and save the dialog history (with the agent state that shapes future prompts).
+and save the dialog history (with the agent state that shapes future prompts). ``--history-out``
+is replaced at the end only if no other process wrote it since the chat began (else the
+conversation goes to ``NAME.1.json`` beside it) and only if it could be read back (at most
+``MAX_HISTORY_BYTES``; else the file is kept): either way the exit code is 1.
 
 ``--from-turn N`` (with ``--history-in``) rewinds the loaded conversation to before turn N (turns
 count from 1) exactly as it was then, and goes on from there: with the lines of ``--script``, or,
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -24,7 +28,14 @@ from typing import Any, TextIO
 from runtime.agent import Agent, TurnError
 from runtime.asset.file import load_asset
 from runtime.backends.base import Backend
-from runtime.dialogue.dialog_file import HistoryError, load_history, save_history, unknown_node_problems
+from runtime.dialogue.dialog_file import (
+    HistoryConflict,
+    HistoryError,
+    file_stamp,
+    load_history,
+    save_history,
+    unknown_node_problems,
+)
 from runtime.events import Event, Token
 from runtime.models.folder import unusable_path
 from runtime.names import without_surrogates
@@ -76,6 +87,8 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             print(message, file=err)
         return 2
     instructions = without_surrogates(args.instructions)
+    # What --history-out is now: at the end it is replaced only if no one else wrote it meanwhile.
+    out_stamp = file_stamp(args.history_out) if args.history_out else None
     try:
         asset = load_asset(args.asset)
         if args.model:
@@ -153,15 +166,46 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         code = 1
     finally:
         if args.history_out and loaded:
-            try:
-                save_history(agent.export_dialog(), args.history_out)
-            except OSError as exc:
-                print(f"{args.history_out}: error: cannot save the history: {exc.strerror or exc}", file=err)
+            if not _save_history_out(agent, args.history_out, out_stamp, err):
                 code = 1
         elif args.history_out:
             _history_not_saved(args, err)
         backend.close()
     return code
+
+
+def _save_history_out(agent: Agent, path: str, stamp, err: TextIO) -> bool:
+    """Save the dialog to ``path`` unless another process wrote it since this chat began (then to a
+    new file beside it, so neither is lost), or it would be too large to read back (then nowhere;
+    the file is kept). Says what happened on ``err``; False when the history is not in ``path``."""
+    saved = agent.export_dialog()
+    try:
+        save_history(saved, path, expected=stamp)
+        return True
+    except HistoryConflict as exc:
+        print(exc, file=err)
+        beside = _free_name_beside(path)
+        try:
+            save_history(saved, beside, expected=None)
+            print(f"{path}: this conversation is saved to {beside} instead", file=err)
+        except (HistoryError, OSError) as again:
+            print(f"{beside}: error: cannot save the history there either: "
+                  f"{getattr(again, 'strerror', None) or again}", file=err)
+    except HistoryError as exc:
+        print(exc, file=err)
+    except OSError as exc:
+        print(f"{path}: error: cannot save the history: {exc.strerror or exc}", file=err)
+    return False
+
+
+def _free_name_beside(path: str) -> str:
+    """``NAME.1.json`` (or .2, ...) beside ``NAME.json``: a file name not taken."""
+    target = Path(path)
+    for number in itertools.count(1):
+        candidate = target.with_name(f"{target.stem}.{number}{target.suffix}")
+        if not candidate.exists():
+            return str(candidate)
+    raise AssertionError("unreachable")
 
 
 def _flag_problems(args: argparse.Namespace) -> list[str]:
