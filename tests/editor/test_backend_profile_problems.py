@@ -33,7 +33,7 @@ def _type(edit, text: str) -> None:
     ("[" * 100_000, "nested too deeply"),
     (json.dumps({"version": 1, "backends": [{"name": "x", "kind": "openai", "url": "http://[::1"}]}),
      "backends[0] ('x').url: error: 'http://[::1' is not a server address"),
-])
+], ids=["nested too deeply", "not an address"])
 def test_the_editor_starts_with_no_profiles_and_shows_why(make_window, qtbot, text, words) -> None:
     """A deeply nested backends.json stopped the editor from starting."""
     path = _profiles_file(text)

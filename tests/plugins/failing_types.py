@@ -61,6 +61,15 @@ class ExitsRaise(NodeBase):
         return "default_exit"
 
 
+class ViewExits(CheckRaises):
+    """A node whose editor description exits the program when it is imported."""
+
+    type: Literal["ViewExits"] = "ViewExits"
+
+    def check(self, checks):
+        pass
+
+
 FAILING = (RunRaises, RunExits, CheckRaises, GraphCheckExits, ExitsRaise)
 
 

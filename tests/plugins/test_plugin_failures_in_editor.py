@@ -17,9 +17,10 @@ SESSION = '''
 import json, sys
 from pathlib import Path
 from runtime.nodes import NodeType, register
-from tests.plugins.failing_types import CheckRaises, GraphCheckExits
+from tests.plugins.failing_types import CheckRaises, GraphCheckExits, ViewExits
 for model in (CheckRaises, GraphCheckExits):
     register(NodeType(model, package="parley-failing"))  # as load_plugins does, before the editor is imported
+register(NodeType(ViewExits, editor="tests.plugins.exiting_view:VIEW", package="parley-failing"))
 
 from PySide6.QtWidgets import QApplication
 from editor.main_window import MainWindow
@@ -43,6 +44,10 @@ for node_type in ("CheckRaises", "GraphCheckExits"):
         "problems": [[p.severity, p.node_id, p.message] for p in window.problems_dock.problems],
     }
     window.grab().save(str(folder / f"{node_type}.png"))
+    palette = window.palette.tree
+    out["palette"] = {palette.topLevelItem(i).text(0): [palette.topLevelItem(i).child(j).text(0)
+                                                        for j in range(palette.topLevelItem(i).childCount())]
+                      for i in range(palette.topLevelItemCount())}
     window.close()
 print("RESULT " + json.dumps(out))
 '''
@@ -64,3 +69,6 @@ def test_a_check_that_raises_opens_the_asset_with_the_node_and_its_problem(tmp_p
         assert not [p for p in seen["problems"] if "no nodes" in p[2]], seen["problems"]
         assert [p for p in seen["problems"] if p[:2] == ["error", "p"] and f"{method}() failed" in p[2]], seen
         assert any(p[1] == "reply" for p in seen["problems"])  # the other node is checked as usual
+    # a view that exits the program when imported: the type is shown plainly, and the reason is a problem
+    assert "ViewExits" in found["palette"]["Plugins"]
+    assert [p for p in seen["problems"] if p[0] == "warning" and "'ViewExits'" in p[2] and "SystemExit" in p[2]]

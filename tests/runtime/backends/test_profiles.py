@@ -208,7 +208,7 @@ def test_a_word_backend_reads_itself_is_no_profile_name(profiles_file, name, cap
     ("ftp://h:1", "must start with http:// or https://"),
     ("http://h :1", "has a space"),
     ("http://" + "h" * 3000, "at most 2048 characters"),
-])
+], ids=lambda value: value if len(value) < 60 else f"{value[:20]}...({len(value)} characters)")
 def test_a_bad_address_is_refused_on_save_and_on_load_with_its_place(profiles_file, url, words, capsys) -> None:
     """'http://[::1' was saved, then every use of it was a traceback."""
     with pytest.raises(ValueError, match=re.escape(words)):
@@ -237,7 +237,8 @@ def test_good_addresses_are_kept() -> None:
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"version": 1, "backends": [' + "[" * 100_000,
-                                  '{"version": 1, "backends": [{"name": "a", "model": ' + "[" * 900 + "]" * 900 + "}]}"])
+                                  '{"version": 1, "backends": [{"name": "a", "model": ' + "[" * 900 + "]" * 900 + "}]}"],
+                         ids=["top level", "an entry", "a field"])
 def test_a_deeply_nested_file_is_a_problem_naming_it(profiles_file, text, capsys) -> None:
     """A deeply nested backends.json stopped the editor from starting and `parley backends list`
     printed a traceback."""

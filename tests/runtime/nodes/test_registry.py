@@ -48,6 +48,18 @@ def test_register_refuses_what_is_not_a_node_type() -> None:
         register(NodeType(int))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["", "Two words", "9lives", "a-b", "x" * 65, "Caf\u00e9"])
+def test_register_refuses_a_type_name_that_is_not_a_plain_identifier(name) -> None:
+    """Such a name (or '') stopped the editor from starting (issue 20)."""
+    from typing import Literal
+
+    odd = type("Odd", (NodeBase,), {"__annotations__": {"type": Literal[name]}, "type": name})
+    before = dict(NODE_TYPES)
+    with pytest.raises(ValueError, match="is not a plain identifier"):
+        register(NodeType(odd))
+    assert NODE_TYPES == before
+
+
 def test_a_broken_plugin_is_reported_not_raised(monkeypatch) -> None:
     broken = metadata.EntryPoint("broken", "no_such_module_anywhere:NODE_TYPE", nodes.ENTRY_POINT_GROUP)
     monkeypatch.setattr(nodes.metadata, "entry_points", lambda group: [broken] if group == nodes.ENTRY_POINT_GROUP else [])
