@@ -62,9 +62,10 @@ def _clear(error: InputError) -> None:
 history_keys = st.sampled_from(["format", "version", "turns", "summaries", "windows", "variables",
                                 "system_prompts", "branches", "seed_salt", "player", "entries", "kind", "node",
                                 "text", "tool", "arguments", "result", "replay", "covered_through", "folded_turns",
-                                "start", "current", "id", "parent", "state"]) | odd_text
+                                "start", "current", "id", "parent", "state", "followed", "edited", "exact"]) | odd_text
 history_like = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 5) | st.sampled_from(["reply", "tool", "npc", "parley-dialog"]) | odd_text,
+    st.none() | st.booleans() | st.integers(-3, 5) | st.sampled_from([10**9, 2**70, 1.5]) | st.floats()
+    | st.sampled_from(["reply", "tool", "npc", "parley-dialog"]) | odd_text,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(history_keys, children, max_size=5),
     max_leaves=20,
 )
@@ -83,10 +84,21 @@ def _saved_dialog() -> dict:
         agent.run_turn(line)
     agent.rewind(1)
     agent.run_turn("again")
+    agent.rewind(2)
     return history_to_dict(agent.export_dialog())
 
 
-SAVED = _saved_dialog()
+SAVED = _saved_dialog()  # version 3, as written now
+
+
+def _saved_v2_dialog() -> dict:
+    """The same dialog as the version 2 file the previous Parley wrote (still read)."""
+    from tests.runtime.dialogue.test_saved_histories_load_again import v2_text
+
+    return v2_text(history_from_dict(SAVED))
+
+
+SAVED_V2 = _saved_v2_dialog()
 
 
 def _paths(value, prefix=()):
@@ -131,14 +143,17 @@ def _history_result(load) -> None:
     # What loads holds names that are names (re.fullmatch: "x\n" is not one) and text that is text.
     assert all(re.fullmatch(SLOT_PATTERN, name) for name in saved.variables), saved.variables
     assert all(re.fullmatch(ID_PATTERN, node) for node in (*saved.windows, *saved.system_prompts))
-    # What loads, saves: as UTF-8, and loads back the same.
+    # What loads, saves: as UTF-8, and loads back the same (the whole of it: every branch and state),
+    # and saving that again writes the same text.
     text = dumps_history(saved)
     text.encode("utf-8")
-    assert parse_history(text).history == saved.history
+    again = parse_history(text)
+    assert again == saved
+    assert dumps_history(again) == text
 
 
 @FUZZ
-@given(history_like | mutated(SAVED, history_like))
+@given(history_like | mutated(SAVED, history_like) | mutated(SAVED_V2, history_like))
 @example({"variables": {"x\n": 1}, "windows": {"": 0}})
 @example({"turns": [{"player": "\ud800"}]})
 @example({"version": -1})
