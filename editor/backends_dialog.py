@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import BackendChoice, problems_text
 from editor.thread_service import OneRunService
+from runtime.backends.http import display_url
 from runtime.backends.profiles import (
     KIND_LABELS,
     BackendProfile,
@@ -45,7 +46,6 @@ from runtime.backends.profiles import (
     make_backend,
     profiles_path,
     save_profiles,
-    shown_url,
 )
 from runtime.files.located import Place, located_problems
 from runtime.problems import BackendError, InputError
@@ -368,7 +368,7 @@ class BackendsDialog(QDialog):
         self._filling = True
         self.name_edit.setText(draft["name"])
         self.kind_combo.setCurrentIndex(max(0, self.kind_combo.findData(draft["kind"])))
-        self.url_edit.setText(shown_url(draft["url"]))
+        self.url_edit.setText(display_url(draft["url"]))
         self._saved_credentials = _credentials(draft["url"])
         self.keep_credentials.setChecked(True)
         self.keep_credentials.setVisible(bool(self._saved_credentials))

@@ -9,7 +9,7 @@ never saved: a profile names the environment variable that holds it (``api_key_e
 (``http://HOST:PORT``; ``llama+http://...`` or ``openai+http://...`` to say which kind, else it is
 asked), ``embedded`` or ``llama`` (this computer, the default) or ``scripted`` (deterministic test
 replies). Those words are read before any profile, so no profile may be named one of them
-(``RESERVED_NAMES``). A URL's ``user:password@`` is never shown (``shown_url``).
+(``RESERVED_NAMES``). A URL's ``user:password@`` is never shown (``http.display_url``).
 
 The file::
 
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from runtime.backends.base import Backend
+from runtime.backends.http import display_url
 from runtime.files.located import Place, located_problems
 from runtime.files.reading import parse_input_json, read_input_text
 from runtime.problems import BackendError, InputError, Problem
@@ -59,21 +60,10 @@ MAX_FILE_BYTES = 1024 * 1024  # backends.json: thousands of profiles; anything b
 MAX_SHOWN_NAME_CHARS = 64  # of a bad entry's "name", quoted in its problem
 
 
-def shown_url(url: str) -> str:
-    """``url`` without the ``user:password@`` it may hold (a server's credentials are never shown)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not a URL urlsplit reads: drop whatever stands before an '@' in the authority
-        return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
 def url_problem(url: str) -> str:
     """Why ``url`` is not a server's address ("" when it is): an http or https URL with a host and,
     if it names one, a port from 1 to 65535. The problem never quotes the URL's credentials."""
-    shown = shown_url(url)
+    shown = display_url(url)
     if len(url) > MAX_URL_CHARS:
         return f"a server address is at most {MAX_URL_CHARS} characters; this one has {len(url)}"
     example = "write it as http://HOST:PORT"
@@ -144,7 +134,7 @@ class BackendProfile(BaseModel):
     @property
     def shown_url(self) -> str:
         """The address as menus, lists and errors show it: without a ``user:password@``."""
-        return shown_url(self.url)
+        return display_url(self.url)
 
     @property
     def description(self) -> str:
@@ -286,7 +276,7 @@ def find_profile(spec: str, profiles: list[BackendProfile] | None = None) -> Bac
         try:
             return BackendProfile(name="server", kind=kind or _ask_kind(spec), url=spec)
         except ValidationError as exc:
-            raise BackendError(f"--backend {shown_url(spec)!r}: {_first(exc)}") from None
+            raise BackendError(f"--backend {display_url(spec)!r}: {_first(exc)}") from None
     profiles = load_profiles() if profiles is None else profiles
     for profile in profiles:
         if profile.name == spec:

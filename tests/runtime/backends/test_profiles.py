@@ -262,12 +262,7 @@ def test_a_file_over_the_limit_is_refused_unread(profiles_file) -> None:
 
 
 def test_credentials_in_an_address_are_never_shown(profiles_file, capsys) -> None:
-    from runtime.backends.profiles import shown_url
-
     secret = "http://alice:s3cret@10.0.0.5:8080/v1"
-    assert shown_url(secret) == "http://10.0.0.5:8080/v1"
-    assert shown_url("http://alice:s3cret@[::1") == "http://[::1"  # even when not a URL urlsplit reads
-    assert shown_url("http://[::1]:80/x") == "http://[::1]:80/x"
     profile = BackendProfile(name="gpu", kind="openai", url=secret)
     assert profile.url == secret and "s3cret" not in profile.description and "alice" not in profile.description
     assert parley(["backends", "add", "gpu", secret, "--kind", "openai"]) == 0
