@@ -16,45 +16,53 @@ from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
-class NodeStarted:
-    kind: ClassVar[str] = "node_started"
+class NodeEvent:
+    """Something one node did while it ran; ``node`` is its id."""
+
+    kind: ClassVar[str]
     node: str
+
+
+@dataclass(frozen=True)
+class NodeStarted(NodeEvent):
+    kind: ClassVar[str] = "node_started"
     type: str
 
 
 @dataclass(frozen=True)
-class Token:
+class NodeText(NodeEvent):
+    """Text a node produced: a ``Token`` or a ``Speak``."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Token(NodeText):
     """A piece of text a model just generated."""
 
     kind: ClassVar[str] = "token"
-    node: str
-    text: str
 
 
 @dataclass(frozen=True)
-class Speak:
+class Speak(NodeText):
     """A sentence a GenerateAndSpeak node finished: ready for text-to-speech."""
 
     kind: ClassVar[str] = "speak"
-    node: str
-    text: str
 
 
 @dataclass(frozen=True)
-class ToolCalled:
+class ToolCalled(NodeEvent):
     kind: ClassVar[str] = "tool_call"
-    node: str
     tool: str
     arguments: dict[str, Any]
     result: str
 
 
 @dataclass(frozen=True)
-class Summarized:
+class Summarized(NodeEvent):
     """A Summarize node folded turns into a new summary (sent when ``notify_client`` is set)."""
 
     kind: ClassVar[str] = "summarized"
-    node: str
     covered_through: int  # index of the last turn the summary covers (turns count from 0)
     folded_turns: int
     summary_chars: int
@@ -62,16 +70,14 @@ class Summarized:
 
 
 @dataclass(frozen=True)
-class TurnWarning:
+class TurnWarning(NodeEvent):
     kind: ClassVar[str] = "warning"
-    node: str
     message: str
 
 
 @dataclass(frozen=True)
-class NodeFinished:
+class NodeFinished(NodeEvent):
     kind: ClassVar[str] = "node_finished"
-    node: str
     type: str
     output: str
     exit: str  # the port taken: "default_exit", "intent:NAME", "fallback_exit"
