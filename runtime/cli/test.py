@@ -1,23 +1,56 @@
 """``parley test SUITE...``: run conversation test suites and report per case and turn.
 
 Exit 0 when every case passes (and coverage is at least ``--min-coverage``), 1 when a case fails,
-2 on bad input (a suite or asset that cannot be read, bad flags). ``--repeat K`` runs each case K
-times with other seeds and reports a pass rate per case (flaky: some runs pass, some fail).
-``--shard I/N`` runs only the cases of shard I of N (stable: the same split on every machine).
+2 on bad input (a suite or asset that cannot be read, bad flags, a shard that holds no case, a
+report that cannot be written: checked before the run, and said after it if writing still fails;
+the results printed are kept). ``--repeat K`` runs each case K times with other seeds and reports a
+pass rate per case (flaky: some runs pass, some fail). ``--shard I/N`` runs only the cases of shard
+I of N (stable: the same split on every machine). ``--jobs`` is lowered to the number of cases run
+and, on the embedded backend (each job loads its own copy of the models), to as many jobs as the
+available memory holds by the estimate; a line on stderr says so.
+
+Reports are written atomically; before the run starts each says the run is in progress, so a run
+killed midway never leaves the previous run's success behind. What the terminal is shown (case
+names, replies, a server's error text) has its control characters escaped.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from runtime.problems import BackendError, InputError
 
 if TYPE_CHECKING:
+    from runtime.suites.file import LoadedSuite
     from runtime.suites.run import Server
+
+# Threads a run may use whatever the backend (each a conversation, a connection to a server).
+MAX_JOBS = 64
+
+# What a terminal would act on rather than show: C0 and C1 controls (ANSI escapes start with ESC),
+# DEL, bidirectional overrides (which reorder what follows) and lone surrogates (which UTF-8 cannot write).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: object) -> str:
+    """``text`` as it is safe to print: each control character as its escape (``\\x1b``, ``\\n``)."""
+    def escape(m: re.Match[str]) -> str:
+        ch = m[0]
+        return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch) or (
+            f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+    return _UNPRINTABLE.sub(escape, str(text))
+
+
+def _say(text: object, file: TextIO) -> None:
+    """Print ``text`` escaped; an ``InputError`` one problem a line."""
+    lines = [str(p) for p in text.problems] if isinstance(text, InputError) else [str(text)]
+    print("\n".join(printable(line) for line in lines), file=file)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,12 +98,70 @@ def _servers(spec: str) -> list[Server]:
     return [Server(name, backend_factory(name, None, profiles)) for name in names]
 
 
+def _available_memory() -> int | None:
+    """Bytes of memory the system can give without swapping (Linux's MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _job_memory(loaded: list[LoadedSuite]) -> int:
+    """The estimate of what one job of the embedded backend takes (its own copy of the models and
+    their contexts): the largest over the suites' assets. 0 when no model could be estimated."""
+    from runtime.asset.estimate import estimate_asset
+    from runtime.models.folder import resolve_model
+
+    largest = 0
+    for suite in loaded:
+        asset_dir = (suite.path.parent / suite.suite.asset).resolve().parent
+        try:
+            estimate = estimate_asset(suite.asset, lambda name, d=asset_dir: resolve_model(name, d))
+        except Exception:  # noqa: BLE001, S112 - a model that cannot be sized fails its cases later, with the reason
+            continue
+        largest = max(largest, estimate.ram_bytes + estimate.vram_bytes)
+    return largest
+
+
+def _jobs(asked: int, cases: int, loaded: list[LoadedSuite], embedded: bool, err: TextIO) -> int:
+    """``--jobs`` within its caps: ``MAX_JOBS``, the number of cases, and on the embedded backend the
+    jobs the available memory holds by the estimate. Says on ``err`` why it lowered it."""
+    jobs, why = min(asked, MAX_JOBS), f"at most {MAX_JOBS} jobs run at once"
+    if cases < jobs:
+        jobs, why = max(1, cases), f"{cases} case{'s' if cases != 1 else ''} to run"
+    if embedded and jobs > 1:
+        per_job, available = _job_memory(loaded), _available_memory()
+        if per_job and available is not None and available // per_job < jobs:
+            jobs = max(1, int(available // per_job))
+            why = (f"each job loads its own copy of the models, about {per_job / 2**20:,.0f} MB by the estimate, "
+                   f"and {available / 2**20:,.0f} MB of memory is available")
+    if jobs < asked:
+        print(f"--jobs {asked} lowered to {jobs}: {why}", file=err)
+    return jobs
+
+
 def run(args: argparse.Namespace) -> int:
     from runtime.suites.file import load_suite
-    from runtime.suites.report import report_json, report_junit
-    from runtime.suites.run import run_suites
+    from runtime.suites.report import (
+        in_progress_json,
+        in_progress_junit,
+        report_json,
+        report_json_text,
+        report_junit,
+        report_target_problem,
+        write_report,
+    )
+    from runtime.suites.run import run_suites, shard_of
 
     err, out = sys.stderr, sys.stdout
+    targets = [(kind, target) for kind, target in (("JUnit", args.junit), ("JSON", args.json)) if target]
     try:
         shard = _shard(args.shard)
         for name, value, low in (("--repeat", args.repeat, 1), ("--jobs", args.jobs, 1)):
@@ -78,18 +169,21 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{name} must be at least {low}, not {value}")
         if args.min_coverage is not None and not 0 <= args.min_coverage <= 100:
             raise ValueError(f"--min-coverage must be from 0 to 100, not {args.min_coverage}")
-        for target in (args.junit, args.json):
-            if target and not Path(target).resolve().parent.is_dir():
-                raise ValueError(f"cannot write {target}: its folder does not exist")
+        for kind, target in targets:
+            refused = report_target_problem(target)
+            if refused:
+                raise ValueError(f"cannot write the {kind} report {target}: {refused}")
+        if len(targets) == 2 and Path(args.junit).resolve() == Path(args.json).resolve():
+            raise ValueError(f"--junit and --json name the same file, {args.json}")
     except ValueError as exc:
-        print(exc, file=err)
+        _say(exc, err)
         return 2
     loaded, bad = [], False
     for path in args.suites:
         try:
             loaded.append(load_suite(path))
         except InputError as exc:
-            print(exc, file=err)
+            _say(exc, err)
             bad = True
     if bad:
         return 2
@@ -97,25 +191,42 @@ def run(args: argparse.Namespace) -> int:
     try:
         servers = _servers(args.backend)
     except (BackendError, InputError) as exc:
-        print(exc, file=err)
+        _say(exc, err)
         return 2
+
+    all_cases = [s.case_id(c) for s in loaded for c in s.suite.cases]
+    cases = [c for c in all_cases if shard is None or shard_of(c, shard[1]) == shard[0]]
+    if not cases:
+        assert shard is not None  # a suite holds at least one case
+        _say(f"--shard {args.shard} holds none of the {len(all_cases)} case{'s' if len(all_cases) != 1 else ''} "
+             f"of these suites: nothing to run (use fewer shards)", err)
+        return 2
+    jobs = _jobs(args.jobs, len(cases) * args.repeat, loaded, args.backend.strip() in ("embedded", "llama"), err)
+
+    # Before anything runs: each report says the run is in progress (and can be written at all).
+    initial = {"JUnit": in_progress_junit, "JSON": lambda: report_json_text(in_progress_json())}
+    for kind, target in targets:
+        try:
+            write_report(target, initial[kind]())
+        except OSError as exc:
+            _say(f"cannot write the {kind} report {target}: {exc.strerror or exc}", err)
+            return 2
 
     def said(result) -> None:
         mark = "PASS" if result.passed else "FAIL"
         run_no = f" (run {result.repeat + 1})" if args.repeat > 1 else ""
         where = f" on {result.server}" if len(servers) > 1 and result.server else ""
-        print(f"{mark} {result.suite}::{result.case}{run_no} [{result.seconds:.1f} s{where}]", file=out)
-        for line in result.moved:
-            print(f"     moved: {line}", file=out)
-        for line in result.failures:
-            print(f"     {line}", file=out)
+        lines = [f"{mark} {result.suite}::{result.case}{run_no} [{result.seconds:.1f} s{where}]"]
+        lines += [f"     moved: {line}" for line in result.moved]
+        lines += [f"     {line}" for line in result.failures]
+        print("\n".join(printable(line) for line in lines), file=out)  # one print: jobs do not interleave
         out.flush()
 
     try:
-        report = run_suites(loaded, servers if len(servers) > 1 else servers[0].make_backend, jobs=args.jobs, repeat=args.repeat, seed=args.seed, shard=shard,
-                            on_case=said)
+        report = run_suites(loaded, servers if len(servers) > 1 else servers[0].make_backend, jobs=jobs,
+                            repeat=args.repeat, seed=args.seed, shard=shard, on_case=said, keep_turn_results=False)
     except BackendError as exc:
-        print(exc, file=err)
+        _say(exc, err)
         return 2
     rates = report.pass_rates()
     passed = sum(r.passed for r in report.results)
@@ -123,16 +234,23 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat > 1:
         for case, (ok, n) in sorted(rates.items()):
             flag = "  FLAKY" if 0 < ok < n else ""
-            print(f"  {ok}/{n} {case}{flag}", file=out)
+            _say(f"  {ok}/{n} {case}{flag}", out)
     for path, coverage in report.coverage.items():
-        print(f"coverage of {path}: {coverage.percent:.0f} % of nodes and exits", file=out)
+        _say(f"coverage of {path}: {coverage.percent:.0f} % of nodes and exits", out)
         for node, port in coverage.never_taken:
-            print(f"  never taken: {node}.{port}", file=out)
-    if args.json:
-        # ensure_ascii: a reply may hold a lone surrogate, which UTF-8 cannot write
-        Path(args.json).write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
-    if args.junit:
-        Path(args.junit).write_text(report_junit(report), encoding="utf-8")
+            _say(f"  never taken: {node}.{port}", out)
+    out.flush()
+    final = {"JUnit": lambda: report_junit(report), "JSON": lambda: report_json_text(report_json(report))}
+    unwritten = False
+    for kind, target in targets:
+        try:
+            write_report(target, final[kind]())
+        except OSError as exc:
+            _say(f"cannot write the {kind} report {target}: {exc.strerror or exc}; the results are only "
+                 "in the output above", err)
+            unwritten = True
+    if unwritten:
+        return 2
     if not report.passed:
         return 1
     if args.min_coverage is not None and report.coverage_percent() < args.min_coverage:

@@ -3,12 +3,20 @@ exit was taken), the report over every case, and that report as JSON and as JUni
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import stat
+import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runtime.agent import TurnResult
 from runtime.asset.model import Asset
+from runtime.files.reading import file_kind
+from runtime.files.writing import atomic_write_text
 from runtime.suites.checks import Check
 
 
@@ -121,6 +129,7 @@ class Report:
 def report_json(report: Report) -> dict[str, Any]:
     return {
         "passed": report.passed,
+        "in_progress": False,
         "seconds": round(report.seconds, 2),
         "cases": [{
             "suite": r.suite, "case": r.case, "repeat": r.repeat, "passed": r.passed, "error": r.error,
@@ -141,32 +150,85 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def report_junit(report: Report) -> str:
-    from xml.sax.saxutils import quoteattr
+IN_PROGRESS = "the run has not finished: it is still going on, or it was killed before it could write its report"
 
+
+def in_progress_json() -> dict[str, Any]:
+    """The JSON report written before a run starts: a run killed midway leaves it, never the
+    previous run's success."""
+    return {"passed": False, "in_progress": True, "error": IN_PROGRESS, "cases": []}
+
+
+def report_json_text(data: dict[str, Any]) -> str:
+    # ensure_ascii: a reply may hold a lone surrogate, which UTF-8 cannot write
+    return json.dumps(data, indent=2) + "\n"
+
+
+# Characters XML 1.0 cannot hold at all, even escaped (C0 controls but tab, newline and return; lone
+# surrogates; U+FFFE and U+FFFF). A case name or a server's error text may hold them.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with each character XML 1.0 cannot hold written as its escape (``\\x1b``, ``\\ud800``)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+def _junit_text(root: ET.Element) -> str:
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def report_junit(report: Report) -> str:
+    """The report as JUnit XML (built with ElementTree, which escapes; see ``xml_safe``)."""
     by_suite: dict[str, list[CaseResult]] = {}
     for r in report.results:
         by_suite.setdefault(r.suite, []).append(r)
-    lines = ['<?xml version="1.0" encoding="UTF-8"?>',
-             (f'<testsuites tests="{len(report.results)}" failures="{sum(not r.passed for r in report.results)}" '
-              f'time="{report.seconds:.2f}">')]
+    root = ET.Element("testsuites", tests=str(len(report.results)),
+                      failures=str(sum(not r.passed for r in report.results)), time=f"{report.seconds:.2f}")
     for suite, results in by_suite.items():
         failures = sum(not r.passed for r in results)
-        lines.append(f'  <testsuite name={quoteattr(suite)} tests="{len(results)}" failures="{failures}">')
+        element = ET.SubElement(root, "testsuite", name=xml_safe(suite), tests=str(len(results)),
+                                failures=str(failures))
+        repeated = any(x.repeat for x in results)
         for r in results:
-            name = r.case + (f" (run {r.repeat + 1})" if any(x.repeat for x in results) else "")
-            lines.append(f'    <testcase classname={quoteattr(suite)} name={quoteattr(name)} time="{r.seconds:.2f}">')
+            name = r.case + (f" (run {r.repeat + 1})" if repeated else "")
+            case = ET.SubElement(element, "testcase", classname=xml_safe(suite), name=xml_safe(name),
+                                 time=f"{r.seconds:.2f}")
             if not r.passed:
-                text = "\n".join(r.failures)
-                lines.append(f"      <failure message={quoteattr(r.failures[0] if r.failures else 'failed')}>"
-                             f"{_xml_text(text)}</failure>")
-            lines.append("    </testcase>")
-        lines.append("  </testsuite>")
-    lines.append("</testsuites>")
-    return "\n".join(lines) + "\n"
+                failure = ET.SubElement(case, "failure", message=xml_safe(r.failures[0] if r.failures else "failed"))
+                failure.text = xml_safe("\n".join(r.failures))
+    return _junit_text(root)
 
 
-def _xml_text(text: str) -> str:
-    from xml.sax.saxutils import escape
+def in_progress_junit() -> str:
+    """The JUnit report written before a run starts: one erroring test case that says the run has
+    not finished, so a run killed midway never leaves the previous run's success behind."""
+    root = ET.Element("testsuites", tests="1", failures="0", errors="1")
+    suite = ET.SubElement(root, "testsuite", name="parley test", tests="1", failures="0", errors="1")
+    case = ET.SubElement(suite, "testcase", classname="parley test", name="the run")
+    ET.SubElement(case, "error", message=IN_PROGRESS)
+    return _junit_text(root)
 
-    return escape("".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 32))
+
+def report_target_problem(path: str | os.PathLike[str]) -> str:
+    """Why a report cannot be written at ``path``, or "": its folder is missing, or it is a folder,
+    a device or a pipe (an atomic write would replace the device node with a file)."""
+    target = Path(path)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return "" if target.resolve().parent.is_dir() else "its folder does not exist"
+    except (OSError, ValueError) as exc:
+        return str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+    if not stat.S_ISREG(info.st_mode):
+        return f"it is {file_kind(info.st_mode)}, not a file"
+    return ""
+
+
+def write_report(path: str | os.PathLike[str], text: str) -> None:
+    """Write a report atomically (never half written). Raises ``OSError`` saying why it cannot."""
+    refused = report_target_problem(path)
+    if refused:
+        raise OSError(refused)
+    atomic_write_text(path, text)

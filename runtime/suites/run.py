@@ -24,10 +24,13 @@ from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
 def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | None = None, repeat: int = 0,
              seed: int | None = None, on_turn: Callable[[TurnOutcome], None] | None = None,
-             cancel: threading.Event | None = None, lost_server_raises: bool = False) -> CaseResult:
+             cancel: threading.Event | None = None, lost_server_raises: bool = False,
+             keep_turn_results: bool = True) -> CaseResult:
     """Run one case from a fresh agent. Never raises for a failing case: the reason is in the result.
     With ``lost_server_raises``, a server that cannot be reached (``ServerUnavailable``) is raised
-    instead, so a fleet run can run the conversation again on another server."""
+    instead, so a fleet run can run the conversation again on another server. Without
+    ``keep_turn_results``, each turn's runtime result (diagnostics and prompts, for the Turn
+    Inspector; most of a result's memory) is dropped once checked and passed to ``on_turn``."""
     out = CaseResult(loaded.name, case.name, repeat)
     started = time.perf_counter()
     try:
@@ -74,6 +77,8 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                                                            f"a summary exists by turn {number}: {summaries > 0}")))
             if on_turn is not None:
                 on_turn(outcome)
+            if not keep_turn_results:
+                outcome.result = None
     except InputError as exc:
         out.error = str(exc)
     except ServerUnavailable as exc:
@@ -117,14 +122,17 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                repeat: int = 1, seed: int | None = None, shard: tuple[int, int] | None = None, judge_model: str = "",
                on_case: Callable[[CaseResult], None] | None = None,
                on_turn: Callable[[str, TurnOutcome], None] | None = None,
-               cancel: threading.Event | None = None) -> Report:
+               cancel: threading.Event | None = None, keep_turn_results: bool = True) -> Report:
     """Run every case (``repeat`` times each) on ``jobs`` threads, each with a backend of its own.
 
     ``make_backend`` may be a list of servers (a fleet): thread ``j`` runs its conversations on server
     ``j`` mod the number of servers, so a conversation stays on one server, its nodes on their slots.
     A server that cannot be reached mid-conversation is given up on, and the conversation runs again
     from its start on another server (its result says so in ``moved``); when no server is left, the
-    cases left fail with the reason. Nothing is dropped: every case has a result."""
+    cases left fail with the reason. Nothing is dropped: every case has a result.
+
+    ``keep_turn_results=False`` keeps only what a report holds (the turn's runtime result, with its
+    diagnostics and prompts, goes once checked): a long ``repeat`` run stays small."""
     servers = make_backend if isinstance(make_backend, list) else [Server("", make_backend)]
     fleet = isinstance(make_backend, list)
     work = [(s, c, k) for s in loaded for c in s.suite.cases for k in range(repeat)
@@ -172,7 +180,7 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                 b, jdg = backends[id(server)]
                 result = run_case(suite, case, b, jdg, k, seed,
                                   (lambda t, cid=suite.case_id(case): on_turn(cid, t)) if on_turn else None, cancel,  # noqa: B008
-                                  lost_server_raises=fleet)
+                                  lost_server_raises=fleet, keep_turn_results=keep_turn_results)
                 b.release_all()  # the next case starts from a fresh conversation: free its caches
             except ServerUnavailable as exc:
                 with lock:

@@ -56,3 +56,42 @@ def test_parley_test_exit_codes_and_reports(tmp_path, capsys) -> None:
     partial.write_text(GOOD.split("  - name: shops")[0], encoding="utf-8")
     assert main(["test", str(partial), "--backend", "scripted", "--min-coverage", "90"]) == 1
     assert "never taken: classify.intent:shop" in capsys.readouterr().out
+
+
+def test_junit_is_well_formed_whatever_a_case_name_or_a_server_says(tmp_path) -> None:
+    from runtime.problems import BackendError
+    from runtime.suites.report import report_junit
+
+    name = 'greets \\e[31m\\0\\x07 <&\\"\\uffff'  # YAML escapes: ESC, NUL, BEL, a quote, U+FFFF
+    loaded = load_suite(write(tmp_path, GOOD.replace("name: greets", f'name: "{name}"')))
+    assert "\x1b" in loaded.suite.cases[0].name and "\uffff" in loaded.suite.cases[0].name
+
+    def broken_server():
+        def reply(key, request):
+            raise BackendError("server said \x1b[2J\x00\x0c<oops> \udfff")
+
+        return ScriptedBackend(reply)
+
+    report = run_suites([loaded], broken_server)
+    assert not report.passed
+    root = ET.fromstring(report_junit(report).encode("utf-8"))  # parses back: well-formed XML 1.0
+    cases = root.findall("testsuite/testcase")
+    assert cases[0].get("name") == 'greets \\x1b[31m\\x00\\x07 <&"\\uffff'
+    failure = cases[0].find("failure")
+    assert "server said \\x1b[2J\\x00\\x0c<oops> \\udfff" in failure.text
+    assert "server said" in failure.get("message")
+
+
+def test_repeated_runs_keep_only_what_the_report_needs(tmp_path) -> None:
+    from runtime.suites.report import report_json
+
+    loaded = load_suite(write(tmp_path, GOOD))
+    seen = []
+    report = run_suites([loaded], ScriptedBackend, repeat=3, keep_turn_results=False,
+                        on_turn=lambda case, outcome: seen.append(outcome.result))
+    assert report.passed and len(report.results) == 6
+    assert all(r is not None for r in seen)  # on_turn still gets the whole turn
+    assert all(t.result is None for r in report.results for t in r.turns)
+    assert report_json(report)["cases"][0]["turns"][0]["reply"]
+    kept = run_suites([loaded], ScriptedBackend)
+    assert all(t.result is not None for r in kept.results for t in r.turns)  # the editor's Turn Inspector needs them
