@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
@@ -33,11 +35,22 @@ from runtime.backends.base import (
     TokenCallback,
 )
 from runtime.backends.grammars import choices_grammar
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
+from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
 from runtime.backends.placeholders import content_marks, split_at_marks
+from runtime.backends.server_answers import (
+    MAX_TOKEN_BYTES,
+    AppliedTemplate,
+    CompletionEvent,
+    Props,
+    Timings,
+    TokenIds,
+    clamped,
+    read_answer,
+)
 from runtime.problems import BackendError
 
 TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
+TOKEN_CACHE_TOKENS = 2_000_000  # token ids kept in all (8 MB); a longer text's ids are not kept
 
 
 @dataclass
@@ -51,14 +64,12 @@ class _Slot:
 @dataclass
 class SlotPool:
     """The slots of one server, shared by every backend in this process that talks to it (a fleet
-    run has several conversations on one server). A node leases a slot for its conversation."""
+    run has several conversations on one server). A node leases a slot for its conversation.
+    ``slots`` holds only the slots leased so far (0, 1, ... in order), so ``total`` costs nothing."""
 
     total: int
     slots: list[_Slot] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.slots = [_Slot(i) for i in range(self.total)]
 
     def lease(self, owner: tuple[int, str]) -> tuple[int, bool]:
         """The slot for ``owner``; True when it is shared (no free slot was left)."""
@@ -67,9 +78,15 @@ class SlotPool:
                 if slot.holder == owner:
                     return slot.index, False
             free = [s for s in self.slots if s.holder is None]
-            if free:
-                # the slot this node used last, if free: its cache may still hold the node's prompt
-                slot = next((s for s in free if s.last_user == owner), min(free, key=lambda s: s.last_used))
+            # the slot this node used last, if free: its cache may still hold the node's prompt;
+            # else a slot never used (its cache holds nothing of another node), else the oldest free
+            slot = next((s for s in free if s.last_user == owner), None)
+            if slot is None and len(self.slots) < self.total:
+                slot = _Slot(len(self.slots))
+                self.slots.append(slot)
+            if slot is None and free:
+                slot = min(free, key=lambda s: s.last_used)
+            if slot is not None:
                 slot.holder = owner
                 return slot.index, False
             mine = [s for s in self.slots if s.holder is not None and s.holder[0] == owner[0]]
@@ -112,42 +129,36 @@ class LlamaServerBackend(Backend):
 
     def __init__(self, url: str, name: str = "", *, api_key: str = "", timeout: float = 120.0) -> None:
         self.server = ServerConnection(url, name, api_key=api_key, timeout=timeout)
-        self._props: dict[str, Any] | None = None
+        self._props: Props | None = None
         self._props_lock = threading.Lock()
-        self._tokens: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
+        self._tokens: OrderedDict[tuple[str, bool], array[int]] = OrderedDict()  # 4 bytes an id
+        self._tokens_held = 0  # ids in self._tokens
         self._tokens_lock = threading.Lock()
         self._sessions: dict[str, ServerNodeSession] = {}
         self._lock = threading.Lock()
 
     # --- what the server is ------------------------------------------------------------------
 
-    def props(self) -> dict[str, Any]:
+    def props(self) -> Props:
         """The server's ``/props`` (read once): its slots, their context size and its model."""
         with self._props_lock:
             if self._props is None:
-                props = self.server.get_json("/props")
-                try:
-                    n_ctx = int(props["default_generation_settings"]["n_ctx"])
-                    total = int(props.get("total_slots", 1))
-                except (KeyError, TypeError, ValueError):
-                    raise BackendError(f"{self.server.label}: /props does not describe a llama.cpp server's "
-                                       "slots; is this a llama.cpp server?") from None
-                if n_ctx <= 0 or total <= 0:
-                    raise BackendError(f"{self.server.label}: the server reports {total} slots of {n_ctx} tokens")
-                self._props = props
+                self._props = read_answer(Props, self.server.get_json("/props"), self.server, "/props",
+                                          hint="is this a llama.cpp server?")
             return self._props
 
     @property
     def slot_context(self) -> int:
-        return int(self.props()["default_generation_settings"]["n_ctx"])
+        return self.props().default_generation_settings.n_ctx
 
     @property
     def total_slots(self) -> int:
-        return int(self.props().get("total_slots", 1))
+        """The slots used: the server's, at most ``server_answers.MAX_SLOTS``."""
+        return self.props().slots
 
     @property
     def served_model(self) -> str:
-        return PurePath(str(self.props().get("model_path", "") or "")).name or "its model"
+        return PurePath(self.props().model_path or "").name or "its model"
 
     @property
     def label(self) -> str:
@@ -168,8 +179,11 @@ class LlamaServerBackend(Backend):
     # --- tokens --------------------------------------------------------------------------------
 
     def tokenize(self, text: str, special: bool) -> list[int]:
+        return list(self._token_ids(text, special))
+
+    def _token_ids(self, text: str, special: bool) -> array[int]:
         if not text:
-            return []
+            return array("i")
         key = (text, special)
         with self._tokens_lock:
             cached = self._tokens.get(key)
@@ -178,17 +192,19 @@ class LlamaServerBackend(Backend):
                 return cached
         answer = self.server.post_json("/tokenize", {"content": text, "add_special": False,
                                                      "parse_special": special})
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise BackendError(f"{self.server.label}: /tokenize did not answer with a list of token ids")
-        with self._tokens_lock:
-            self._tokens[key] = tokens
-            if len(self._tokens) > TOKEN_CACHE_SIZE:
-                self._tokens.popitem(last=False)
+        tokens = array("i", read_answer(TokenIds, answer, self.server, "/tokenize",
+                                        context={"text": text}).tokens)
+        if len(tokens) <= TOKEN_CACHE_TOKENS:
+            with self._tokens_lock:
+                if key not in self._tokens:
+                    self._tokens[key] = tokens
+                    self._tokens_held += len(tokens)
+                while len(self._tokens) > TOKEN_CACHE_SIZE or self._tokens_held > TOKEN_CACHE_TOKENS:
+                    self._tokens_held -= len(self._tokens.popitem(last=False)[1])
         return tokens
 
     def count_tokens(self, model: str, text: str) -> int:
-        return len(self.tokenize(text, special=False))
+        return len(self._token_ids(text, special=False))
 
     def prompt_parts(self, messages: Sequence[ChatMessage]) -> list[tuple[str, bool]]:
         """The rendered prompt as ``(text, is_markup)`` pieces, by the server's chat template (the
@@ -201,16 +217,14 @@ class LlamaServerBackend(Backend):
             roles = ", ".join(dict.fromkeys(m.role for m in messages))
             raise BackendError(f"{self.server.label}: the server's chat template could not render the prompt "
                                f"(roles: {roles}): {exc.detail}") from None
-        text = answer.get("prompt") if isinstance(answer, dict) else None
-        if not isinstance(text, str):
-            raise BackendError(f"{self.server.label}: /apply-template did not answer with a prompt")
+        text = read_answer(AppliedTemplate, answer, self.server, "/apply-template").prompt
         return split_at_marks(text, messages, marks, nonce, f"{self.server.label}: the server's chat template",
                               "serve a model")
 
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
         tokens: list[int] = []
         for text, is_markup in self.prompt_parts(messages):
-            tokens += self.tokenize(text, special=is_markup)
+            tokens += self._token_ids(text, special=is_markup)
         return tokens
 
     # --- sessions ------------------------------------------------------------------------------
@@ -271,6 +285,17 @@ class ServerNodeSession(NodeSession):
 
     def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
+        started = time.perf_counter()
+        with cancel_scope(cancel):  # Stop also ends the template, tokenizer and model-list requests
+            try:
+                return self._generate(request, on_token, cancel)
+            except Cancelled:  # before the reply began
+                return GenerationResult(text="", prompt_tokens=0, reused=0, evaluated=0, generated=0,
+                                        cancelled=True, finish_reason="cancelled",
+                                        prompt_ms=(time.perf_counter() - started) * 1000)
+
+    def _generate(self, request: GenerationRequest, on_token: TokenCallback | None,
+                  cancel: threading.Event | None) -> GenerationResult:
         backend = self.backend
         label = backend.server.label
         prompt = backend.prompt_tokens(request.messages)
@@ -308,20 +333,26 @@ class ServerNodeSession(NodeSession):
         body["id_slot"] = slot
         cold = pool.used(slot, owner) or self.calls == 0
         self.calls += 1
-        text, final = "", None
+        limit = body["n_predict"]
+        text, final, generated, size, cut = "", None, 0, 0, False
         started = time.perf_counter()
         try:
-            for event in backend.server.stream("/completion", body, cancel):
-                piece = event.get("content", "") if isinstance(event, dict) else ""
-                if not isinstance(piece, str):
-                    raise BackendError(f"{label}: /completion sent content that is not text")
-                if piece:
-                    text += piece
-                    if on_token is not None:
-                        on_token(piece)
-                if isinstance(event, dict) and event.get("stop"):
-                    final = event
-                    break
+            with closing(backend.server.stream("/completion", body, cancel)) as events:
+                for answer in events:
+                    event = read_answer(CompletionEvent, answer, backend.server, "/completion")
+                    piece = event.content
+                    generated += event.token_count
+                    size += len(piece.encode("utf-8", errors="surrogatepass"))
+                    if generated > limit or size > limit * MAX_TOKEN_BYTES:
+                        cut = True  # a server that streams past n_predict: the reply ends at the limit
+                        break
+                    if piece:
+                        text += piece
+                        if on_token is not None:
+                            on_token(piece)
+                    if event.stop:
+                        final = event
+                        break
         except Cancelled:
             return GenerationResult(text=text, prompt_tokens=len(prompt), reused=0, evaluated=0, generated=0,
                                     cold=cold, cancelled=True, finish_reason="cancelled",
@@ -329,25 +360,38 @@ class ServerNodeSession(NodeSession):
         except BackendError:
             pool.used(slot, ("", ""))  # what the slot holds now is unknown
             raise
-        if final is None:
-            pool.used(slot, ("", ""))
-            raise ServerUnavailable(f"{label}: the answer from /completion ended before the reply was complete")
-        timings = final.get("timings") or {}
-        reused = int(timings.get("cache_n", final.get("tokens_cached", 0)) or 0)
-        evaluated = int(timings.get("prompt_n", max(len(prompt) - reused, 0)) or 0)
-        generated = int(timings.get("predicted_n", 0) or 0)
-        finish = "length" if final.get("stop_type") == "limit" or final.get("truncated") else "stop"
         warnings = [self.model_warning] if self.model_warning else []
         if shared:
             cold = True
             warnings.append(f"no free slot on {label} ({pool.total} slots): this node shares slot {slot} and "
                             "re-reads its prompt; start the server with a --parallel of at least the number of "
                             "nodes that call the model (per conversation run at once)")
+        if cut:
+            pool.used(slot, ("", ""))
+            warnings.append(f"{label} went on sending the reply past its {limit} tokens "
+                            f"(max_tokens); the reply was cut there")
+            ended = time.perf_counter()
+            return GenerationResult(text=text, prompt_tokens=len(prompt), reused=0, evaluated=len(prompt),
+                                    generated=min(generated, limit), cold=cold, finish_reason="length",
+                                    prompt_ms=(ended - started) * 1000, warnings=warnings)
+        if final is None:
+            pool.used(slot, ("", ""))
+            raise ServerUnavailable(f"{label}: the answer from /completion ended before the reply was complete")
+        timings = final.timings or Timings()
+        if timings.cache_n is not None:
+            reused = clamped(timings.cache_n, len(prompt), "timings.cache_n", warnings, label) or 0
+        else:  # what the slot's cache holds now: the prompt's reused part, and the reply
+            cached = clamped(final.tokens_cached, len(prompt) + limit, "tokens_cached", warnings, label) or 0
+            reused = min(cached, len(prompt))
+        evaluated = clamped(timings.prompt_n, len(prompt), "timings.prompt_n", warnings, label)
+        generated = clamped(timings.predicted_n, limit, "timings.predicted_n", warnings, label) or 0
+        finish = "length" if final.stop_type == "limit" or final.truncated else "stop"
         return GenerationResult(
-            text=text, prompt_tokens=len(prompt), reused=min(reused, len(prompt)), evaluated=evaluated,
+            text=text, prompt_tokens=len(prompt), reused=reused,
+            evaluated=max(len(prompt) - reused, 0) if evaluated is None else evaluated,
             generated=generated, cold=cold, finish_reason=finish,
-            prompt_ms=float(timings.get("prompt_ms", 0.0) or 0.0),
-            generate_ms=float(timings.get("predicted_ms", 0.0) or 0.0), warnings=warnings,
+            prompt_ms=max(timings.prompt_ms or 0.0, 0.0), generate_ms=max(timings.predicted_ms or 0.0, 0.0),
+            warnings=warnings,
         )
 
 

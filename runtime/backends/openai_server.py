@@ -23,6 +23,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import PurePath
 from typing import Any, Literal
 
@@ -34,11 +35,24 @@ from runtime.backends.base import (
     NodeSession,
     TokenCallback,
 )
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable
+from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
+from runtime.backends.server_answers import (
+    MAX_CONTEXT_TOKENS,
+    MAX_TOKEN_BYTES,
+    ChatChunk,
+    ModelList,
+    Props,
+    TokenCount,
+    TokenIds,
+    Usage,
+    clamped,
+    read_answer,
+)
 from runtime.problems import BackendError
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 BYTES_PER_TOKEN_ESTIMATE = 4
+TOKEN_COUNT_CACHE_SIZE = 20_000  # texts whose token counts are kept
 
 
 class OpenAIBackend(Backend):
@@ -74,12 +88,9 @@ class OpenAIBackend(Backend):
             return self._model
 
     def _discover(self) -> tuple[str, int | None]:
-        listing = self.api.get_json("/models")
-        entries = listing.get("data") if isinstance(listing, dict) else None
-        if not isinstance(entries, list):
-            raise BackendError(f"{self.root.label}: /v1/models did not list models; is this an OpenAI-compatible "
-                               "server?")
-        ids = [str(e.get("id")) for e in entries if isinstance(e, dict) and e.get("id")]
+        entries = read_answer(ModelList, self.api.get_json("/models"), self.root, "/v1/models",
+                              hint="is this an OpenAI-compatible server?").data
+        ids = [e.id for e in entries if e.id]
         if self.wanted_model:
             if ids and self.wanted_model not in ids:
                 raise BackendError(f"{self.root.label} does not serve the model {self.wanted_model!r} that the "
@@ -90,10 +101,11 @@ class OpenAIBackend(Backend):
         else:
             raise BackendError(f"{self.root.label} serves {len(ids)} models ({', '.join(map(repr, ids)) or 'none'}); "
                                "name one as the profile's model")
-        entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == name), {})
-        self._trained = (entry.get("meta") or {}).get("n_ctx_train")  # llama.cpp's: slots may be smaller
-        context = entry.get("max_model_len")  # vLLM's: what it serves
-        return name, int(context) if isinstance(context, int) and context > 0 else None
+        entry = next((e for e in entries if e.id == name), None)
+        if entry is None:
+            return name, None
+        self._trained = entry.meta.n_ctx_train if entry.meta is not None else None  # llama.cpp's: slots may be smaller
+        return name, entry.max_model_len  # vLLM's: what it serves
 
     def model_context_size(self, model: str) -> int:
         if self.wanted_context:
@@ -103,11 +115,12 @@ class OpenAIBackend(Backend):
             return self._context
         try:  # llama.cpp's server also answers /props with the slots' size
             props = self.root.get_json("/props")
-            self._context = int(props["default_generation_settings"]["n_ctx"])
+        except BackendError:
+            props = None
+        if isinstance(props, dict) and "default_generation_settings" in props:  # a llama.cpp server's
+            self._context = read_answer(Props, props, self.root, "/props").default_generation_settings.n_ctx
             return self._context
-        except (BackendError, KeyError, TypeError, ValueError):
-            pass
-        if isinstance(self._trained, int) and self._trained > 0:
+        if self._trained:
             self._context = self._trained
             return self._context
         raise BackendError(f"{self.root.label} does not say how long its model's context is; set context_size "
@@ -136,7 +149,7 @@ class OpenAIBackend(Backend):
         if cached is not None:
             return cached
         count = self._count(text)
-        if len(self._counts) > 20_000:
+        if len(self._counts) > TOKEN_COUNT_CACHE_SIZE:
             self._counts.pop(next(iter(self._counts)))
         self._counts[text] = count
         return count
@@ -161,18 +174,19 @@ class OpenAIBackend(Backend):
 
     def _count_by(self, route: str, text: str) -> int:
         model = self.served_model()
+        root, text_is = self.root, {"text": text}
         if route == "vllm":
             answer = self.root.post_json("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
-            if isinstance(answer, dict) and isinstance(answer.get("count"), int):
-                return answer["count"]
+            if isinstance(answer, dict) and "count" in answer:
+                return read_answer(TokenCount, answer, root, "/tokenize", context=text_is).count
         elif route == "llama.cpp":
             answer = self.root.post_json("/tokenize", {"content": text, "add_special": False, "parse_special": False})
-            if isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
-                return len(answer["tokens"])
+            if isinstance(answer, dict) and "tokens" in answer:
+                return len(read_answer(TokenIds, answer, root, "/tokenize", context=text_is).tokens)
         else:
             answer = self.root.post_json("/extras/tokenize/count", {"input": text, "model": model})
-            if isinstance(answer, dict) and isinstance(answer.get("count"), int):
-                return answer["count"]
+            if isinstance(answer, dict) and "count" in answer:
+                return read_answer(TokenCount, answer, root, "/extras/tokenize/count", context=text_is).count
         raise ServerRefused(f"{self.root.label}: {route} tokenize answered in another shape", 0, "")
 
     # --- sessions ------------------------------------------------------------------------------
@@ -204,6 +218,17 @@ class OpenAISession(NodeSession):
 
     def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
+        started = time.perf_counter()
+        with cancel_scope(cancel):  # Stop also ends the template, tokenizer and model-list requests
+            try:
+                return self._generate(request, on_token, cancel)
+            except Cancelled:  # before the reply began
+                return GenerationResult(text="", prompt_tokens=0, reused=0, evaluated=0, generated=0,
+                                        cancelled=True, finish_reason="cancelled",
+                                        prompt_ms=(time.perf_counter() - started) * 1000)
+
+    def _generate(self, request: GenerationRequest, on_token: TokenCallback | None,
+                  cancel: threading.Event | None) -> GenerationResult:
         backend = self.backend
         body: dict[str, Any] = {
             "model": backend.served_model(),
@@ -268,29 +293,39 @@ class OpenAISession(NodeSession):
         label = backend.root.label
         text, finish, usage = "", None, None
         first_token = None
+        limit, generated, size, cut = body["max_tokens"], 0, 0, False
         stream_tokens = on_token if schema is None or request.json_schema is not None else None
         try:
-            for event in backend.api.stream("/chat/completions", body, cancel):
-                if not isinstance(event, dict):
-                    raise BackendError(f"{label}: /v1/chat/completions sent an event that is not an object")
-                if event.get("usage"):
-                    usage = event["usage"]
-                for choice in event.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    piece = delta.get("content") or ""
-                    if not isinstance(piece, str):
-                        raise BackendError(f"{label}: /v1/chat/completions sent content that is not text")
-                    if piece:
-                        first_token = first_token or time.perf_counter()
-                        text += piece
-                        if stream_tokens is not None:
-                            stream_tokens(piece)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
+            with closing(backend.api.stream("/chat/completions", body, cancel)) as events:
+                for answer in events:
+                    event = read_answer(ChatChunk, answer, backend.root, "/v1/chat/completions")
+                    if event.usage is not None:
+                        usage = event.usage
+                    for choice in event.choices or []:
+                        piece = choice.delta.content if choice.delta is not None else None
+                        if piece:
+                            generated += 1  # a chunk carries a token (or more: then this counts fewer)
+                            size += len(piece.encode("utf-8", errors="surrogatepass"))
+                            if generated > limit or size > limit * MAX_TOKEN_BYTES:
+                                cut = True  # a server that streams past max_tokens: the reply ends at the limit
+                                break
+                            first_token = first_token or time.perf_counter()
+                            text += piece
+                            if stream_tokens is not None:
+                                stream_tokens(piece)
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+                    if cut:
+                        break
         except Cancelled:
             return GenerationResult(text=text, prompt_tokens=0, reused=0, evaluated=0, generated=0, cold=cold,
                                     cancelled=True, finish_reason="cancelled",
                                     prompt_ms=(time.perf_counter() - started) * 1000)
+        warnings: list[str] = []
+        if cut:
+            finish = "length"
+            warnings.append(f"{label} went on sending the reply past its {limit} tokens (max_tokens); "
+                            "the reply was cut there")
         if finish is None:
             raise ServerUnavailable(f"{label}: the answer from /v1/chat/completions ended before the reply was "
                                "complete (no finish_reason)")
@@ -299,12 +334,10 @@ class OpenAISession(NodeSession):
             if on_token is not None:
                 on_token(text)
         ended = time.perf_counter()
-        prompt_tokens = reused = generated = 0
-        if isinstance(usage, dict):
-            prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            generated = int(usage.get("completion_tokens") or 0)
-            details = usage.get("prompt_tokens_details") or {}
-            reused = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        streamed = min(generated, limit)
+        prompt_tokens, reused, generated = self._usage(usage or Usage(), limit, label, warnings)
+        if cut:  # no usage came: what was streamed is what was generated
+            generated = streamed
         if not prompt_tokens:  # the server did not say: count as the budget does
             prompt_tokens = sum(backend.count_tokens("", m.content) for m in request.messages)
         if not generated and text:
@@ -314,8 +347,19 @@ class OpenAISession(NodeSession):
             text=text, prompt_tokens=prompt_tokens, reused=min(reused, prompt_tokens),
             evaluated=max(prompt_tokens - reused, 0), generated=generated, cold=cold,
             finish_reason="length" if finish == "length" else "stop",
-            prompt_ms=(split - started) * 1000, generate_ms=(ended - split) * 1000,
+            prompt_ms=(split - started) * 1000, generate_ms=(ended - split) * 1000, warnings=warnings,
         )
+
+    def _usage(self, usage: Usage, limit: int, label: str, warnings: list[str]) -> tuple[int, int, int]:
+        """(prompt, cached, completion) tokens as the server counted them (0 where it did not say),
+        each within what this call could have had."""
+        # the profile's context may be smaller than the server's: only more than any context is absurd
+        prompt = clamped(usage.prompt_tokens, MAX_CONTEXT_TOKENS, "usage.prompt_tokens", warnings, label) or 0
+        details = usage.prompt_tokens_details
+        cached = clamped(details.cached_tokens if details is not None else None, prompt or MAX_CONTEXT_TOKENS,
+                         "usage.prompt_tokens_details.cached_tokens", warnings, label) or 0
+        completion = clamped(usage.completion_tokens, limit, "usage.completion_tokens", warnings, label) or 0
+        return prompt, cached, completion
 
 
 def _choice(text: str, choices: Sequence[str], label: str) -> str:
