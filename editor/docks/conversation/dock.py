@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEventLoop, Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -34,7 +34,12 @@ from PySide6.QtWidgets import (
 from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.backends_dialog import open_backends_dialog
 from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
-from editor.docks.conversation.history_dialogs import EditTurnDialog, HistoryEditor, VariablesDialog
+from editor.docks.conversation.history_dialogs import (
+    EditTurnDialog,
+    HistoryEditor,
+    HistoryFileJob,
+    VariablesDialog,
+)
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
@@ -47,7 +52,7 @@ from editor.sample_model_download import (
 )
 from runtime.agent import turn_reply
 from runtime.backends.profiles import EMBEDDED
-from runtime.dialogue.dialog_file import HistoryError, load_history
+from runtime.dialogue.dialog_file import HistoryError, load_history, save_history
 from runtime.dialogue.history import Reply, SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.models.folder import SAMPLE_MODEL, models_dir
@@ -95,6 +100,7 @@ def _shows_output(type_name: str) -> bool:
 
 class ConversationDock(QDockWidget):
     test_case_saved = Signal(str)  # the suite file a case was saved to
+    history_file_done = Signal(bool)  # an Import or Export ended (on its thread): whether it worked
 
     def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
                  download: SampleModelDownload | None = None, backends: BackendChoice | None = None) -> None:
@@ -106,6 +112,7 @@ class ConversationDock(QDockWidget):
         self.turn_line = ""  # the line of the turn running or last run: a failed turn gives it back
         self.voice = text_to_speech()
         self.spoken: list[str] = []  # sentences handed to the voice, newest last
+        self.file_job: HistoryFileJob | None = None  # an Import or Export running on its own thread
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -355,8 +362,9 @@ class ConversationDock(QDockWidget):
     def _busy(self, busy: bool) -> None:
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
-        for button in (self.export_button, self.import_button, self.edit_button, self.variables_button):
+        for button in (self.edit_button, self.variables_button):
             button.setEnabled(not busy)
+        self._enable_file_buttons()
         if not busy:
             self.load_progress.hide()
             self.tool_panel.hide()
@@ -700,29 +708,94 @@ class ConversationDock(QDockWidget):
     def export_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export dialog history", "dialog.json", HISTORY_FILTER)
         if path:
-            self.export_to(path)
-
-    def export_to(self, path: str) -> bool:
-        try:
-            self.conversation.export_history(path)
-        except OSError as exc:
-            self.show_error(f"Could not write {path}: {exc.strerror or exc}. The conversation is unchanged.")
-            return False
-        self.set_status(f"Exported {len(self.conversation.saved.history.turns)} turns to {path}")
-        return True
+            self.start_export(path)
 
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import dialog history", "", HISTORY_FILTER)
         if path:
-            self.import_from(path)
+            self.start_import(path)
+
+    def start_export(self, path: str) -> bool:
+        """Write the conversation to ``path`` on a thread of its own (the window keeps answering);
+        ``history_file_done`` says how it went. False when an Import or Export is still running."""
+        saved = self.conversation.saved  # replaced, never changed, by later turns: safe to write from there
+        count = len(saved.history.turns)
+        return self._start_file_job(lambda: save_history(saved, path), f"Exporting {count} turns to {path}\u2026",
+                                    lambda _result, error: self._exported(path, count, error))
+
+    def start_import(self, path: str) -> bool:
+        """Read ``path`` on a thread of its own (the window keeps answering), then continue from it.
+        A bad file is reported and the conversation stays as it was; ``history_file_done`` says how
+        it went. False when an Import or Export is still running."""
+        return self._start_file_job(lambda: load_history(path), f"Reading {Path(path).name}\u2026",
+                                    lambda saved, error: self._imported(path, saved, error))
+
+    def export_to(self, path: str) -> bool:
+        """``start_export`` and wait for it, the window answering meanwhile; whether it worked."""
+        return self.start_export(path) and self.wait_for_history_file()
 
     def import_from(self, path: str) -> bool:
-        """Continue from a saved history. A bad file is reported and the conversation stays as it was."""
+        """``start_import`` and wait for the file to be read, the window answering meanwhile;
+        whether it was (the conversation then changes as ``history_changed`` says)."""
+        return self.start_import(path) and self.wait_for_history_file()
+
+    def wait_for_history_file(self) -> bool:
+        """Process events until the running Import or Export ends; whether it worked."""
+        outcome: list[bool] = []
+        loop = QEventLoop(self)
+        done = self.history_file_done.connect(lambda ok: (outcome.append(ok), loop.quit()))
         try:
-            saved = load_history(path)
-        except HistoryError as exc:
-            self.show_error(f"Could not import {Path(path).name}; nothing changed.\n" + "\n".join(
-                str(p) for p in exc.problems[:5]))
+            if self.file_job is not None:
+                loop.exec()
+        finally:
+            self.history_file_done.disconnect(done)
+        return bool(outcome and outcome[0])
+
+    def _start_file_job(self, work, status: str, then) -> bool:
+        if self.file_job is not None:
+            self.show_error("An Import or Export is still running; wait for it to finish.")
+            return False
+        job = HistoryFileJob(work, self)
+        job.finished.connect(lambda result, error: self._file_job_finished(job, then, result, error))
+        self.file_job = job
+        self._enable_file_buttons()
+        self.set_status(status)
+        return True
+
+    def _file_job_finished(self, job: HistoryFileJob, then, result: object, error: object) -> None:
+        self.file_job = None
+        job.deleteLater()
+        self._enable_file_buttons()
+        ok = then(result, error)
+        self.history_file_done.emit(ok)
+
+    def _enable_file_buttons(self) -> None:
+        idle = self.file_job is None
+        self.export_button.setEnabled(idle and not self.conversation.busy)
+        self.import_button.setEnabled(idle and not self.conversation.busy)
+
+    def _exported(self, path: str, count: int, error: object) -> bool:
+        if isinstance(error, HistoryError):
+            self.show_error("Could not export; the conversation is unchanged.\n" + "\n".join(
+                str(p) for p in error.problems[:5]))
+            return False
+        if isinstance(error, OSError):
+            self.show_error(f"Could not write {path}: {error.strerror or error}. The conversation is unchanged.")
+            return False
+        if error is not None:
+            self.show_error(f"Could not export to {path}: {error}. The conversation is unchanged.")
+            return False
+        self.set_status(f"Exported {count} turns to {path}")
+        return True
+
+    def _imported(self, path: str, saved: object, error: object) -> bool:
+        name = Path(path).name
+        if isinstance(error, InputError):
+            self.show_error(f"Could not import {name}; nothing changed.\n" + "\n".join(
+                str(p) for p in error.problems[:5]))
+            return False
+        if error is not None or not isinstance(saved, SavedDialog):
+            self.show_error(f"Could not import {name}: {error}; nothing changed.")
             return False
         if not self.conversation.import_history(saved, path):
             self.show_error("Wait for the turn to finish before importing.")
