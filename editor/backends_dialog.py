@@ -41,6 +41,8 @@ from editor.thread_service import OneRunService
 from runtime.backends.http import display_url
 from runtime.backends.profiles import (
     KIND_LABELS,
+    MAX_CONTEXT_SIZE,
+    MAX_TIMEOUT_S,
     BackendProfile,
     load_profiles,
     make_backend,
@@ -242,13 +244,13 @@ class BackendsDialog(QDialog):
         self.model_edit.setPlaceholderText("the only model the server serves")
         self.model_edit.setToolTip(BackendProfile.model_fields["model"].description)
         self.context_spin = QSpinBox(self)
-        self.context_spin.setRange(0, 10_000_000)
+        self.context_spin.setRange(0, MAX_CONTEXT_SIZE)
         self.context_spin.setSingleStep(1024)
         self.context_spin.setSpecialValueText("ask the server")
         self.context_spin.setSuffix(" tokens")
         self.context_spin.setToolTip(BackendProfile.model_fields["context_size"].description)
         self.timeout_spin = QDoubleSpinBox(self)
-        self.timeout_spin.setRange(1, 3600)
+        self.timeout_spin.setRange(1, MAX_TIMEOUT_S)
         self.timeout_spin.setDecimals(0)
         self.timeout_spin.setSuffix(" s")
         self.timeout_spin.setToolTip(BackendProfile.model_fields["timeout"].description)
