@@ -38,6 +38,7 @@ from runtime.backends.grammars import choices_grammar
 from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
 from runtime.backends.placeholders import content_marks, split_at_marks
 from runtime.backends.server_answers import (
+    MAX_MODEL_NAME_CHARS,
     MAX_TOKEN_BYTES,
     AppliedTemplate,
     CompletionEvent,
@@ -158,7 +159,9 @@ class LlamaServerBackend(Backend):
 
     @property
     def served_model(self) -> str:
-        return PurePath(self.props().model_path or "").name or "its model"
+        """The served model's file name as messages show it (the server's text: escaped, cut short)."""
+        name = PurePath(self.props().model_path or "").name
+        return self.server.redacted(name, MAX_MODEL_NAME_CHARS) if name else "its model"
 
     @property
     def label(self) -> str:

@@ -38,6 +38,7 @@ from runtime.backends.base import (
 from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
 from runtime.backends.server_answers import (
     MAX_CONTEXT_TOKENS,
+    MAX_MODEL_NAME_CHARS,
     MAX_TOKEN_BYTES,
     ChatChunk,
     ModelList,
@@ -53,6 +54,7 @@ from runtime.problems import BackendError
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 BYTES_PER_TOKEN_ESTIMATE = 4
 TOKEN_COUNT_CACHE_SIZE = 20_000  # texts whose token counts are kept
+MODELS_LISTED = 10  # model names an error lists of those a server serves
 
 
 class OpenAIBackend(Backend):
@@ -94,18 +96,23 @@ class OpenAIBackend(Backend):
         if self.wanted_model:
             if ids and self.wanted_model not in ids:
                 raise BackendError(f"{self.root.label} does not serve the model {self.wanted_model!r} that the "
-                                   f"profile names; it serves {', '.join(map(repr, ids))}")
+                                   f"profile names; it serves {self._listed(ids)}")
             name = self.wanted_model
         elif len(ids) == 1:
             name = ids[0]
         else:
-            raise BackendError(f"{self.root.label} serves {len(ids)} models ({', '.join(map(repr, ids)) or 'none'}); "
+            raise BackendError(f"{self.root.label} serves {len(ids)} models ({self._listed(ids) or 'none'}); "
                                "name one as the profile's model")
         entry = next((e for e in entries if e.id == name), None)
         if entry is None:
             return name, None
         self._trained = entry.meta.n_ctx_train if entry.meta is not None else None  # llama.cpp's: slots may be smaller
         return name, entry.max_model_len  # vLLM's: what it serves
+
+    def _listed(self, ids: list[str]) -> str:
+        """Model names as messages show them (the first :data:`MODELS_LISTED`, each quoted)."""
+        shown = ", ".join(self.root.quoted(i, MAX_MODEL_NAME_CHARS) for i in ids[:MODELS_LISTED])
+        return shown + (f" and {len(ids) - MODELS_LISTED} more" if len(ids) > MODELS_LISTED else "")
 
     def model_context_size(self, model: str) -> int:
         if self.wanted_context:
@@ -133,7 +140,8 @@ class OpenAIBackend(Backend):
         except BackendError:
             model = "not reachable"
         estimate = " · token counts estimated" if self._counter == "" else ""
-        return f"{self.root.label} · {self.kind} · {PurePath(model).name or model}{estimate}"
+        shown = self.root.redacted(PurePath(model).name or model, MAX_MODEL_NAME_CHARS)  # the server's text
+        return f"{self.root.label} · {self.kind} · {shown}{estimate}"
 
     def load_model(self, model: str, progress=None, cancel=None) -> None:
         self.served_model()

@@ -47,6 +47,7 @@ MAX_TOKEN_ID = (1 << 31) - 1  # llama.cpp's token ids are 32-bit
 TOKENIZE_SLACK = 8
 MAX_TOKEN_BYTES = 256  # bytes of reply text one generated token may carry (a reply is cut past max_tokens x this)
 MAX_QUOTED_CHARS = 80  # characters of a server's value an error quotes
+MAX_MODEL_NAME_CHARS = 255  # characters of a served model's name shown (a file name's longest: real ones whole)
 
 _Model = TypeVar("_Model", bound=BaseModel)
 

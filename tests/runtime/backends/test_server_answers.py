@@ -324,3 +324,20 @@ def test_server_text_in_an_error_has_control_characters_escaped_and_the_api_key_
     message = str(caught.value)
     assert "total_slots = " in message and "[redacted]" in message and "sk-secret-42" not in message
     assert not any(ch in message for ch in "\x1b\r\u202e")
+
+
+def test_a_served_model_name_is_shown_escaped_and_redacted(hostile, monkeypatch) -> None:
+    _answer(monkeypatch, hostile, "/props", _props(model_path="/m/\x1b[31mevil sk-secret-42\r.gguf"))
+    backend = _backend(LLAMA, hostile, api_key="sk-secret-42")
+    shown = backend.label + backend.model_warning("other.gguf")
+    assert "evil [redacted]" in shown and "sk-secret-42" not in shown and not any(ch in shown for ch in "\x1b\r")
+
+
+def test_model_names_an_openai_error_lists_are_escaped_redacted_and_few(hostile, monkeypatch) -> None:
+    names = [{"id": f"\x1b[2Jmodel-{i} sk-secret-42"} for i in range(30)]
+    _answer(monkeypatch, hostile, "/v1/models", json.dumps({"data": names}))
+    with pytest.raises(BackendError, match="serves 30 models") as caught:
+        _backend(OPENAI, hostile, api_key="sk-secret-42").served_model()
+    message = str(caught.value)
+    assert "model-9 [redacted]" in message and "model-10 " not in message and "and 20 more" in message
+    assert "sk-secret-42" not in message and "\x1b" not in message
