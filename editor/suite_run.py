@@ -8,6 +8,9 @@ closing the window does the same and waits for the thread. The run has a backend
 or its own connection to the server the designer picked) of its own, so the test conversation in
 the Conversation dock is untouched by it. Runs use the backend picked for the window
 (``backend_factory``, set by the window from its ``BackendChoice``).
+
+``SuiteReading`` (``SuiteRun.reading``) reads the suite files beside an asset on a thread of its
+own too: a large suite takes seconds to parse, and the UI must not wait for it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
-from runtime.suites.file import LoadedSuite
+from runtime.suites.file import LoadedSuite, suites_beside
 from runtime.suites.report import CaseResult, Report, TurnOutcome
 from runtime.suites.run import run_suites
 
@@ -59,6 +62,72 @@ class _SuiteWorker(QObject):
             QThread.currentThread().quit()
 
 
+class _ReadWorker(QObject):
+    """Runs on the reading thread: one ``suites_beside`` call, then the thread ends."""
+
+    done = Signal(str, object)  # asset path, list[SuiteBeside] or the OSError that kept the folder from being listed
+
+    def __init__(self, asset_path: str, cancel: threading.Event) -> None:
+        super().__init__()
+        self.asset_path = asset_path
+        self.cancel = cancel
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            found: object = suites_beside(self.asset_path, cancel=self.cancel)
+        except OSError as exc:
+            found = exc
+        except Exception as exc:  # reading suites must never take the editor down
+            log.exception("reading the suites beside %s failed", self.asset_path)
+            found = exc
+        try:
+            self.done.emit(self.asset_path, found)
+        finally:
+            QThread.currentThread().quit()
+
+
+class SuiteReading(OneRunService):
+    """Reads the suites beside an asset off the UI thread (one read at a time); ``listed`` is
+    emitted on the UI thread. A read asked for while one goes on runs after it, and only its
+    result is given: the files as they are now."""
+
+    listed = Signal(str, object)  # asset path, list[runtime.suites.file.SuiteBeside] or an OSError
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__("parley-suite-reading", parent)
+        self._next: str | None = None
+
+    def read(self, asset_path: str) -> None:
+        if self.closed:
+            return
+        if self.busy:
+            self._next = asset_path
+            return
+        self._start(asset_path)
+
+    def _start(self, asset_path: str) -> None:
+        self._cancel = threading.Event()
+        worker = _ReadWorker(asset_path, self._cancel)
+        thread = self._new_thread(worker)
+        thread.started.connect(worker.run)
+        worker.done.connect(self._on_done)  # queued: runs on the UI thread
+        thread.finished.connect(thread.deleteLater)
+        self.worker = worker
+        self._set_busy(True)
+        thread.start()
+
+    def _on_done(self, asset_path: str, found: object) -> None:
+        if self.closed:
+            return
+        self._end()
+        following, self._next = self._next, None
+        if following is not None:
+            self._start(following)  # asked for since this read began: the newer files win
+            return
+        self.listed.emit(asset_path, found)
+
+
 class SuiteRun(OneRunService):
     """The window's test runs (one at a time). Lives on the UI thread; all its signals are emitted there."""
 
@@ -73,6 +142,12 @@ class SuiteRun(OneRunService):
         self.make_backend = make_backend  # a fixed maker (tests); else ``backend_factory``'s, else embedded
         self.backend_factory: BackendFactoryFor | None = None
         self.stopping = False
+        self.reading = SuiteReading(self)  # the suite files beside an asset, read off the UI thread
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        """Stop the run and any reading of suite files, and wait for their threads."""
+        self.reading.shutdown(timeout_ms)
+        super().shutdown(timeout_ms)
 
     def start(self, loaded: list[LoadedSuite], asset_dir: str = "") -> bool:
         """Run every case of ``loaded`` (narrow a suite's cases first to run fewer). False when a
@@ -130,7 +205,6 @@ class SuiteRun(OneRunService):
             return
         self._end()
         self.failed.emit(message)
-
 
 
 def _llama_backend(asset_dir: str) -> BackendFactory:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -218,8 +219,8 @@ def _compose(text: str, path: Path) -> yaml.Node | None:
         while loader.check_event():
             event = loader.get_event()
             if isinstance(event, yaml.AliasEvent):
-                raise SuiteError([_problem(path, f"an alias (*{event.anchor}): suites do not take aliases or "
-                                           "anchors; write the value out", event.start_mark)])
+                raise SuiteError([_problem(path, f"an alias (*{event.anchor}): suites take no aliases; "
+                                           "write the value out", event.start_mark)])
             if isinstance(event, yaml.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
@@ -370,13 +371,17 @@ def find_suites(asset_path: str | Path) -> list[Path]:
     return [s.path for s in suites_beside(asset_path, load=False)]
 
 
-def suites_beside(asset_path: str | Path, load: bool = True) -> list[SuiteBeside]:
+def suites_beside(asset_path: str | Path, load: bool = True, cancel: threading.Event | None = None
+                  ) -> list[SuiteBeside]:
     """The suites beside an asset that test it, each file read once (within the suite limits, never
     a pipe or a device): loaded (with ``load``), or the problems that keep it from loading; a file
-    that cannot be read is listed with why. Raises ``OSError`` when the folder cannot be listed."""
+    that cannot be read is listed with why. ``cancel`` stops it between files (what was read so far
+    is returned). Raises ``OSError`` when the folder cannot be listed."""
     asset_path = Path(asset_path).resolve()
     found = []
     for candidate in _suite_files(asset_path):
+        if cancel is not None and cancel.is_set():
+            break
         try:
             raw, root = read_suite_yaml(candidate)
         except InputError as exc:

@@ -1,7 +1,8 @@
 """The Tests dock: the suites beside the asset, their cases and, after a run, each turn's checks.
 
-The suites are the ``*.suite.yaml`` files beside the asset that name it (``runtime.suites.file.find_suites``).
-A run goes through the window's ``SuiteRun`` (its own thread and model copy) on the graph as it is in
+The suites are the ``*.suite.yaml`` files beside the asset that name it (``runtime.suites.file.suites_beside``),
+read on a thread of their own (``SuiteRun.reading``: a large suite takes seconds to parse); the tree
+shows them once read (``suites_listed``). Run all and Run selected read the files again first. A run goes through the window's ``SuiteRun`` (its own thread and model copy) on the graph as it is in
 the editor, unsaved edits included; each case's turns appear as they finish. A suite file that
 cannot be read is listed with its problems (file, line, case, field). A click on a turn sends its
 record and checks out (``turn_opened``) for the Turn Inspector; a run's node and exit counts go out as
@@ -11,8 +12,10 @@ record and checks out (``turn_opened``) for the Turn Inspector; a run's node and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
@@ -34,9 +37,9 @@ from editor.document import Document
 from editor.runtime_worker import turn_record
 from editor.suite_run import SuiteRun
 from runtime.asset.model import Asset
-from runtime.problems import InputError, Problem
+from runtime.problems import Problem
 from runtime.suites.checks import Check
-from runtime.suites.file import LoadedSuite, find_suites, load_suite
+from runtime.suites.file import LoadedSuite, SuiteBeside
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
 PASS, FAIL = "\u2713", "\u2717"
@@ -59,10 +62,10 @@ class SuiteEntry:
 
 
 def problem_text(problem: Problem) -> str:
-    """A suite problem as the dock lists it: file and line first, then the case and field it names."""
+    """A suite problem as the dock lists it: file, line and column first, then the case and field it names."""
     where = Path(problem.file).name if problem.file else ""
     if problem.line:
-        where += f", line {problem.line}"
+        where += f", line {problem.line}" + (f", column {problem.column}" if problem.column else "")
     return f"{where}: {problem.message}" if where else problem.message
 
 
@@ -83,6 +86,7 @@ class TestsDock(QDockWidget):
 
     turn_opened = Signal(object, str, str)  # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks)
     coverage_changed = Signal(object)  # runtime.suites.report.Coverage of the last run, or None: clear it
+    suites_listed = Signal()  # the tree shows the suite files beside the asset as they were just read
 
     def __init__(self, document: Document, run: SuiteRun, parent: QWidget | None = None) -> None:
         super().__init__("Tests", parent)
@@ -98,6 +102,8 @@ class TestsDock(QDockWidget):
         self._assets: dict[str, Asset] = {}  # suite file name -> the asset its cases last ran on
         self._path: str | None = None
         self._stale = False  # the asset's path changed during a run: list its suites afterwards
+        self._reading = False  # the suite files are being read (the tree shows the last listing)
+        self._then: Callable[[], object] | None = None  # what to do once they are read (a run asked for)
 
         body = QWidget(self)
         layout = QVBoxLayout(body)
@@ -149,6 +155,7 @@ class TestsDock(QDockWidget):
         run.finished.connect(self._finished)
         run.failed.connect(self._failed)
         run.busy_changed.connect(self._busy)
+        run.reading.listed.connect(self._listed)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
         document.path_changed.connect(self.refresh)
         document.reset.connect(self.refresh)
@@ -175,7 +182,8 @@ class TestsDock(QDockWidget):
             self.refresh()
 
     def refresh(self, *_changed: object) -> None:
-        """List the suites beside the document's file again (results of cases still there are kept)."""
+        """Read the suites beside the document's file again, off the UI thread; the tree follows
+        when they are read (``suites_listed``). Results of cases still there are kept."""
         if self.run.busy:
             self._stale = True
             return
@@ -186,34 +194,46 @@ class TestsDock(QDockWidget):
             self.results.clear()
             self._assets.clear()
             self.coverage = None
-        self.entries = []
-        if path:
-            try:
-                found = find_suites(path)
-            except OSError as exc:
-                found = []
-                self.set_status(f"Could not look for suites beside {Path(path).name}: {exc.strerror or exc}", True)
-            for suite_path in found:
-                self.entries.append(self._load(suite_path))
+            self.entries = []
+            self._then = None
+        if not path:
+            self._reading = False
+            self._listed_now([])
+            return
+        self._reading = True
+        if not self.entries:
+            self._fill()  # "Reading…" until they are read
+        self.run.reading.read(path)
+
+    def _listed(self, asset_path: str, found: object) -> None:
+        if not self._reading or asset_path != self.document.path:
+            return  # read for an asset no longer open: the open one's read is asked for already
+        self._reading = False
+        entries: list[SuiteEntry] = []
+        if isinstance(found, Exception):
+            reason = found.strerror if isinstance(found, OSError) and found.strerror else found
+            self.set_status(f"Could not look for suites beside {Path(asset_path).name}: {reason}", True)
+        else:
+            entries = [SuiteEntry(s.path, s.loaded, s.problems) for s in cast("list[SuiteBeside]", found)]
+        self._listed_now(entries)
+
+    def _listed_now(self, entries: list[SuiteEntry]) -> None:
+        self.entries = entries
         known = {(e.name, c.name) for e in self.entries if e.loaded for c in e.loaded.suite.cases}
         self.results = {k: v for k, v in self.results.items() if k in known}
         self._fill()
-
-    @staticmethod
-    def _load(path: Path) -> SuiteEntry:
-        try:
-            return SuiteEntry(path, load_suite(path), [])
-        except InputError as exc:
-            return SuiteEntry(path, None, list(exc.problems))
-        except Exception as exc:  # noqa: BLE001 - a suite file must never take the dock down
-            return SuiteEntry(path, None, [Problem("error", f"could not be read: {type(exc).__name__}: {exc}",
-                                                   str(path))])
+        then, self._then = self._then, None
+        self.suites_listed.emit()
+        if then is not None:
+            then()
 
     def _fill(self) -> None:
         self.tree.clear()
         self.case_items.clear()
         if not self.document.path:
             self._placeholder("Save the asset to a file: its tests are the .suite.yaml files beside it that name it.")
+        elif self._reading and not self.entries:
+            self._placeholder(f"Reading the test suites beside {Path(self.document.path).name}\u2026")
         elif not self.entries:
             stem = Path(self.document.path).stem
             self._placeholder(f"No test suites beside {Path(self.document.path).name}. Save a conversation as a test "
@@ -361,21 +381,38 @@ class TestsDock(QDockWidget):
         return [(data[1], data[2])]
 
     def run_all(self) -> bool:
-        self.refresh()
+        """Read the suite files again, then run every case (on the worker thread). False when
+        nothing can run now; True when the run starts once the files are read."""
+        if self.run.busy:
+            self.set_status("A run is going on: stop it first.")
+            return False
+        if not self.document.path:
+            self.set_status("Nothing to run: save the asset to a file, and write its test suites beside it.")
+            return False
+        self._then = self._run_all_listed
+        self.refresh()  # the files as they are now
+        return True
+
+    def _run_all_listed(self) -> None:
         keys = [(e.name, c.name) for e in self.entries if e.loaded for c in e.loaded.suite.cases]
         if not keys:
             self.set_status("Nothing to run: no suite beside the asset could be read." if self.entries
                             else "Nothing to run: there are no test suites beside the asset.", error=bool(self.entries))
-            return False
-        return self.run_cases(keys)
+            return
+        self.run_cases(keys)
 
     def run_selected(self) -> bool:
+        """Read the suite files again, then run the selected cases; False when none is selected."""
         keys = self.selected_cases()
         if not keys:
             self.set_status("Select a case (or a suite) to run.")
             return False
+        if self.run.busy:
+            self.set_status("A run is going on: stop it first.")
+            return False
+        self._then = lambda: self.run_cases(keys)
         self.refresh()  # the files as they are now
-        return self.run_cases(keys)
+        return True
 
     def run_cases(self, keys: list[CaseKey]) -> bool:
         """Run these cases (suite file name, case name) on the worker thread; False if none can run now."""

@@ -18,6 +18,7 @@ from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.asset.model import Asset
 from runtime.backends.scripted import ScriptedBackend, default_reply
 from runtime.suites.file import load_suite
+from tests.editor.docks.tests.listing import listed, open_listed
 
 ASSET = {
     "version": 1, "name": "router", "default_model": "m.gguf", "start_node": "classify",
@@ -71,10 +72,9 @@ def suites(tmp_path) -> Path:
 
 
 @pytest.fixture
-def dock(window, suites):
+def dock(window, suites, qtbot):
     window.suite_run.make_backend = ScriptedBackend
-    assert window.open_path(str(suites))
-    return window.dock(TestsDock)
+    return open_listed(qtbot, window, suites)
 
 
 def rows(item) -> list[tuple[str, str]]:
@@ -97,7 +97,7 @@ def test_lists_the_suites_beside_the_asset_and_a_broken_ones_problems(dock):
     assert "cannot be read" in broken.text(1)
     (problem, _), = rows(broken)
     # file, line, case and field
-    assert problem.startswith("broken.suite.yaml, line 7: case 'typo', cases.0.turns.0.expect.visitz: unknown key")
+    assert problem.startswith("broken.suite.yaml, line 7, column 19: case 'typo', cases.0.turns.0.expect.visitz: unknown key")
     assert dock.windowTitle() == "Tests"
 
 
@@ -199,10 +199,11 @@ def test_stop_ends_the_run_and_skips_the_cases_not_run(dock, qtbot, window):
         return default_reply(key, request)
 
     window.suite_run.make_backend = lambda: ScriptedBackend(slow)
+    with qtbot.waitSignal(dock.run.started, timeout=10_000):
+        assert dock.run_all()  # starts once the suite files are read again
+    assert dock.stop_button.isEnabled() and not dock.run_all_button.isEnabled()
+    assert dock.progress.isVisible() and dock.progress.maximum() == 2
     with qtbot.waitSignal(dock.run.turn_done, timeout=10_000):
-        assert dock.run_all()
-        assert dock.stop_button.isEnabled() and not dock.run_all_button.isEnabled()
-        assert dock.progress.isVisible() and dock.progress.maximum() == 2
         permits.release(2)  # the first case's one turn: classify, then the reply
     # the worker now waits in the second case's first call
     with qtbot.waitSignal(dock.run.finished, timeout=10_000) as finished:
@@ -228,12 +229,12 @@ def test_closing_the_window_mid_run_stops_the_thread(make_window, suites, qtbot)
     assert window.suite_run.closed and not window.suite_run.busy
 
 
-def test_an_unsaved_asset_and_an_asset_without_suites_say_what_to_do(window, tmp_path):
+def test_an_unsaved_asset_and_an_asset_without_suites_say_what_to_do(window, tmp_path, qtbot):
     dock = window.dock(TestsDock)
     assert "Save the asset to a file" in dock.tree.topLevelItem(0).text(0)
-    assert not dock.run_all()
+    assert not dock.run_all() and "save the asset to a file" in dock.status.text()
     (tmp_path / "lonely.json").write_text(json.dumps(ASSET), encoding="utf-8")
-    window.open_path(str(tmp_path / "lonely.json"))
+    open_listed(qtbot, window, tmp_path / "lonely.json")
     assert "No test suites beside lonely.json" in dock.tree.topLevelItem(0).text(0)
     assert "lonely.suite.yaml" in dock.tree.topLevelItem(0).text(0)
 
@@ -254,7 +255,7 @@ def test_a_conversation_saved_as_a_test_case_is_listed_and_passes(dock, qtbot, w
     for line in ("greet me", "I want to shop for a sword"):
         with qtbot.waitSignal(conversation.turn_finished, timeout=10_000):
             conversation.say(line)
-    with qtbot.waitSignal(chat.test_case_saved) as saved:
+    with listed(qtbot, dock), qtbot.waitSignal(chat.test_case_saved) as saved:
         assert chat.save_as_test_case("greets") == "greets (2)", "names are made unique in the suite"
     assert saved.args == [str(suites.with_name("router.suite.yaml"))]
     assert "Saved the test case \u201cgreets (2)\u201d (2 turns) to router.suite.yaml" in chat.status.text()
@@ -263,7 +264,7 @@ def test_a_conversation_saved_as_a_test_case_is_listed_and_passes(dock, qtbot, w
     assert case.turns[1].expect.exits == {"classify": "intent:shop"}
 
     router = dock.tree.topLevelItem(1)
-    assert router.child(2).text(0) == "greets (2)", "the dock lists it at once"
+    assert router.child(2).text(0) == "greets (2)", "the dock lists it once saved"
     dock.tree.setCurrentItem(router.child(2))
     report = run(qtbot, dock, dock.run_selected)
     assert [(r.case, r.passed) for r in report.results] == [("greets (2)", True)]
@@ -287,7 +288,8 @@ def test_the_save_button_asks_for_a_name(dock, qtbot, window, monkeypatch, suite
         window.conversation.say("greet me")
     asked = []
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: (asked.append(k["text"]), ("asked", True))[1])
-    window.conversation_dock.save_test_button.click()
+    with listed(qtbot, dock):
+        window.conversation_dock.save_test_button.click()
     assert asked == ["greet me"], "the first line is offered as the name"
     assert "asked" in suites.with_name("router.suite.yaml").read_text(encoding="utf-8")
     assert dock.tree.topLevelItem(1).child(2).text(0) == "asked"

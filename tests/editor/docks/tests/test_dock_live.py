@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from runtime.asset.file import save_asset
 from runtime.resources import examples_dir
+from tests.editor.docks.tests.listing import listed, open_listed
 from tests.editor.live import example, sample_model, talk
 
 pytestmark = pytest.mark.model
@@ -65,8 +65,7 @@ def run_all(qtbot, dock):
 
 
 def test_the_example_suite_passes_turn_by_turn_and_coverage_marks_what_it_never_took(window, qtbot, router):
-    assert window.open_path(str(router))
-    dock = window.dock(TestsDock)
+    dock = open_listed(qtbot, window, router)
     suite = dock.tree.topLevelItem(0)
     assert suite.text(0) == "intent_router.suite.yaml"
     assert [suite.child(i).text(0) for i in range(suite.childCount())] == ["asks the way",
@@ -92,11 +91,10 @@ def test_a_failing_suite_shows_the_check_and_opens_the_turn_in_the_inspector(win
     (router.parent / "intent_router.suite.yaml").unlink()
     (router.parent / "unicorns.suite.yaml").write_text(IMPOSSIBLE, encoding="utf-8")
     (router.parent / "broken.suite.yaml").write_text(BROKEN, encoding="utf-8")
-    assert window.open_path(str(router))
-    dock = window.dock(TestsDock)
+    dock = open_listed(qtbot, window, router)
     broken = dock.tree.topLevelItem(0)
     assert broken.text(0) == "broken.suite.yaml"
-    assert broken.child(0).text(0) == ("broken.suite.yaml, line 8: case 'asks the way', "
+    assert broken.child(0).text(0) == ("broken.suite.yaml, line 8, column 30: case 'asks the way', "
                                        "cases.0.turns.0.expect.reply.max_words: Input should be a valid integer, "
                                        "unable to parse string as an integer")
 
@@ -120,15 +118,15 @@ def test_a_failing_suite_shows_the_check_and_opens_the_turn_in_the_inspector(win
 
 def test_a_conversation_saved_as_a_test_case_runs_and_passes(window, qtbot, router):
     (router.parent / "intent_router.suite.yaml").unlink()
-    assert window.open_path(str(router))
+    dock = open_listed(qtbot, window, router)
     lines = ["Excuse me, where is the inn?", "Lovely weather we are having today."]
     for line in lines:
         talk(qtbot, window.conversation, line)
     chat = window.conversation_dock
-    assert chat.save_as_test_case("my walk to the inn") == "my walk to the inn"
+    with listed(qtbot, dock):
+        assert chat.save_as_test_case("my walk to the inn") == "my walk to the inn"
     suite = router.parent / "intent_router.suite.yaml"
     assert suite.is_file() and "my walk to the inn" in suite.read_text(encoding="utf-8")
-    dock = window.dock(TestsDock)
     case = dock.tree.topLevelItem(0).child(0)
     assert case.text(0) == "my walk to the inn" and case.text(1) == "not run"
 
