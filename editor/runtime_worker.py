@@ -12,6 +12,10 @@ Edits to the graph between turns apply to the next turn: the agent is rebuilt fr
 the document's asset and keeps its history. Context size and model are fixed for an
 agent's lifetime (dialog-history-and-context-window.md), so edits to them are held
 back, and the conversation offers a restart that applies them.
+
+Closing the window cancels the running turn and every request the worker makes (to a server:
+``runtime.backends.http.cancel_scope`` around each of its calls), so the thread ends at once even
+on a server that never answers.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from editor.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, turn_reply
 from runtime.asset.model import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend
+from runtime.backends.http import Cancelled, cancel_scope
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
@@ -124,9 +129,12 @@ class RuntimeWorker(QObject):
     turn_backend = Signal(int, str)  # a finished turn's id, and the label of the backend that ran it
     backend_failed = Signal(str)  # the backend picked could not be made; the previous one stays
 
-    def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None) -> None:
+    def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None,
+                 closing: threading.Event | None = None) -> None:
         super().__init__()
         self._answers = answers
+        # Set when the window closes: it ends any server request of the calls between turns.
+        self._closing = closing or threading.Event()
         self._make_backend = make_backend
         self._asset_dir = ""
         self.backend: Backend | None = None
@@ -146,12 +154,15 @@ class RuntimeWorker(QObject):
     @Slot(object, str, bool)
     def use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
         """Build the agent for ``asset``; keep the history unless ``restart``."""
-        self._asset_dir = asset_dir
         try:
-            backend = self._backend(asset_dir)
-        except BackendError as exc:
+            with cancel_scope(self._closing):
+                self._use_asset(asset, asset_dir, restart)
+        except (BackendError, Cancelled) as exc:
             self.turn_failed.emit(failure(exc))
-            return
+
+    def _use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
+        self._asset_dir = asset_dir
+        backend = self._backend(asset_dir)
         old = self.agent
         agent = Agent(asset, backend, asset_dir or None)
         if old is not None and not restart:
@@ -171,6 +182,10 @@ class RuntimeWorker(QObject):
         """Run the next turns on a backend made by ``make_backend`` (None: the embedded runtime). The
         agent keeps its conversation; the old backend is closed (its models and caches freed). If the
         new one cannot be made, the old one stays and ``backend_failed`` says why."""
+        with cancel_scope(self._closing):
+            self._use_backend(make_backend)
+
+    def _use_backend(self, make_backend: Callable[[], Backend] | None) -> None:
         old_maker, old = self._make_backend, self.backend
         self._make_backend = make_backend
         if old is None:
@@ -178,7 +193,7 @@ class RuntimeWorker(QObject):
         self.backend = None
         try:
             backend = self._backend(self._asset_dir)
-        except BackendError as exc:
+        except (BackendError, Cancelled) as exc:
             self._make_backend, self.backend = old_maker, old
             self.backend_failed.emit(str(exc))
             return
@@ -252,12 +267,18 @@ class RuntimeWorker(QObject):
                 return str(answer)
 
         try:
-            self._load_models(agent.asset, cancel)
-            if cancel.is_set():
-                raise TurnCancelled("the turn was cancelled")
-            result = go(agent, {"instructions": instructions, "on_event": self.event.emit, "cancel": cancel,
-                                "tool_result": ask_designer})
-        except (TurnError, BackendError, InputError) as exc:
+            # Every server request of the turn ends on Stop, not only the generation's: loading
+            # (the server's /props), the token counts of the prompt budget, the templates.
+            with cancel_scope(cancel):
+                self._load_models(agent.asset, cancel)
+                if cancel.is_set():
+                    raise TurnCancelled("the turn was cancelled")
+                result = go(agent, {"instructions": instructions, "on_event": self.event.emit, "cancel": cancel,
+                                    "tool_result": ask_designer})
+        except (TurnError, BackendError, InputError, Cancelled) as exc:
+            if cancel.is_set() and not isinstance(exc, TurnCancelled):
+                # a request that Stop ended surfaces as a failed node or backend: it was the Stop
+                exc = TurnCancelled("the turn was cancelled")
             self.turn_failed.emit(failure(exc))
             return
         except Exception as exc:
@@ -279,8 +300,9 @@ class RuntimeWorker(QObject):
             self.history_rejected.emit("no agent yet")
             return
         try:
-            operation(self.agent)
-        except (InputError, ValueError, KeyError, IndexError) as exc:
+            with cancel_scope(self._closing):
+                operation(self.agent)
+        except (InputError, ValueError, KeyError, IndexError, BackendError, Cancelled) as exc:
             self.history_rejected.emit(str(exc))
             return
         self.history_changed.emit(self.agent.export_dialog())
@@ -289,7 +311,11 @@ class RuntimeWorker(QObject):
     def stop(self) -> None:
         """Free the backend and end the thread's event loop (the last request it handles)."""
         if self.backend is not None:
-            self.backend.close()
+            try:
+                with cancel_scope(self._closing):
+                    self.backend.close()
+            except (BackendError, Cancelled, OSError) as exc:  # the thread must end all the same
+                log.warning("closing the backend failed: %s", exc)
             self.backend = None
         self.agent = None
         thread = QThread.currentThread()
@@ -398,9 +424,10 @@ class LiveConversation(ThreadService):
         self._synced_asset: Asset | None = None
         self._cancel = threading.Event()
         self._answers: queue.Queue = queue.Queue()
+        self._closing = threading.Event()
 
         # The thread starts on first use, so a window nobody talks in costs nothing.
-        self.worker = RuntimeWorker(self._answers, make_backend)
+        self.worker = RuntimeWorker(self._answers, make_backend, self._closing)
         self.thread: QThread = self._new_thread(self.worker)
         self._use_asset.connect(self.worker.use_asset)
         self._run_turn.connect(self.worker.run_turn)
@@ -683,6 +710,7 @@ class LiveConversation(ThreadService):
     # --- shutting down ----------------------------------------------------------------------
 
     def _cancel_work(self) -> None:
+        self._closing.set()
         self._cancel.set()
         self._answers.put(None)
 
