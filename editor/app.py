@@ -82,9 +82,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.talk and _talk(app, window, args.talk) != 0:
             window.document.undo_stack.setClean()
             window.close()
-            return 1
-        return _screenshot(app, window, args.screenshot, args.select, args.show_dock)
-    return app.exec()
+            return leave(1)
+        return leave(_screenshot(app, window, args.screenshot, args.select, args.show_dock))
+    return leave(app.exec())
+
+
+def leave(code: int) -> int:
+    """``code``, once every window has closed; or, when a closed window had to leave a thread
+    running (``editor.thread_service.threads_left_running``), the process ends here with ``code``.
+
+    Python's exit would destroy that thread's QThread while it runs, and Qt aborts the process
+    then (SIGABRT, "QThread: Destroyed while thread ... is still running"); waiting for it could
+    take for ever (a call no cancel reaches). Nothing is lost by leaving at once: the windows
+    asked to save their assets and saved (and synced) their layouts as they closed; the editor's
+    other settings were written when they changed (each ``app_settings()`` object syncs as it goes)."""
+    from editor.thread_service import threads_left_running
+
+    left = threads_left_running()
+    if not left:
+        return code
+    import logging
+
+    names = ", ".join(t.objectName() or "a thread" for t in left)
+    print(f"parley-studio: {names} still running after its window closed; leaving without waiting for it",
+          file=sys.stderr)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _talk(app, window, lines: list[str]) -> int:

@@ -58,6 +58,7 @@ from editor.sample_model_download import (
     with_copy_hint,
 )
 from editor.suite_run import SuiteRun
+from editor.thread_service import SHUTDOWN_WAIT_MS
 from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.asset.model import Asset
@@ -778,9 +779,11 @@ class MainWindow(QMainWindow):
             return
         self.save_layout()
         self.autosave.stop()
-        self.conversation.shutdown()  # stops any turn and the runtime thread
+        # Each stops its work (any turn and server request) and waits for its thread, a few
+        # seconds at most: one that still runs is left to end by itself, never destroyed running.
+        self.conversation.shutdown()
         self.download.shutdown()
-        self.suite_run.shutdown()  # stops a test run and its thread
+        self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()

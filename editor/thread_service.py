@@ -6,6 +6,12 @@ service re-emits them from the UI thread, so widgets (and pytest-qt's ``waitSign
 see signals from the UI thread. ``shutdown`` cancels the work and waits for the thread, and runs
 by itself when the application quits, so no thread outlives its window.
 
+Closing never destroys a running thread (Qt aborts the process then) and never hangs: a thread
+that has not ended within ``SHUTDOWN_WAIT_MS`` (a call that no cancel reaches, say inside llama.cpp)
+is left to end by itself, kept alive in ``threads_left_running`` until it does, and the app leaves
+with ``os._exit`` if one is still running at exit (``editor.app``), after the windows saved what
+they keep.
+
 Subclasses: ``LiveConversation`` (the runtime, one long-lived thread) and
 ``SampleModelDownload`` (one short thread per download).
 """
@@ -19,6 +25,28 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
 log = logging.getLogger("parley.editor")
 
+# How long closing a window waits for each thread. Every request to a server and every llama.cpp
+# generation ends within a fraction of a second of its cancel; this bounds what nothing cancels.
+SHUTDOWN_WAIT_MS = 5_000
+
+# Threads that outlived their window's wait, with their workers: never destroyed while they run.
+_left: list[tuple[QThread, QObject | None]] = []
+
+
+def threads_left_running() -> list[QThread]:
+    """The threads a closed window had to leave running and that still run (forgets the others)."""
+    running = []
+    for thread, worker in list(_left):
+        try:
+            alive = thread.isRunning()
+        except RuntimeError:  # deleted once it finished
+            alive = False
+        if alive:
+            running.append(thread)
+        else:
+            _left.remove((thread, worker))
+    return running
+
 
 class ThreadService(QObject):
     """A UI-thread service whose work runs on its own thread."""
@@ -27,6 +55,7 @@ class ThreadService(QObject):
         super().__init__(parent)
         self.thread_name = thread_name
         self.thread: QThread | None = None
+        self._thread_worker: QObject | None = None
         self.closed = False
         app = QCoreApplication.instance()
         if app is not None:  # never leave a thread running into interpreter exit
@@ -39,6 +68,7 @@ class ThreadService(QObject):
         worker.moveToThread(thread)
         thread.finished.connect(worker.deleteLater)
         self.thread = thread
+        self._thread_worker = worker
         return thread
 
     def _cancel_work(self) -> None:
@@ -51,18 +81,30 @@ class ThreadService(QObject):
     def _after_shutdown(self) -> None:
         """Tidy up once the thread has stopped."""
 
-    def shutdown(self, timeout_ms: int = 30_000) -> None:
-        """Cancel the work, end the thread and wait for it; the service takes no more work."""
+    def shutdown(self, timeout_ms: int | None = None) -> None:
+        """Cancel the work, end the thread and wait for it up to ``timeout_ms`` (None:
+        ``SHUTDOWN_WAIT_MS``); the service takes no more work. A thread still running then is left
+        to end by itself (see the module)."""
         if self.closed:
             return
+        if timeout_ms is None:
+            timeout_ms = SHUTDOWN_WAIT_MS
         self.closed = True
         self._cancel_work()
         thread = self.thread
         if thread is not None and thread.isRunning():
             self._end_thread()
             if not thread.wait(timeout_ms):
-                log.error("the %s thread did not stop within %d ms", self.thread_name, timeout_ms)
+                log.error("the %s thread did not stop within %d ms; it is left to end by itself",
+                          self.thread_name, timeout_ms)
+                self._leave_running(thread)
         self._after_shutdown()
+
+    def _leave_running(self, thread: QThread) -> None:
+        # Out of this service's (and so its window's) ownership, or deleting the window deletes
+        # the thread and Qt aborts; the worker too, which its thread is still running code of.
+        thread.setParent(None)
+        _left.append((thread, self._thread_worker))
 
 
 class OneRunService(ThreadService):
