@@ -19,4 +19,8 @@ The modules, each using only those before it: ``file`` (the suite file: models, 
 finding, adding a case), ``checks`` (a turn against its expectations, the judge, and
 the case that expects what a conversation did), ``report`` (the
 outcomes, coverage, JSON and JUnit) and ``run`` (running cases and suites, on one backend or a fleet).
+
+A suite file cannot hang or crash the program: ``file`` bounds what one may hold (``MAX_SUITE_BYTES``,
+``MAX_SUITE_CASES``, ``MAX_SUITE_NESTING``, ``MAX_REGEX_CHARS``; no YAML aliases) and ``checks``
+matches a reply's regex within ``REGEX_TIMEOUT_SECONDS``.
 """
