@@ -15,6 +15,7 @@ from PySide6.QtGui import QUndoCommand
 
 from editor.document import Document
 from runtime.asset.model import END, NodeBase
+from runtime.nodes import shown_exits
 
 
 class MacroCommand(QUndoCommand):
@@ -210,7 +211,7 @@ def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
     for node in document.asset.nodes:
         if node.id in gone:
             continue
-        for port, target in node.exits().items():
+        for port, target in shown_exits(node).items():
             if target in gone:
                 SetExitCommand(document, node.id, port, target, END, parent)
     if document.asset.start_node in gone:
@@ -228,7 +229,7 @@ def disconnect(document: Document, exits: list[tuple[str, str]], start: bool = F
     Adds to ``parent`` when given; exits already at END change nothing."""
     command = parent if parent is not None else MacroCommand()
     for node_id, port in exits:
-        if document.has_node(node_id) and port in document.node(node_id).exits():
+        if document.has_node(node_id) and port in shown_exits(document.node(node_id)):
             old = document.exit_target(node_id, port)
             if old != END:
                 SetExitCommand(document, node_id, port, old, END, command)

@@ -21,6 +21,7 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from runtime.asset.file import problems_from_validation
 from runtime.asset.model import END, Asset, NodeBase
+from runtime.nodes import shown_exits
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
 # the asset's free-form metadata, so a saved file reopens with the same layout.
@@ -176,14 +177,14 @@ class Document(QObject):
     def set_exit(self, node_id: str, port: str, target: str) -> bool:
         """Point exit ``port`` of a node at ``target`` ('' is END)."""
         node = self.node(node_id)
-        if node.exits()[port] == target:
+        if shown_exits(node)[port] == target:
             return False
         field = node.exit_field(port).split(".", 1)[0]  # 'intents.2.exit' is stored in 'intents'
         changed = self._validated_exits(node, {port: target})
         return self.set_node_field(node_id, field, changed.model_dump()[field])
 
     def exit_target(self, node_id: str, port: str) -> str:
-        return self.node(node_id).exits().get(port, END)
+        return shown_exits(self.node(node_id)).get(port, END)
 
     def set_position(self, node_id: str, position: tuple[float, float]) -> bool:
         node = self.node(node_id)
@@ -211,7 +212,7 @@ class Document(QObject):
         self._replace(old_id, renamed)
         retargeted: list[tuple[str, str]] = []
         for other in list(self._asset.nodes):
-            for port, target in other.exits().items():
+            for port, target in shown_exits(other).items():
                 if target == old_id:
                     retargeted.append((other.id, port))
         for other_id, port in retargeted:

@@ -30,6 +30,7 @@ from editor.node_appearance import (
 )
 from editor.node_types import view_of
 from runtime.asset.model import END, NODE_TYPES, NodeBase
+from runtime.nodes import shown_exit_label, shown_exits
 
 IDENTIFIER = "parley"
 START_KEY, END_KEY = "@start", "@end"
@@ -197,7 +198,7 @@ class Drawing(QObject):
                 self._create(node.id)
             self.place_terminals()
             for node in asset.nodes:
-                for port in node.exits():
+                for port in shown_exits(node):
                     self.sync_exit(node.id, port)
             self.sync_start()
         finally:
@@ -296,7 +297,7 @@ class Drawing(QObject):
     def draw_node(self, node_id: str) -> None:
         """Draw a document's node, its exits, the pipes that were waiting for it, and START's pipe to it."""
         self._create(node_id)
-        for port in self.document.node(node_id).exits():
+        for port in shown_exits(self.document.node(node_id)):
             self.sync_exit(node_id, port)
         for source, port in sorted(self.waiting.pop(node_id, set())):
             if source in self.nodes:
@@ -311,7 +312,7 @@ class Drawing(QObject):
         canvas_node.view.asset_id = node_id
         # Ports, title, colour and summary are set before the node enters the scene,
         # so NodeGraphQt lays it out once instead of once per port.
-        for port in node.exits():
+        for port in shown_exits(node):
             self.add_exit_port(canvas_node, node, port)
         canvas_node.NODE_NAME = node.display_title
         fill = view_of(node.type_name).fill
@@ -326,7 +327,7 @@ class Drawing(QObject):
 
     def add_exit_port(self, canvas_node: AssetCanvasNode, node: NodeBase, port: str) -> None:
         out = canvas_node.add_output(port, multi_output=False, display_name=True)
-        canvas_node.view.get_output_text_item(out.view).setPlainText(node.exit_label(port))
+        canvas_node.view.get_output_text_item(out.view).setPlainText(shown_exit_label(node, port))
 
     def place_terminals(self) -> None:
         """Put START and END where the document keeps them, or else beside the graph."""

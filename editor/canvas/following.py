@@ -12,6 +12,7 @@ from editor.canvas.drawing import Drawing
 from editor.canvas.overlays import Overlays
 from editor.document import Document
 from editor.node_appearance import apply_appearance
+from runtime.nodes import shown_exits
 
 
 class DocumentFollower(QObject):
@@ -57,7 +58,7 @@ class DocumentFollower(QObject):
             return  # drawn from the document as it is then
         canvas_node = drawing.nodes[node_id]
         node = self.document.node(node_id)
-        wanted = list(node.exits())
+        wanted = list(shown_exits(node))
         have = [p.name() for p in canvas_node.output_ports()]
         if wanted != have:
             for port in list(canvas_node.output_ports()):

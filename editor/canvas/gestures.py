@@ -32,6 +32,7 @@ from editor.node_search import NodeSearch
 from editor.node_types import view_of
 from runtime.asset import layout as auto_layout
 from runtime.asset.model import END, new_node
+from runtime.nodes import shown_exits
 
 NODE_MIME = MIME_TYPE  # NodeGraphQt's viewer only accepts drags of a few formats; reuse its own
 NODE_MIME_PREFIX = "parley-node-type:"
@@ -305,7 +306,7 @@ class Gestures(QObject):
         if doc.asset.start_node:
             edges.append((START_KEY, doc.asset.start_node))
         for node in doc.asset.nodes:
-            for target in node.exits().values():
+            for target in shown_exits(node).values():
                 edges.append((node.id, END_KEY if target == END else target))
         sizes = {k: drawing.node_size(k) for k in keys}
         placed = auto_layout.layered_positions(keys, edges, sizes, roots=[START_KEY])

@@ -19,6 +19,7 @@ from shiboken6 import isValid
 
 from editor.canvas.drawing import Drawing, key_of
 from editor.node_appearance import NEVER_TAKEN_COLOUR, VisitBadge, coverage_label_html
+from runtime.nodes import shown_exit_label
 from runtime.problems import Problem
 
 PATH_COLOUR = QColor(80, 200, 255)
@@ -149,10 +150,10 @@ class Overlays(QObject):
             text = view.get_output_text_item(out.view)
             never = False
             if self._coverage is None:
-                text.setPlainText(node.exit_label(port))
+                text.setPlainText(shown_exit_label(node, port))
             else:
                 count = self._coverage[1].get((node_id, port), 0)
-                text.setHtml(coverage_label_html(node.exit_label(port), count))
+                text.setHtml(coverage_label_html(shown_exit_label(node, port), count))
                 never = not count
             for pipe in out.view.connected_pipes:
                 pipe.color = (*NEVER_TAKEN_COLOUR, 255) if never else PipeEnum.COLOR.value

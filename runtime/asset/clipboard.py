@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from runtime.asset.file import node_to_dict, node_value_problems, parse_asset_json, problems_from_validation
 from runtime.asset.model import END, NodeBase, is_valid_id
 from runtime.names import shown_name
-from runtime.nodes import NODE_TYPES, node_model
+from runtime.nodes import NODE_TYPES, node_model, shown_exits
 from runtime.problems import AssetError, Problem
 
 SOURCE = "clipboard"
@@ -99,7 +99,7 @@ def prepare_paste(
 
     out: list[NodeBase] = []
     for node, new_id in zip(nodes, new_ids):
-        repointed = node.with_exits({port: target(old) for port, old in node.exits().items()})
+        repointed = node.with_exits({port: target(old) for port, old in shown_exits(node).items()})
         x, y = node.position
         out.append(repointed.model_copy(update={"id": new_id, "position": (x + offset[0], y + offset[1])}))
     return out

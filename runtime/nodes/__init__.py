@@ -206,12 +206,36 @@ def failure_text(exc: BaseException) -> str:
         text = type(exc).__name__
     return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS] + "\u2026"
 
+
+def shown_exits(node: NodeBase) -> dict[str, str]:
+    """``node.exits()`` for a view or a walk that must go on: no exits when a plugin's ``exits()``
+    raises or answers something that is not port names to node ids. Validation calls ``exits()``
+    itself and reports that failure on the node; a turn that reaches it fails naming it."""
+    try:
+        exits = node.exits()
+    except Exception:  # noqa: BLE001 - a plugin's failure is a problem on its node, never a crash
+        return {}
+    if not isinstance(exits, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in exits.items()):
+        return {}
+    return exits
+
+
+def shown_exit_label(node: NodeBase, port: str) -> str:
+    """``node.exit_label(port)``, or the port itself when a plugin's ``exit_label`` fails."""
+    try:
+        label = node.exit_label(port)
+    except Exception:  # noqa: BLE001 - as shown_exits
+        return port
+    return label if isinstance(label, str) else port
+
+
 load_plugins()
 
 __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     # the registry
     "ENTRY_POINT_GROUP", "MAX_PROBLEM_CHARS", "MAX_TYPE_NAME_CHARS", "NODE_TYPES", "PLUGIN_PROBLEMS", "NodeType",
-    "failure_text", "load_plugins", "node_model", "node_models", "node_type", "register", "when_registered",
+    "failure_text", "load_plugins", "node_model", "node_models", "node_type", "register", "shown_exit_label",
+    "shown_exits", "when_registered",
     # a node type's model: its base, parameter blocks and names
     "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "FieldError", "ModelParams", "ModelUse", "NodeBase",
     "SamplingParams", "Strict", "VariableValue", "field_help", "is_valid_id",

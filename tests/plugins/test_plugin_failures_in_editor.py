@@ -1,4 +1,4 @@
-"""A plugin node type whose check() (or check_in_graph()) raises: the editor opens the asset whole,
+"""A plugin node type whose check(), check_in_graph() or exits() raises (exits() is drawn as no ports): the editor opens the asset whole,
 the node on the canvas and the failure a problem on it (issue 20: it opened half-loaded, Problems
 saying "no nodes" while the canvas showed one). A fresh interpreter, because the editor builds its
 canvas classes from the node types registered when it is imported, as it does with real plugins."""
@@ -17,8 +17,8 @@ SESSION = '''
 import json, sys
 from pathlib import Path
 from runtime.nodes import NodeType, register
-from tests.plugins.failing_types import CheckRaises, GraphCheckExits, ViewExits
-for model in (CheckRaises, GraphCheckExits):
+from tests.plugins.failing_types import CheckRaises, ExitsRaise, GraphCheckExits, ViewExits
+for model in (CheckRaises, GraphCheckExits, ExitsRaise):
     register(NodeType(model, package="parley-failing"))  # as load_plugins does, before the editor is imported
 register(NodeType(ViewExits, editor="tests.plugins.exiting_view:VIEW", package="parley-failing"))
 
@@ -28,10 +28,11 @@ from editor.main_window import MainWindow
 app = QApplication.instance() or QApplication(sys.argv)
 folder = Path(sys.argv[1])
 out = {}
-for node_type in ("CheckRaises", "GraphCheckExits"):
+for node_type in ("CheckRaises", "GraphCheckExits", "ExitsRaise"):
     path = folder / f"{node_type}.json"
     path.write_text(json.dumps({"version": 1, "start_node": "p", "nodes": [
-        {"id": "p", "type": node_type, "default_exit": "reply", "position": [0, 0]},
+        {"id": "p", "type": node_type, "position": [0, 0],
+         **({} if node_type == "ExitsRaise" else {"default_exit": "reply"})},
         {"id": "reply", "type": "Generate", "position": [300, 0]}]}))
     window = MainWindow(autosave_ms=0)
     window.resize(1200, 700)
@@ -63,7 +64,7 @@ def test_a_check_that_raises_opens_the_asset_with_the_node_and_its_problem(tmp_p
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and result, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads(result[-1][len("RESULT "):])
-    for node_type, method in (("CheckRaises", "check"), ("GraphCheckExits", "check_in_graph")):
+    for node_type, method in (("CheckRaises", "check"), ("GraphCheckExits", "check_in_graph"), ("ExitsRaise", "exits")):
         seen = found[node_type]
         assert seen["opened"] and seen["ids"] == ["p", "reply"] and seen["canvas"] == ["p", "reply"], seen
         assert not [p for p in seen["problems"] if "no nodes" in p[2]], seen["problems"]
