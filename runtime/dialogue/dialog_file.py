@@ -19,6 +19,7 @@ import gc
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
@@ -200,7 +201,9 @@ class TreeDialogFile(_Strict):
         default_factory=dict, description="System prompts set at runtime, now.")
     start: StateInFile = Field(default_factory=StateInFile, description="The state before the first turn.")
     summaries: list[SummaryInFile] = Field(default_factory=list, description="Every summary of the tree, once.")
-    turns: list[TreeTurnInFile] = Field(default_factory=list)
+    # Each a TreeTurnInFile, checked one by one (``_tree_turns``): one call into pydantic per turn,
+    # not one for them all, so a thread reading a large history never holds up the others for long.
+    turns: list[Any] = Field(default_factory=list)
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -319,10 +322,11 @@ def history_to_dict(saved: SavedDialog) -> dict[str, Any]:
 # --- reading ----------------------------------------------------------------------------------
 
 
-def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
+def history_from_dict(raw: Any, source: str = "<history>", check_surrogates: bool = True) -> SavedDialog:
     """Check and convert a parsed dialog file (any version read). Raises ``HistoryError`` naming
     every problem. What loads always has a tree (one branch for a file that kept none), and
-    saving it and loading that again gives the same value."""
+    saving it and loading that again gives the same value. (``check_surrogates`` False: the
+    caller knows no text in ``raw`` holds a lone surrogate.)"""
     if not isinstance(raw, dict):
         raise HistoryError([Problem("error", f"a dialog history is a JSON object, not {_json_type(raw)}", source)])
     version = raw.get("version", 2)
@@ -338,16 +342,37 @@ def history_from_dict(raw: Any, source: str = "<history>") -> SavedDialog:
         raise HistoryError(located_problems(exc, source, _field_place, _message)) from None
     except RecursionError:
         raise HistoryError([Problem("error", "nested too deeply", source)]) from None
-    surrogates = _surrogate_problems(raw, source)
+    turns = _tree_turns(record.turns, source) if isinstance(record, TreeDialogFile) else None
+    surrogates = _surrogate_problems(raw, source) if check_surrogates else []
     if surrogates:
         raise HistoryError(surrogates)
     if isinstance(record, TreeDialogFile):
-        return _from_tree_file(record, source)
+        return _from_tree_file(record, turns or [], source)
     return _from_flat_file(record, source)
 
 
-def _from_tree_file(record: TreeDialogFile, source: str) -> SavedDialog:
-    tree = _tree(record.summaries, record.start, record.turns, record.current, record.followed, "", True, source)
+def _tree_turns(raw_turns: list[Any], source: str) -> list[TreeTurnInFile]:
+    turns: list[TreeTurnInFile] = []
+    problems: list[Problem] = []
+    for i, raw in enumerate(raw_turns):
+        try:
+            turns.append(TreeTurnInFile.model_validate(raw))
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                err["loc"] = ("turns", i, *err["loc"])
+                where, said = _field_place(err), _message(err)
+                problems.append(Problem("error", said, source, field=where.field))
+            if len(problems) >= _MAX_REPORTED:
+                break
+        except RecursionError:
+            problems.append(Problem("error", "nested too deeply", source, field=f"turns.{i}"))
+    if problems:
+        raise HistoryError(problems[:_MAX_REPORTED])
+    return turns
+
+
+def _from_tree_file(record: TreeDialogFile, turns: list[TreeTurnInFile], source: str) -> SavedDialog:
+    tree = _tree(record.summaries, record.start, turns, record.current, record.followed, "", True, source)
     state = tree.state_after(tree.current)
     history = DialogHistory(tree.turns(), list(state.summaries))
     return SavedDialog(history, dict(state.windows), dict(record.variables), dict(record.system_prompts),
@@ -447,7 +472,12 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
     pool = [_summary(s) for s in summaries]
     problems: list[Problem] = []
 
-    def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, field: str) -> AgentState:
+    def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, position: int | None
+                   ) -> AgentState:
+        if s.summaries is None and s.windows is None and s.variables is None and s.system_prompts is None:
+            return before  # nothing changed in the turn (the common case among alternatives)
+        # The field's name is made only for a problem: a large history has none, and many turns.
+        field = f"{where}start" if position is None else f"{where}turns.{position}.state"
         chosen = before.summaries
         if s.summaries is not None:
             chosen = tuple(pool[i] for i in s.summaries if i < len(pool))
@@ -471,20 +501,19 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
         return AgentState(chosen, windows, variables, prompts)
 
     empty = AgentState()
-    tree = ConversationTree(full_state(start, empty, 0, f"{where}start"))
+    tree = ConversationTree(full_state(start, empty, 0, None))
     depth: dict[int, int] = {}
     for i, t in enumerate(turns):
-        field = f"{where}turns.{i}"
         if t.id in tree.nodes:
-            problems.append(Problem("error", f"turn id {t.id} is used twice", source, field=f"{field}.id"))
+            problems.append(Problem("error", f"turn id {t.id} is used twice", source, field=f"{where}turns.{i}.id"))
             continue
         if t.parent is not None and t.parent not in tree.nodes:
             problems.append(Problem("error", f"parent {t.parent} is not a turn listed before it", source,
-                                    field=f"{field}.parent"))
+                                    field=f"{where}turns.{i}.parent"))
             continue
         count = 1 if t.parent is None else depth[t.parent] + 2
         before = tree.state_after(t.parent) if changes else empty
-        after = full_state(t.state, before, count, f"{field}.state")
+        after = full_state(t.state, before, count, i)
         depth[t.id] = count - 1
         tree.add(t.parent, _turn(t), after, t.edited, t.exact, turn_id=t.id)
         if len(problems) >= _MAX_REPORTED:
@@ -531,7 +560,72 @@ def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = 
 
 def parse_history(text: str, source: str = "<history>") -> SavedDialog:
     with _no_garbage_collection():
-        return history_from_dict(parse_input_json(text, source, HistoryError), source)
+        try:
+            raw = _decoded_in_steps(text)
+        except (ValueError, RecursionError):
+            raw = parse_input_json(text, source, HistoryError)  # the error, with its line and column
+        # Parsed JSON holds a lone surrogate only where the text has one, or a \uD800-\uDFFF escape.
+        return history_from_dict(raw, source, check_surrogates=_MIGHT_HOLD_SURROGATES.search(text) is not None)
+
+
+_MIGHT_HOLD_SURROGATES = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _skip(text: str, pos: int) -> int:
+    """Where the JSON white space at ``pos`` ends."""
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  (it matches anywhere, if only "")
+
+
+def _decoded_in_steps(text: str) -> Any:
+    """``json.loads(text)``, one value of the top levels at a time: the top object's values, the
+    objects in it, and the items of arrays in those (a history's turns) are each one call into
+    the C decoder, so a thread reading a large history lets the others (the window) run between
+    them. Raises ValueError (``json.JSONDecodeError``) where ``json.loads`` would."""
+    value, end = _decode_value(text, _skip(text, 0), 0)
+    end = _skip(text, end)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _decode_value(text: str, pos: int, depth: int) -> tuple[Any, int]:
+    opening = text[pos:pos + 1]
+    if opening == "{" and depth < 2:
+        out: dict[str, Any] = {}
+        pos = _skip(text, pos + 1)
+        if text[pos:pos + 1] == "}":
+            return out, pos + 1
+        while True:
+            if text[pos:pos + 1] != '"':
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+            key, pos = _DECODER.raw_decode(text, pos)
+            pos = _skip(text, pos)
+            if text[pos:pos + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
+            out[key], pos = _decode_value(text, _skip(text, pos + 1), depth + 1)
+            pos = _skip(text, pos)
+            if text[pos:pos + 1] == "}":
+                return out, pos + 1
+            if text[pos:pos + 1] != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+            pos = _skip(text, pos + 1)
+    if opening == "[" and depth < 3:
+        items: list[Any] = []
+        pos = _skip(text, pos + 1)
+        if text[pos:pos + 1] == "]":
+            return items, pos + 1
+        while True:
+            item, pos = _DECODER.raw_decode(text, pos) if depth >= 2 else _decode_value(text, pos, depth + 1)
+            items.append(item)
+            pos = _skip(text, pos)
+            if text[pos:pos + 1] == "]":
+                return items, pos + 1
+            if text[pos:pos + 1] != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+            pos = _skip(text, pos + 1)
+    return _DECODER.raw_decode(text, pos)
 
 
 @contextlib.contextmanager
