@@ -57,6 +57,8 @@ READ_VERSIONS = (1, 2, 3)
 # The largest history file written: the largest any reader of a user's file takes. A history that
 # would be larger is not written (the file there is kept), since it could never be loaded again.
 MAX_HISTORY_BYTES = MAX_INPUT_BYTES
+# A file wrong in thousands of places is reported by its first few problems: enough to act on.
+MAX_REPORTED_PROBLEMS = 20
 
 
 class HistoryError(InputError):
@@ -362,12 +364,12 @@ def _tree_turns(raw_turns: list[Any], source: str) -> list[TreeTurnInFile]:
                 err["loc"] = ("turns", i, *err["loc"])
                 where, said = _field_place(err), _message(err)
                 problems.append(Problem("error", said, source, field=where.field))
-            if len(problems) >= _MAX_REPORTED:
+            if len(problems) >= MAX_REPORTED_PROBLEMS:
                 break
         except RecursionError:
             problems.append(Problem("error", "nested too deeply", source, field=f"turns.{i}"))
     if problems:
-        raise HistoryError(problems[:_MAX_REPORTED])
+        raise HistoryError(problems[:MAX_REPORTED_PROBLEMS])
     return turns
 
 
@@ -402,7 +404,7 @@ def _flat_problems(record: DialogFile, source: str) -> list[Problem]:
     count = len(record.turns)
     problems = _state_problems([s.covered_through for s in record.summaries], dict(record.windows), count, source,
                                lambda i: f"summaries.{i}.covered_through", "windows")
-    return problems[:_MAX_REPORTED]
+    return problems[:MAX_REPORTED_PROBLEMS]
 
 
 def _differences(saved: SavedDialog, tree: ConversationTree, source: str) -> list[Problem]:
@@ -516,7 +518,7 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
         after = full_state(t.state, before, count, i)
         depth[t.id] = count - 1
         tree.add(t.parent, _turn(t), after, t.edited, t.exact, turn_id=t.id)
-        if len(problems) >= _MAX_REPORTED:
+        if len(problems) >= MAX_REPORTED_PROBLEMS:
             break
     if not problems:
         followed = [(None, first_followed, f"{where}followed")] if first_followed is not None else []
@@ -533,7 +535,7 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
             problems.append(Problem("error", f"current is {current}, which is not a turn of the tree", source,
                                     field=f"{where}current"))
     if problems:
-        raise HistoryError(problems[:_MAX_REPORTED])
+        raise HistoryError(problems[:MAX_REPORTED_PROBLEMS])
     tree.select(current)
     return tree
 
@@ -553,7 +555,7 @@ def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = 
                 problems.append(Problem("error", f"a window for {shown_name(node_id)}, which is not a node of the "
                                         "asset; remove it, or load the history into the asset it was saved from",
                                         source, field=f"{prefix}windows.{shown_name(node_id)}"))
-                if len(problems) >= _MAX_REPORTED:
+                if len(problems) >= MAX_REPORTED_PROBLEMS:
                     return problems
     return problems
 
@@ -677,13 +679,10 @@ def save_history(saved: SavedDialog, path: str | os.PathLike[str], expected: Fil
     atomic_write_text(path, text)
 
 
-_MAX_REPORTED = 20
-
-
 def _surrogate_problems(raw: Any, source: str) -> list[Problem]:
     """Every text (value or key) holding a lone surrogate, by field, in file order (the first few)."""
     return [Problem("error", lone.message("key"), source, field=".".join(shown_name(part) for part in lone.path))
-            for lone in itertools.islice(lone_surrogates(raw), _MAX_REPORTED)]
+            for lone in itertools.islice(lone_surrogates(raw), MAX_REPORTED_PROBLEMS)]
 
 
 def _json_type(value: Any) -> str:
