@@ -440,7 +440,7 @@ def _state_problems(covered: list[int], windows: dict[str, int], count: int, sou
     previous = -1
     for i, through in enumerate(covered):
         if through >= count:
-            problems.append(Problem("error", f"covered_through is {through}, but {count} turns lead to here "
+            problems.append(Problem("error", f"covered_through is {through}, but {_turns_lead(count)} to here "
                                     "(they count from 0)", source, field=summary_field(i)))
         elif through < previous:
             problems.append(Problem("error", "covered_through goes back; summaries must be in the order written",
@@ -448,9 +448,13 @@ def _state_problems(covered: list[int], windows: dict[str, int], count: int, sou
         previous = max(previous, through)
     for node, start in windows.items():
         if start > count:
-            problems.append(Problem("error", f"the window starts at turn {start}, but {count} turns lead to here",
+            problems.append(Problem("error", f"the window starts at turn {start}, but {_turns_lead(count)} to here",
                                     source, field=f"{windows_field}.{shown_name(node)}"))
     return problems
+
+
+def _turns_lead(count: int) -> str:
+    return "1 turn leads" if count == 1 else f"{count} turns lead"
 
 
 def _turn(t: TurnInFile) -> Turn:

@@ -60,7 +60,7 @@ def test_a_seeded_file_needs_only_turns():
      "turns.0.entries.0.result", "missing"),
     ('{"turns": [], "summaries": [{"text": "s", "covered_through": 0, "folded_turns": 1}]}',
      "summaries.0.covered_through", "0 turns lead to here"),
-    ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "windows.npc", "starts at turn 5, but 1 turns"),
+    ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "windows.npc", "starts at turn 5, but 1 turn leads to here"),
     ('{"format": "something-else"}', "format", "not a Parley dialog history"),
     ('{"version": 9}', "version", "reads up to version 3"),
     ('{"turns": [], "tunrs": []}', "tunrs", "unknown key"),
