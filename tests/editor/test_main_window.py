@@ -466,3 +466,106 @@ def test_delete_removes_a_selected_connection(window, qtbot):
     pipe.setSelected(True)
     window.delete_action.trigger()
     assert not doc.has_node("directions") and doc.node("classify").fallback_exit == "smalltalk"
+
+
+# --- closing during a turn (issue 20, defect 6) -----------------------------------------------------
+
+# Each runs in a Python of its own: before the fix, closing waited 30 s and then Qt aborted the
+# process ("QThread: Destroyed while thread ... is still running"), which would kill pytest.
+CLOSE_ON_SILENT_SERVER = r"""
+import json, sys, time
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+from editor.main_window import MainWindow
+from runtime.backends.llama_server import LlamaServerBackend
+from tests.hostile_server import hostile_server
+
+results = {}
+for at in sys.argv[2:]:
+    # "timeout": the server reads the request and never answers (until the client leaves)
+    with hostile_server("timeout", at=at, max_seconds=60) as server:
+        window = MainWindow()
+        window.show()
+        window.open_path(sys.argv[1])
+        window.conversation.use_backend(lambda: LlamaServerBackend(server.url, "silent"))
+        assert window.conversation.say("Hello")
+        assert server.hit.wait(30), f"the turn never reached {at}"
+        thread = window.conversation.thread
+        started = time.monotonic()
+        window.close()
+        results[at] = {"seconds": time.monotonic() - started, "closed": not window.isVisible(),
+                       "running": thread.isRunning(), "server_saw_the_client_leave": server.disconnected.wait(5)}
+        window.deleteLater()
+        app.processEvents()
+print(json.dumps(results))
+"""
+
+
+def _python(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run([sys.executable, "-c", script, *args], check=False, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "QT_QPA_PLATFORM": "offscreen", **(env or {})})
+
+
+def test_closing_during_a_turn_on_a_server_that_never_answers_ends_the_turn_at_once():
+    """Wherever the turn waits on the server (the generation, loading's /props, the prompt budget's
+    token counts), closing cancels the request: the window closes in well under the 5 s it may
+    wait, the runtime thread has ended, and the process exits normally."""
+    at = ["generate", "/props", "/tokenize"]
+    done = _python(CLOSE_ON_SILENT_SERVER, str(examples_dir() / "chat.json"), *at)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Destroyed while thread" not in done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for where in at:
+        result = results[where]
+        assert result["closed"] and not result["running"], (where, result)
+        assert result["seconds"] < 3, (where, result)
+        assert result["server_saw_the_client_leave"], (where, result)
+
+
+# A backend whose generation ignores Stop (as a call deep in a library might): it asks the window
+# to close as soon as it is running, and blocks until the process ends.
+CLOSE_ON_STUBBORN_BACKEND = r"""
+import sys, threading
+from PySide6.QtCore import QMetaObject, Qt
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+import editor.thread_service
+from editor.app import leave
+from editor.main_window import MainWindow
+from runtime.backends.scripted import ScriptedBackend, ScriptedSession
+
+editor.thread_service.SHUTDOWN_WAIT_MS = 200  # the test need not wait the whole 5 s
+window = MainWindow()
+never = threading.Event()
+
+class StubbornSession(ScriptedSession):
+    def generate(self, request, on_token=None, cancel=None):
+        QMetaObject.invokeMethod(window, "close", Qt.ConnectionType.QueuedConnection)
+        never.wait()
+
+class StubbornBackend(ScriptedBackend):
+    def session(self, key, model, context_size):
+        return StubbornSession(self, key, model, context_size or 4096)
+
+window.show()
+window.open_path(sys.argv[1])
+window.conversation.use_backend(StubbornBackend)
+assert window.conversation.say("Hello")
+code = app.exec()  # until the last window closed
+print("closed", flush=True)
+leave(code)
+print("leave returned with a thread running", flush=True)
+"""
+
+
+def test_a_turn_that_ignores_the_cancel_does_not_keep_the_app_from_exiting(tmp_path):
+    """A thread that has not ended within the wait is left running, never destroyed (Qt would
+    abort): the app saves its layout as it closes, then leaves with the exit code at once."""
+    settings = tmp_path / "stubborn" / "parley-studio.ini"
+    done = _python(CLOSE_ON_STUBBORN_BACKEND, str(examples_dir() / "chat.json"), timeout=60,
+                   env={"PARLEY_STUDIO_SETTINGS": str(settings)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Destroyed while thread" not in done.stderr
+    assert done.stdout.split() == ["closed"], "leave() ended the process"
+    assert "parley-runtime still running after its window closed" in done.stderr
+    assert "geometry" in settings.read_text(), "the layout was saved before leaving"
