@@ -12,6 +12,7 @@ from PySide6.QtCore import QThread
 from editor.commands import set_node_field
 from editor.docks.conversation.dock import ConversationDock
 from editor.runtime_worker import LiveConversation, held_edits
+from editor.thread_service import threads_left_running
 from runtime.dialogue.history import ToolExchange
 from runtime.events import Token
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
@@ -190,5 +191,30 @@ def test_closing_the_window_during_generation_stops_the_worker(make_window, qtbo
     window.close()
     assert not conversation.thread.isRunning(), "closing the window cancels the turn and stops the thread"
     assert time.perf_counter() - started < 5, "the cancel ends the turn at once"
+    assert not threads_left_running(), "the thread ended within the wait: none was left behind"
     assert not conversation.busy
     assert not conversation.say("anyone?"), "a closed window's conversation takes no more turns"
+
+
+@pytest.mark.parametrize("at", ["/props", "/tokenize", "generate"])
+def test_stop_ends_a_turn_waiting_on_a_server_that_never_answers(window, qtbot, at):
+    """Stop reaches every request of the turn (loading's /props and the prompt budget's token counts
+    as well as the generation): the turn ends as stopped, the conversation as it was."""
+    from runtime.backends.llama_server import LlamaServerBackend
+    from runtime.resources import examples_dir
+    from tests.hostile_server import hostile_server
+
+    with hostile_server("timeout", at=at, max_seconds=60) as server:
+        window.open_path(str(examples_dir() / "chat.json"))
+        conversation = window.conversation
+        conversation.use_backend(lambda: LlamaServerBackend(server.url, "silent"))
+        failures = []
+        conversation.turn_failed.connect(failures.append)
+        assert conversation.say("Hello")
+        qtbot.waitUntil(server.hit.is_set, timeout=30_000)
+        conversation.stop()
+        qtbot.waitUntil(lambda: not conversation.busy, timeout=10_000)
+        assert [f.cancelled for f in failures] == [True], [f.message for f in failures]
+        assert "Stopped" in failures[0].message
+        assert server.disconnected.wait(5), "the request was closed, so the server sees the client leave"
+        assert not conversation.saved.history.turns
