@@ -8,6 +8,7 @@ macro of smaller commands, as in orange-canvas-core's ``document/commands.py``.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -16,6 +17,24 @@ from PySide6.QtGui import QUndoCommand
 from editor.document import Document
 from runtime.asset.model import END, NodeBase
 from runtime.nodes import shown_exits
+
+
+class DocumentCommand(QUndoCommand):
+    """A command that changes a document. It holds the document weakly: the document's undo stack
+    holds its commands, and a command holding the document back made each document a cycle that
+    only the garbage collector freed, which then deleted the stack's Python commands half torn
+    down (a segmentation fault in QUndoStack::clear)."""
+
+    @property
+    def document(self) -> Document:
+        document = self._document()
+        if document is None:
+            raise RuntimeError("the command's document is gone")
+        return document
+
+    @document.setter
+    def document(self, document: Document) -> None:
+        self._document = weakref.ref(document)
 
 
 class MacroCommand(QUndoCommand):
@@ -49,7 +68,7 @@ _MERGE_NODE_FIELD = 1001
 _MERGE_AGENT_FIELD = 1002
 
 
-class AddNodeCommand(QUndoCommand):
+class AddNodeCommand(DocumentCommand):
     def __init__(self, document: Document, node: NodeBase, index: int | None = None,
                  parent: MacroCommand | None = None) -> None:
         super().__init__(f"Add {node.display_title}")
@@ -65,7 +84,7 @@ class AddNodeCommand(QUndoCommand):
         self.document.remove_node(self.node.id)
 
 
-class RemoveNodeOnlyCommand(QUndoCommand):
+class RemoveNodeOnlyCommand(DocumentCommand):
     """Remove one node (the exits pointing at it are handled by ``remove_nodes``)."""
 
     def __init__(self, document: Document, node_id: str, parent: MacroCommand | None = None) -> None:
@@ -84,7 +103,7 @@ class RemoveNodeOnlyCommand(QUndoCommand):
         self.document.add_node(self.node, self.index)
 
 
-class SetNodeFieldCommand(QUndoCommand):
+class SetNodeFieldCommand(DocumentCommand):
     def __init__(self, document: Document, node_id: str, field: str, old: Any, new: Any,
                  parent: MacroCommand | None = None, text: str = "", merge: bool = False) -> None:
         super().__init__(text or f"Change {field.replace('_', ' ')} of {node_id}")
@@ -114,7 +133,7 @@ class SetNodeFieldCommand(QUndoCommand):
         return True
 
 
-class RenameNodeCommand(QUndoCommand):
+class RenameNodeCommand(DocumentCommand):
     def __init__(self, document: Document, old_id: str, new_id: str, parent: MacroCommand | None = None) -> None:
         super().__init__(f"Rename {old_id} to {new_id}")
         _join(self, parent)
@@ -129,7 +148,7 @@ class RenameNodeCommand(QUndoCommand):
         self.document.rename_node(self.new_id, self.old_id)
 
 
-class SetExitCommand(QUndoCommand):
+class SetExitCommand(DocumentCommand):
     def __init__(self, document: Document, node_id: str, port: str, old: str, new: str,
                  parent: MacroCommand | None = None) -> None:
         label = "END" if new == END else new
@@ -148,7 +167,7 @@ class SetExitCommand(QUndoCommand):
         self.document.set_exit(self.node_id, self.port, self.old)
 
 
-class MoveCommand(QUndoCommand):
+class MoveCommand(DocumentCommand):
     """Move nodes and terminals: ``moves`` maps a node id or ``@start``/``@end`` to (old, new)."""
 
     def __init__(self, document: Document, moves: dict[str, tuple[tuple[float, float], tuple[float, float]]],
@@ -172,7 +191,7 @@ class MoveCommand(QUndoCommand):
         self._apply(0)
 
 
-class SetAgentFieldCommand(QUndoCommand):
+class SetAgentFieldCommand(DocumentCommand):
     def __init__(self, document: Document, field: str, old: Any, new: Any,
                  parent: MacroCommand | None = None, merge: bool = False) -> None:
         super().__init__(f"Change agent {field.replace('_', ' ')}")

@@ -57,3 +57,23 @@ def test_move_nodes_and_terminals():
     doc.undo_stack.undo()
     assert doc.node("reply").position == (0.0, 0.0)
     assert doc.terminal_position("end") is None
+
+
+def test_a_document_with_undo_steps_is_freed_without_the_garbage_collector(qapp):
+    """Commands hold their document weakly, so a document and its undo stack are freed as soon as
+    nothing uses them: left to the garbage collector, the stack's Python commands were deleted half
+    torn down, a segmentation fault in QUndoStack::clear at a later, random collection."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        document = make()
+        document.push(SetNodeFieldCommand(document, "route", "title", "", "Router"))
+        document.push(add_nodes(document, [new_node("Generate", "extra")], "Add"))
+        assert document.undo_stack.count() == 2
+        gone = weakref.ref(document)
+        del document
+        assert gone() is None, "only a garbage collection would free the document"
+    finally:
+        gc.enable()
