@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.asset.model import END, Asset, NodeBase, VariableValue
-from runtime.backends.base import Backend
+from runtime.backends.base import Backend, CallCancelled
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
 from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
@@ -275,27 +275,8 @@ class Agent:
         run = TurnState(player_line, instructions, on_event, cancel, tool_result)
         before = (list(self.history.summaries), dict(self.windows), dict(self.variables))
         try:
-            node_id = self.asset.start_node
-            if not node_id:
-                raise TurnError("the asset has no start node", field="start_node")
-            steps = 0
-            while node_id != END:
-                steps += 1
-                if steps > self.asset.max_steps_per_turn:
-                    loop = " -> ".join(run.path[-8:])
-                    raise TurnError(
-                        f"the turn ran {self.asset.max_steps_per_turn} nodes without reaching END (last: {loop}). "
-                        "Check the exits for a loop, or raise max_steps_per_turn.",
-                        field="max_steps_per_turn",
-                    )
-                node = self._nodes.get(node_id)
-                if node is None:
-                    where = run.path[-1] if run.path else ""
-                    raise TurnError(f"exit names no node: {node_id!r}", where)
-                if cancel.is_set():
-                    raise TurnCancelled("the turn was cancelled", node.id)
-                run.path.append(node.id)
-                node_id = self._run_node(node, run)
+            with self.backend.stopping(cancel):
+                self._walk(run, cancel)
         except BaseException:
             self.history.summaries, self.windows, self.variables = before
             raise
@@ -316,6 +297,30 @@ class Agent:
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
                           self.backend.label)
 
+    def _walk(self, run: TurnState, cancel: threading.Event) -> None:
+        """Run the graph's nodes from the start node to END."""
+        node_id = self.asset.start_node
+        if not node_id:
+            raise TurnError("the asset has no start node", field="start_node")
+        steps = 0
+        while node_id != END:
+            steps += 1
+            if steps > self.asset.max_steps_per_turn:
+                loop = " -> ".join(run.path[-8:])
+                raise TurnError(
+                    f"the turn ran {self.asset.max_steps_per_turn} nodes without reaching END (last: {loop}). "
+                    "Check the exits for a loop, or raise max_steps_per_turn.",
+                    field="max_steps_per_turn",
+                )
+            node = self._nodes.get(node_id)
+            if node is None:
+                where = run.path[-1] if run.path else ""
+                raise TurnError(f"exit names no node: {node_id!r}", where)
+            if cancel.is_set():
+                raise TurnCancelled("the turn was cancelled", node.id)
+            run.path.append(node.id)
+            node_id = self._run_node(node, run)
+
     def _run_node(self, node: NodeBase, run: TurnState) -> str:
         """Run one node; returns the id of the node to run next ('' is END)."""
         run.emit(NodeStarted(node.id, node.type_name))
@@ -326,6 +331,8 @@ class Agent:
             exits = node.exits()
         except (TurnError, BackendError, InputError):
             raise
+        except CallCancelled:  # Stop while a backend call other than generation ran (a token count)
+            raise TurnCancelled("the turn was cancelled", node.id) from None
         # Any other failure of a node type's code (a plugin's above all, SystemExit included) fails the
         # turn, naming the node and its type, and the turn is rolled back; only Ctrl+C on the main
         # thread goes on as it is.

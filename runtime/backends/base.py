@@ -13,6 +13,7 @@ server) and ``runtime.backends.openai_server`` (any OpenAI-compatible server).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -91,9 +92,20 @@ class NodeSession(ABC):
         """Free the KV cache; the next call rebuilds it (and reports ``cold``)."""
 
 
+class CallCancelled(Exception):
+    """A backend call stopped because the turn's cancel event was set (the agent makes it a
+    ``TurnCancelled``)."""
+
+
 class Backend(ABC):
     #: What runs the model calls, as the Conversation dock and diagnostics name it.
     label: str = "embedded (llama.cpp on this computer)"
+
+    def stopping(self, cancel: threading.Event) -> contextlib.AbstractContextManager[None]:
+        """A context the agent runs a whole turn in, so every call made inside it (token counts
+        as well as generation) stops with ``CallCancelled`` once ``cancel`` is set. The embedded
+        backend checks ``cancel`` as it generates, and needs nothing here."""
+        return contextlib.nullcontext()
 
     @abstractmethod
     def count_tokens(self, model: str, text: str) -> int:

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from runtime.backends.base import CallCancelled
 from runtime.problems import BackendError
 
 # --- limits (docs/limits.md lists them) ----------------------------------------------------------
@@ -70,7 +71,7 @@ class ServerRefused(BackendError):
         self.detail = detail
 
 
-class Cancelled(Exception):
+class Cancelled(CallCancelled):
     """The caller's cancel event was set while the request ran."""
 
 

@@ -16,6 +16,7 @@ enforces. Replies stream as server-sent events.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from array import array
@@ -205,6 +206,9 @@ class LlamaServerBackend(Backend):
                 while len(self._tokens) > TOKEN_CACHE_SIZE or self._tokens_held > TOKEN_CACHE_TOKENS:
                     self._tokens_held -= len(self._tokens.popitem(last=False)[1])
         return tokens
+
+    def stopping(self, cancel: threading.Event) -> contextlib.AbstractContextManager[None]:
+        return cancel_scope(cancel)  # Stop ends the token counts and template requests of a turn too
 
     def count_tokens(self, model: str, text: str) -> int:
         return len(self._token_ids(text, special=False))

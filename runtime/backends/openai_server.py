@@ -19,6 +19,7 @@ What such servers differ in, and what this does about it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -149,6 +150,9 @@ class OpenAIBackend(Backend):
             progress(1.0)
 
     # --- tokens --------------------------------------------------------------------------------
+
+    def stopping(self, cancel: threading.Event) -> contextlib.AbstractContextManager[None]:
+        return cancel_scope(cancel)  # Stop ends the token counts and template requests of a turn too
 
     def count_tokens(self, model: str, text: str) -> int:
         if not text:

@@ -177,15 +177,9 @@ def test_stop_during_a_connection_close_stream_ends_the_turn_at_once(server) -> 
     assert server.disconnected.wait(SLACK)
 
 
-_BUDGET_COUNT = pytest.mark.xfail(
-    reason="the agent counts tokens for budgets outside a backend's generate, so outside its cancel_scope: "
-           "runtime/agent.py's run_turn needs `with cancel_scope(cancel)` (and Cancelled as TurnCancelled)",
-    strict=False)
-
-
-@pytest.mark.parametrize(("kind", "at"), [pytest.param(LLAMA, "/tokenize", marks=_BUDGET_COUNT),
+@pytest.mark.parametrize(("kind", "at"), [(LLAMA, "/tokenize"),
                                           (LLAMA, "/apply-template"),
-                                          pytest.param(OPENAI, "/tokenize", marks=_BUDGET_COUNT)])
+                                          (OPENAI, "/tokenize")])
 def test_stop_during_a_request_before_generating_ends_the_turn(server, kind, at, tmp_path) -> None:
     """Stop while a dripping server answers the tokenizer or the template (issue 20.6: these plain
     requests had no cancel path): the turn ends cancelled, the conversation as it was."""
