@@ -16,10 +16,10 @@ seeded history) gets a reconstructed state and ``exact`` False.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 
-from runtime.dialogue.history import Summary, Turn
+from runtime.dialogue.history import SavedDialog, Summary, Turn
 from runtime.names import VariableValue
 
 
@@ -167,3 +167,31 @@ def approximate_state(final: AgentState, count: int) -> AgentState:
         dict(final.variables),
         dict(final.system_prompts),
     )
+
+
+def keep_nodes(saved: SavedDialog, node_ids: Collection[str]) -> SavedDialog:
+    """``saved`` with window starts and runtime system prompts only for ``node_ids``, in its own
+    state and in every state of its tree: what a graph that lost nodes continues from
+    (``Agent.import_dialog`` refuses a history that names nodes the asset lacks). ``saved`` is unchanged."""
+    keep = set(node_ids)
+
+    def kept(state: AgentState) -> AgentState:
+        if all(k in keep for k in state.windows) and all(k in keep for k in state.system_prompts):
+            return state
+        return AgentState(state.summaries, {k: v for k, v in state.windows.items() if k in keep}, state.variables,
+                          {k: v for k, v in state.system_prompts.items() if k in keep})
+
+    tree = None
+    if saved.tree is not None:
+        tree = saved.tree.copy()
+        tree.start = kept(tree.start)
+        states: dict[int, AgentState] = {}  # by id: states shared between turns stay shared
+        for turn_id, node in tree.nodes.items():
+            after = states.get(id(node.after))
+            if after is None:
+                after = states[id(node.after)] = kept(node.after)
+            if after is not node.after:
+                tree.nodes[turn_id] = replace(node, after=after)
+    return SavedDialog(saved.history.copy(), {k: v for k, v in saved.windows.items() if k in keep},
+                       dict(saved.variables), {k: v for k, v in saved.system_prompts.items() if k in keep},
+                       saved.seed_salt, tree)

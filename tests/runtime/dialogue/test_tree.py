@@ -148,3 +148,29 @@ def test_seeds_are_fixed_by_default_and_can_be_rerolled() -> None:
     assert a.seed_for(5) == 5 and a.seed_for(-1) == -1
     a.reroll_seeds(1000)
     assert a.seed_for(5) == 1005 and a.export_dialog().seed_salt == 1000
+
+
+def test_a_graph_that_lost_a_node_continues_the_conversation_with_keep_nodes() -> None:
+    """The editor rebuilds the agent when the graph changes and imports the old one's dialog: a
+    node deleted meanwhile has window starts in every state of the tree, which import refuses."""
+    from runtime.dialogue.tree import keep_nodes
+    from tests.runtime.conversations import asset
+
+    both = asset(("Generate", "npc", {"context_size": 512, "max_tokens": 16, "system_prompt": "hi",
+                                      "default_exit": "other"}),
+                 ("Generate", "other", {"context_size": 512, "max_tokens": 16, "system_prompt": "hi"}))
+    one = asset(("Generate", "npc", {"context_size": 512, "max_tokens": 16, "system_prompt": "hi"}))
+    old = Agent(both, backend())
+    old.run_turn("hello")
+    old.run_turn("again")
+    old.set_system_prompt("other", "changed")
+    saved = old.export_dialog()
+    with pytest.raises(HistoryError, match=r"turns\[id 0\].state.windows.other"):
+        Agent(one, backend()).import_dialog(saved)
+    new = Agent(one, backend())
+    new.import_dialog(keep_nodes(saved, set(one.node_ids())))
+    assert new.history.turns == old.history.turns and set(new.windows) == {"npc"} and new.system_prompts == {}
+    assert all(set(n.after.windows) == {"npc"} for n in new.tree.nodes.values())
+    assert set(saved.tree.nodes[0].after.windows) == {"npc", "other"}, "the old dialog is unchanged"
+    new.rewind(1)
+    assert new.run_turn("once more").reply
