@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
+from runtime import patterns
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
@@ -34,8 +34,7 @@ MAX_SUITE_CASES = 10_000
 # Nesting of mappings and lists: a suite needs about 8, a tool's arguments schema a few more. The
 # YAML parser recurses once per level (C code, which a deep enough file crashes), so it is counted first.
 MAX_SUITE_NESTING = 64
-# A reply's regex: far longer than any real check, short enough to read in one glance.
-MAX_REGEX_CHARS = 1_000
+MAX_REGEX_CHARS = patterns.MAX_PATTERN_CHARS
 assert MAX_SUITE_BYTES <= MAX_INPUT_BYTES
 
 
@@ -61,12 +60,10 @@ class ReplyExpect(_SuiteModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        if len(v) > MAX_REGEX_CHARS:
-            raise ValueError(f"the regular expression is {len(v):,} characters long; at most {MAX_REGEX_CHARS:,}")
         try:
-            regex.compile(v)  # the module checks_reply matches with (it has a time limit)
-        except (regex.error, RecursionError) as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
+            patterns.compile_pattern(v)  # as the check will search it (with a time limit)
+        except patterns.PatternError as exc:
+            raise ValueError(str(exc)) from None
         return v
 
 
