@@ -59,6 +59,8 @@ from runtime.nodes.retrieve.node import KnowledgeEntry, Retrieve
 from runtime.nodes.running import NodeRun, TurnCancelled, TurnError
 from runtime.nodes.summarize.node import Summarize
 from runtime.nodes.tool_call import Tool, ToolCall
+from runtime.patterns import PatternError, compile_pattern
+from runtime.patterns import search as search_pattern
 from runtime.prompting.budget import PromptBudget, TokenCounter, message_tokens, messages_tokens
 from runtime.prompting.prompt import message_parts, slot_text, template_values
 from runtime.prompting.templates import TemplateError, render_template
@@ -244,6 +246,8 @@ __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     # what a run reads and writes: the history, a model call, events, diagnostics
     "ChatMessage", "DialogHistory", "GenerationRequest", "GenerationResult", "NodeDiagnostics", "NodeInput",
     "NodeTimings", "NodeTokens", "PromptMessage", "Reply", "Speak", "Summary", "Token", "Turn",
+    # designer-written regular expressions, searched within limits
+    "PatternError", "compile_pattern", "search_pattern",
     # templates and the token budget
     "TOKENS_PER_MESSAGE", "PromptBudget", "TemplateError", "TokenCounter", "message_parts", "message_tokens",
     "messages_tokens", "render_template", "slot_text", "template_values",

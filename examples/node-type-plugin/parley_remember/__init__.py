@@ -9,7 +9,6 @@ in ``parley_remember.view`` (imported only by the editor).
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field
@@ -22,11 +21,14 @@ from runtime.nodes import (
     NodeInput,
     NodeRun,
     NodeType,
+    PatternError,
     PromptMessage,
     TemplateError,
     TurnError,
+    compile_pattern,
     field_help,
     render_template,
+    search_pattern,
     template_values,
 )
 
@@ -52,7 +54,11 @@ class Remember(NodeBase):
         line = run.turn.player
         values = template_values(line, run.turn.instructions, run.turn.slots, run.variables)
         run.diag.input = NodeInput(prompt=[PromptMessage(role="user", content=line)])
-        if self.only_if_matches and not re.search(self.only_if_matches, line, re.IGNORECASE):
+        try:  # a designer's pattern can backtrack without end: search it within the runtime's time limit
+            matches = not self.only_if_matches or search_pattern(self.only_if_matches, line)
+        except PatternError as exc:
+            raise TurnError(str(exc), self.id, "only_if_matches") from None
+        if not matches:
             run.diag.output = ""
             run.diag.warnings.append(f"the line does not match {self.only_if_matches!r}; {self.variable} kept as it was")
             return "default_exit"
@@ -71,9 +77,9 @@ class Remember(NodeBase):
                            "can read it before the first time this node runs", "variable")
         if self.only_if_matches:
             try:
-                re.compile(self.only_if_matches)
-            except re.error as exc:
-                checks.error(f"not a regular expression: {exc}", "only_if_matches")
+                compile_pattern(self.only_if_matches)
+            except PatternError as exc:
+                checks.error(str(exc), "only_if_matches")
 
 
 NODE_TYPE = NodeType(Remember, editor="parley_remember.view:VIEW")
