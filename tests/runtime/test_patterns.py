@@ -25,7 +25,7 @@ def test_a_catastrophic_pattern_gives_up_at_the_limit_and_lets_other_threads_run
     try:
         started = time.monotonic()
         with pytest.raises(PatternError, match="backtracks"):
-            search(r"(\w+\s?)+$", "a" * 40 + "!", seconds=0.5)
+            search("(a|a)+$", "a" * 40 + "!", seconds=0.5)
         assert time.monotonic() - started < 30  # re never returns
     finally:
         stop.set()
