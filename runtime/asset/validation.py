@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
@@ -64,17 +65,10 @@ class ModelFiles:
         return None
 
 
-def validate_asset(
-    asset: Asset,
-    source: str = "",
-    asset_dir: str | os.PathLike[str] | None = None,
-    count_tokens: TokenCounter | None = None,
-    model_context: ModelContext | None = None,
-    models: ModelFiles | None = None,
-) -> list[Problem]:
-    """Every graph-level error and warning, in node order. With ``models``, model files are looked up
-    (a missing or unreadable one is a warning) and their context sizes feed the budget checks."""
-    return Validator().validate(asset, source, asset_dir, count_tokens, model_context, models)
+def validate_asset(asset: Asset, *args: Any, **options: Any) -> list[Problem]:
+    """Every graph-level error and warning, in node order: ``Validator.validate`` (and its
+    parameters) on a fresh validator."""
+    return Validator().validate(asset, *args, **options)
 
 
 class _NodeFacts:
@@ -117,6 +111,9 @@ class Validator:
         model_context: ModelContext | None = None,
         models: ModelFiles | None = None,
     ) -> list[Problem]:
+        """Every graph-level error and warning, in node order. With ``models``, model files are
+        looked up (a missing or unreadable one is a warning) and their context sizes feed the
+        budget checks."""
         if model_context is None and models is not None:
             model_context = models.context
         kept = self._facts

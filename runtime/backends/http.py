@@ -44,7 +44,13 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from runtime.backends.base import CallCancelled
+from runtime.backends.base import (
+    CallCancelled,
+    GenerationRequest,
+    GenerationResult,
+    NodeSession,
+    TokenCallback,
+)
 from runtime.problems import BackendError
 
 # --- limits (docs/limits.md lists them) ----------------------------------------------------------
@@ -621,3 +627,24 @@ def wait_until_ready(connection: ServerConnection, path: str, seconds: float) ->
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
+
+
+class ServerSession(NodeSession):
+    """A node's context on a server: ``generate`` runs the subclass's ``_generate`` in the cancel's
+    scope, so Stop ends every request of the call (the template, the tokenizer, the model list, the
+    stream), and a call stopped before the reply began is a cancelled result."""
+
+    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
+        started = time.perf_counter()
+        with cancel_scope(cancel):
+            try:
+                return self._generate(request, on_token, cancel)
+            except Cancelled:  # before the reply began
+                return GenerationResult(text="", prompt_tokens=0, reused=0, evaluated=0, generated=0,
+                                        cancelled=True, finish_reason="cancelled",
+                                        prompt_ms=(time.perf_counter() - started) * 1000)
+
+    def _generate(self, request: GenerationRequest, on_token: TokenCallback | None,
+                  cancel: threading.Event | None) -> GenerationResult:
+        raise NotImplementedError

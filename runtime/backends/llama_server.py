@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from runtime.backends.base import (
-    Backend,
-    ChatMessage,
-    GenerationRequest,
-    GenerationResult,
-    NodeSession,
-    TokenCallback,
-)
+from runtime.backends.base import Backend, ChatMessage, GenerationRequest, GenerationResult, TokenCallback
 from runtime.backends.grammars import choices_grammar
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
+from runtime.backends.http import (
+    Cancelled,
+    ServerConnection,
+    ServerRefused,
+    ServerSession,
+    ServerUnavailable,
+    cancel_scope,
+)
 from runtime.backends.placeholders import content_marks, split_at_marks
 from runtime.backends.server_answers import (
     MAX_MODEL_NAME_CHARS,
@@ -279,7 +279,7 @@ class LlamaServerBackend(Backend):
         self.server.close()
 
 
-class ServerNodeSession(NodeSession):
+class ServerNodeSession(ServerSession):
     """One node's slot on the server."""
 
     def __init__(self, backend: LlamaServerBackend, key: str, n_ctx: int) -> None:
@@ -289,17 +289,6 @@ class ServerNodeSession(NodeSession):
 
     def release(self) -> None:
         self.backend.slot_pool().release(id(self.backend), self.key)
-
-    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
-                 cancel: threading.Event | None = None) -> GenerationResult:
-        started = time.perf_counter()
-        with cancel_scope(cancel):  # Stop also ends the template, tokenizer and model-list requests
-            try:
-                return self._generate(request, on_token, cancel)
-            except Cancelled:  # before the reply began
-                return GenerationResult(text="", prompt_tokens=0, reused=0, evaluated=0, generated=0,
-                                        cancelled=True, finish_reason="cancelled",
-                                        prompt_ms=(time.perf_counter() - started) * 1000)
 
     def _generate(self, request: GenerationRequest, on_token: TokenCallback | None,
                   cancel: threading.Event | None) -> GenerationResult:

@@ -28,15 +28,15 @@ from contextlib import closing
 from pathlib import PurePath
 from typing import Any, Literal
 
-from runtime.backends.base import (
-    Backend,
-    ChatMessage,
-    GenerationRequest,
-    GenerationResult,
-    NodeSession,
-    TokenCallback,
+from runtime.backends.base import Backend, ChatMessage, GenerationRequest, GenerationResult, TokenCallback
+from runtime.backends.http import (
+    Cancelled,
+    ServerConnection,
+    ServerRefused,
+    ServerSession,
+    ServerUnavailable,
+    cancel_scope,
 )
-from runtime.backends.http import Cancelled, ServerConnection, ServerRefused, ServerUnavailable, cancel_scope
 from runtime.backends.server_answers import (
     MAX_CONTEXT_TOKENS,
     MAX_MODEL_NAME_CHARS,
@@ -218,7 +218,7 @@ class OpenAIBackend(Backend):
         self.api.close()
 
 
-class OpenAISession(NodeSession):
+class OpenAISession(ServerSession):
     """A node's calls; the server's prefix cache (if any) does the reuse."""
 
     def __init__(self, backend: OpenAIBackend, key: str, n_ctx: int) -> None:
@@ -227,17 +227,6 @@ class OpenAISession(NodeSession):
 
     def release(self) -> None:
         """Nothing to free here: the server manages its own cache."""
-
-    def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
-                 cancel: threading.Event | None = None) -> GenerationResult:
-        started = time.perf_counter()
-        with cancel_scope(cancel):  # Stop also ends the template, tokenizer and model-list requests
-            try:
-                return self._generate(request, on_token, cancel)
-            except Cancelled:  # before the reply began
-                return GenerationResult(text="", prompt_tokens=0, reused=0, evaluated=0, generated=0,
-                                        cancelled=True, finish_reason="cancelled",
-                                        prompt_ms=(time.perf_counter() - started) * 1000)
 
     def _generate(self, request: GenerationRequest, on_token: TokenCallback | None,
                   cancel: threading.Event | None) -> GenerationResult:
