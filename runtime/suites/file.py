@@ -313,7 +313,10 @@ def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
         raise SuiteError([dataclasses.replace(p, column=_where(root, e["loc"])[1]) if p.line else p
                           for p, e in zip(problems, errors)]) from None
     asset_path = (path.parent / suite.asset).resolve()
-    asset = load_asset(asset_path)
+    try:
+        asset = load_asset(asset_path)
+    except InputError as exc:  # the asset's own problems, after the line of the suite that names it
+        raise SuiteError([_at(path, f"asset: {suite.asset} cannot be loaded", root, ["asset"]), *exc.problems]) from None
     if suite.model:
         asset = asset.model_copy(update={"default_model": suite.model})
     problems = []
