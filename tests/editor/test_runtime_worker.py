@@ -135,7 +135,7 @@ def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot
     assert held.turn == 1
 
     dock.restart_button.click()
-    qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=5_000)
+    qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=TURN_TIMEOUT_MS)
     assert not dock.banner.isVisible()
     fresh = talk(qtbot, conversation, "Hello again.")
     assert fresh.turn == 0

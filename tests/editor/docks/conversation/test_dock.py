@@ -9,7 +9,7 @@ import pytest
 from editor.docks.conversation.dock import ConversationDock
 from editor.docks.conversation.history_dialogs import REPLY, HistoryEditor, VariablesDialog
 from runtime.dialogue.dialog_file import load_history
-from tests.editor.live import example, sample_model, talk
+from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk
 
 pytestmark = pytest.mark.model
 
@@ -38,7 +38,7 @@ def test_three_turns_in_the_chat_view(chat, qtbot):
     for line in LINES:
         dock.line.setText(line)
         dock.send_button.click()
-        qtbot.waitUntil(lambda: not conversation.busy, timeout=180_000)
+        qtbot.waitUntil(lambda: not conversation.busy, timeout=TURN_TIMEOUT_MS)
         records.append(conversation.record(len(records)))
         assert records[-1] is not None, dock.status.text()
     text = dock.chat.toPlainText()
@@ -65,7 +65,7 @@ def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
     assert [t.player for t in saved.history.turns] == LINES[:2]
 
     dock.new_button.click()
-    qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=5_000)
+    qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=TURN_TIMEOUT_MS)
     assert "Player:" not in dock.chat.toPlainText()
 
     bad = tmp_path / "bad.json"
@@ -76,7 +76,7 @@ def test_export_new_import_and_a_bad_file(chat, qtbot, tmp_path):
     assert [t.player for t in conversation.saved.history.turns] == [LINES[2]], "a bad file loses nothing"
 
     assert dock.import_from(str(exported))
-    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == 2, timeout=5_000)
+    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == 2, timeout=TURN_TIMEOUT_MS)
     assert LINES[1] in dock.chat.toPlainText()
     record = talk(qtbot, conversation, "Thank you!")
     replayed = [p.text for p in record.parts["reply"] if p.kind == "history"]
@@ -93,7 +93,7 @@ def test_seed_and_edit_history(chat, qtbot):
     editor.table.item(0, REPLY).setText("Welcome, stranger. The stew is on.")
     assert conversation.change_history(editor.operation())
     qtbot.waitUntil(lambda: conversation.saved.history.turns[0].entries[0].text.startswith("Welcome, stranger"),
-                    timeout=5_000)
+                    timeout=TURN_TIMEOUT_MS)
 
     # Add a turn: the history is seeded from the rows.
     editor = HistoryEditor(conversation.saved, dock.default_node(), dock)
@@ -101,7 +101,7 @@ def test_seed_and_edit_history(chat, qtbot):
     editor.table.item(1, 0).setText("I will take a room.")
     editor.table.item(1, REPLY).setText("Room three, up the stairs.")
     assert conversation.change_history(editor.operation())
-    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == 2, timeout=5_000)
+    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == 2, timeout=TURN_TIMEOUT_MS)
     assert "Room three, up the stairs." in dock.chat.toPlainText()
 
     record = talk(qtbot, conversation, "Which room was it again?")
