@@ -40,6 +40,7 @@ from runtime.backends.http import Cancelled, cancel_scope
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
+from runtime.dialogue.tree import keep_nodes
 from runtime.models.folder import ModelNotFound
 from runtime.problems import BackendError, InputError
 from runtime.prompting.prompt import PromptPart
@@ -166,11 +167,9 @@ class RuntimeWorker(QObject):
         old = self.agent
         agent = Agent(asset, backend, asset_dir or None)
         if old is not None and not restart:
-            saved = old.export_dialog()
-            node_ids = set(asset.node_ids())
-            saved.system_prompts = {k: v for k, v in saved.system_prompts.items() if k in node_ids}
-            saved.windows = {k: v for k, v in saved.windows.items() if k in node_ids}
-            agent.import_dialog(saved)
+            # A deleted node's window starts and system prompts go, from every state of the tree
+            # (filtering only the current state left the tree naming it, and the import refused it).
+            agent.import_dialog(keep_nodes(old.export_dialog(), asset.node_ids()))
             # Variables the designer changed in this conversation stay; the rest follow the asset.
             changed = {k: v for k, v in old.variables.items() if old.asset.variables.get(k, object()) != v}
             agent.variables = {**asset.variables, **changed}
