@@ -24,6 +24,7 @@ from runtime.models.memory import (
     verdict,
     weights_cost,
 )
+from runtime.nodes import failure_text
 from runtime.problems import BackendError, InputError, Problem
 
 # per asset
@@ -159,7 +160,12 @@ def estimate_asset(
     # hashes the whole ModelShape on every call (a third of an edit's time at 5,000 nodes).
     costs: dict[tuple[str, int], ContextCost | EstimateError] = {}
     for node in asset.nodes:
-        for use in node.model_uses():  # each node type says which contexts it keeps
+        try:
+            uses = node.model_uses()  # each node type says which contexts it keeps
+        except Exception as exc:  # noqa: BLE001 - a plugin's failure is a problem on its node, never a crash
+            problems.append(Problem("error", f"model_uses() failed: {failure_text(exc)}", asset_file, node.id))
+            continue
+        for use in uses:
             name, field_name = asset.model_source(model_overrides.get(node.id, use.model_name), use.field)
             if name not in resolved:
                 resolved[name] = _load(name, resolve_model, asset_file, node.id, field_name, problems)

@@ -61,6 +61,18 @@ class ExitsRaise(NodeBase):
         return "default_exit"
 
 
+class ModelUsesRaise(CheckRaises):
+    """A node whose model_uses() (what the memory estimate sizes) raises."""
+
+    type: Literal["ModelUsesRaise"] = "ModelUsesRaise"
+
+    def model_uses(self):
+        raise RuntimeError("the plugin's model_uses broke")
+
+    def check(self, checks):
+        pass
+
+
 class ViewExits(CheckRaises):
     """A node whose editor description exits the program when it is imported."""
 
@@ -70,7 +82,7 @@ class ViewExits(CheckRaises):
         pass
 
 
-FAILING = (RunRaises, RunExits, CheckRaises, GraphCheckExits, ExitsRaise)
+FAILING = (RunRaises, RunExits, CheckRaises, GraphCheckExits, ExitsRaise, ModelUsesRaise)
 
 
 @contextmanager

@@ -153,3 +153,18 @@ def test_a_check_or_exits_that_raises_is_a_problem_on_the_node_and_the_rest_is_c
     assert all(p.file == "failing.json" for p in mine)
     others = {p.node_id for p in problems}
     assert "loose" in others  # the other node is still checked (unreachable, budget)
+
+
+def test_a_model_uses_that_raises_is_a_problem_of_the_estimate_not_a_crash() -> None:
+    """The VRAM estimate asks every node which contexts it keeps; a plugin failing there is a problem
+    on its node, and the other nodes are still sized."""
+    from runtime.asset.estimate import estimate_asset
+
+    def no_model(name, asset_dir=None):
+        raise FileNotFoundError(name)
+
+    with registered():
+        estimate = estimate_asset(_asset("ModelUsesRaise"), no_model, asset_file="failing.json")
+    mine = [p for p in estimate.problems if p.node_id == "p"]
+    assert mine and "model_uses() failed: RuntimeError: the plugin's model_uses broke" in mine[0].message
+    assert mine[0].file == "failing.json"
