@@ -39,11 +39,11 @@ def talk(qtbot, conversation, line: str, timeout: int = TURN_TIMEOUT_MS):
     conversation.turn_failed.connect(failed)
     try:
         before = len(conversation.saved.history.turns)
-        with qtbot.waitSignals([conversation.busy_changed], timeout=5_000):
+        with qtbot.waitSignals([conversation.busy_changed], timeout=timeout):
             assert conversation.say(line), "a turn was already running"
         qtbot.waitUntil(lambda: not conversation.busy, timeout=timeout)
     finally:
         conversation.turn_failed.disconnect(failed)
     assert not failures, failures[0]
-    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == before + 1, timeout=5_000)
+    qtbot.waitUntil(lambda: len(conversation.saved.history.turns) == before + 1, timeout=timeout)
     return conversation.record(before)
