@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import BackendChoice, problems_text
 from editor.thread_service import OneRunService
-from runtime.backends.http import display_url
+from runtime.backends.http import Cancelled, cancel_scope, display_url
 from runtime.backends.profiles import (
     KIND_LABELS,
     MAX_CONTEXT_SIZE,
@@ -63,19 +64,23 @@ FIELDS = ("name", "kind", "url", "api_key_env", "model", "context_size", "timeou
 class _CheckWorker(QObject):
     done = Signal(bool, str)  # reached, the backend's label or the error
 
-    def __init__(self, profile: BackendProfile) -> None:
+    def __init__(self, profile: BackendProfile, cancel: threading.Event) -> None:
         super().__init__()
         self.profile = profile
+        self.cancel = cancel
 
     @Slot()
     def run(self) -> None:
         try:
             backend = make_backend(self.profile)
             try:
-                backend.load_model("")  # asks the server what it is (/props, /v1/models)
+                with cancel_scope(self.cancel):  # closing the dialog ends the check at once
+                    backend.load_model("")  # asks the server what it is (/props, /v1/models)
                 label = backend.label
             finally:
                 backend.close()
+        except Cancelled:
+            self.done.emit(False, "the check was stopped")
         except BackendError as exc:
             self.done.emit(False, str(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is the check's answer, not a crash
@@ -97,7 +102,9 @@ class ConnectionCheck(OneRunService):
     def start(self, profile: BackendProfile) -> bool:
         if self.busy or self.closed:
             return False
-        worker = _CheckWorker(profile.model_copy(update={"timeout": min(profile.timeout, CHECK_TIMEOUT_S)}))
+        self._cancel.clear()
+        worker = _CheckWorker(profile.model_copy(update={"timeout": min(profile.timeout, CHECK_TIMEOUT_S)}),
+                              self._cancel)
         thread = self._new_thread(worker)
         thread.started.connect(worker.run)
         worker.done.connect(self._on_done)

@@ -144,7 +144,7 @@ class SuiteRun(OneRunService):
         self.stopping = False
         self.reading = SuiteReading(self)  # the suite files beside an asset, read off the UI thread
 
-    def shutdown(self, timeout_ms: int = 30_000) -> None:
+    def shutdown(self, timeout_ms: int | None = None) -> None:
         """Stop the run and any reading of suite files, and wait for their threads."""
         self.reading.shutdown(timeout_ms)
         super().shutdown(timeout_ms)
