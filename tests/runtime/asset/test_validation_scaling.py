@@ -3,13 +3,13 @@ a 5,000-node chain took 11 s to validate and the editor 7 s per edit)."""
 
 from __future__ import annotations
 
-import time
-
-import pytest
+from pathlib import Path
 
 from runtime.asset.model import Asset, Generate, GenerateAndSpeak, Summarize, new_node
 from runtime.asset.validation import validate_asset
 from runtime.nodes import NodeChecks
+
+RUNTIME = str(Path(__file__).resolve().parents[3] / "runtime")
 
 
 def chain(count: int, kind: str = "Generate") -> Asset:
@@ -40,12 +40,8 @@ def test_reachability_reads_each_nodes_exits_a_bounded_number_of_times(monkeypat
     assert large <= 2000 * 6
 
 
-def test_a_5000_node_chain_validates_quickly():
-    asset = chain(5000)
-    started = time.perf_counter()
-    problems = validate_asset(asset)
-    assert time.perf_counter() - started < 2.0  # 11 s before; about 0.03 s now
-    assert problems == []
+def test_a_5000_node_chain_validates_with_no_problems():
+    assert validate_asset(chain(5000)) == []  # 11 s before issue 14; bench_validation times it
 
 
 def test_a_loop_with_no_way_out_is_still_an_error_in_a_long_chain():
@@ -80,11 +76,27 @@ def test_runs_later_names_the_nearest_node_after_each():
     assert checks.predecessors("b") == ["t"] and checks.successors("s") == ["a"]
 
 
-@pytest.mark.parametrize("count", [1000, 4000])
-def test_the_rules_of_every_node_type_stay_within_time(count):
-    """Validation time per node stays flat (a rule that walks the graph per node grows with it)."""
-    asset = chain(count, "GenerateAndSpeak")
-    started = time.perf_counter()
-    validate_asset(asset)
-    per_node = (time.perf_counter() - started) / count
-    assert per_node < 200e-6, f"{per_node * 1e6:.0f} us per node"
+def runtime_calls(asset: Asset) -> int:
+    """Python function calls in the runtime's own code while ``asset`` validates: a count of work
+    that, unlike a time, does not depend on how busy the machine is."""
+    import sys
+
+    calls = 0
+
+    def count(frame, event, _arg):
+        nonlocal calls
+        if event == "call" and frame.f_code.co_filename.startswith(RUNTIME):
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        validate_asset(asset)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_the_rules_of_every_node_type_do_work_in_proportion_to_the_graph():
+    """Validation work per node stays flat (a rule that walks the graph per node grows with it)."""
+    small, large = (runtime_calls(chain(count, "GenerateAndSpeak")) for count in (250, 1000))
+    assert large <= 4 * small * 1.15, f"{small} calls at 250 nodes, {large} at 1,000"
