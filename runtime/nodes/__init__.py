@@ -141,9 +141,41 @@ def register(entry: NodeType) -> None:
                          f"letters, digits and '_' (up to {MAX_TYPE_NAME_CHARS}), not starting with a digit")
     if entry.name in NODE_TYPES:
         raise ValueError(f"node type {entry.name!r} is already registered")
+    if entry.package:
+        _answer_even_when_failing(model)
     NODE_TYPES[entry.name] = entry
     for callback in _SUBSCRIBERS:
         callback(entry)
+
+
+# What a plugin type's descriptive methods answer when its own code raises: these are asked by the
+# canvas, the properties dock, validation's walks and the estimate, which must go on. The failure is
+# a plugin problem (once per type and method). run, check, check_in_graph and exits are not here:
+# a turn fails on them and validation reports them on the node.
+_FALLBACKS: dict[str, Callable[[], object]] = {
+    "uses_model": lambda: False, "history_budget": lambda: None, "field_limits": dict, "speaks": lambda: False,
+}
+
+
+def _answer_even_when_failing(model: type[NodeBase]) -> None:
+    for method, fallback in _FALLBACKS.items():
+        original = getattr(model, method)
+        if getattr(original, "_answers_when_failing", False):
+            continue
+
+        def guarded(self, *args, _original=original, _fallback=fallback, _method=method):
+            try:
+                return _original(self, *args)
+            except Exception as exc:  # noqa: BLE001 - a plugin's failure is a problem on its type, never a crash
+                problem = f"node type {self.type_name!r}: {_method}() failed: {failure_text(exc)}"
+                if problem not in PLUGIN_PROBLEMS:
+                    PLUGIN_PROBLEMS.append(problem)
+                    log.warning("%s", problem)
+                return _fallback()
+
+        guarded._answers_when_failing = True  # type: ignore[attr-defined]
+        guarded.__doc__ = original.__doc__
+        setattr(model, method, guarded)
 
 
 def _still_importing(exc: BaseException) -> str:

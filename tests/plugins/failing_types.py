@@ -73,6 +73,27 @@ class ModelUsesRaise(CheckRaises):
         pass
 
 
+class DescribesBadly(CheckRaises):
+    """A node whose descriptive methods (asked by the canvas, the properties dock, validation) raise."""
+
+    type: Literal["DescribesBadly"] = "DescribesBadly"
+
+    def check(self, checks):
+        pass
+
+    def speaks(self):
+        raise RuntimeError("speaks broke")
+
+    def uses_model(self):
+        raise RuntimeError("uses_model broke")
+
+    def history_budget(self, model_context):
+        raise RuntimeError("history_budget broke")
+
+    def field_limits(self):
+        raise RuntimeError("field_limits broke")
+
+
 class ViewExits(CheckRaises):
     """A node whose editor description exits the program when it is imported."""
 

@@ -168,3 +168,27 @@ def test_a_model_uses_that_raises_is_a_problem_of_the_estimate_not_a_crash() -> 
     mine = [p for p in estimate.problems if p.node_id == "p"]
     assert mine and "model_uses() failed: RuntimeError: the plugin's model_uses broke" in mine[0].message
     assert mine[0].file == "failing.json"
+
+
+def test_a_plugin_whose_descriptive_methods_raise_validates_and_says_so() -> None:
+    """speaks, uses_model, history_budget and field_limits are asked by the canvas, the properties
+    dock and validation's walks: a plugin's failure there answers the base's default and is a
+    plugin problem naming the type and method, not a crash."""
+    from tests.plugins.failing_types import DescribesBadly
+
+    before = list(nodes.PLUGIN_PROBLEMS)
+    try:
+        with registered(DescribesBadly):
+            node = DescribesBadly(id="p")
+            assert (node.speaks(), node.uses_model(), node.history_budget(2048), node.field_limits()) == (
+                False, False, None, {})
+            problems = validate_asset(asset_from_dict({"version": 1, "start_node": "p", "nodes": [
+                {"id": "p", "type": "DescribesBadly", "default_exit": "s"},
+                {"id": "s", "type": "Summarize"}]}, "failing.json"), "failing.json")
+        assert not [p for p in problems if p.node_id == "p" and p.severity == "error"], problems
+        said = [p for p in nodes.PLUGIN_PROBLEMS if p not in before]
+        failed = {m for m in ("speaks", "uses_model", "history_budget", "field_limits")
+                  if any(f"'DescribesBadly': {m}() failed" in p for p in said)}
+        assert failed == {"speaks", "uses_model", "history_budget", "field_limits"}, said
+    finally:
+        nodes.PLUGIN_PROBLEMS[:] = before
