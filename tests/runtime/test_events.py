@@ -24,7 +24,7 @@ def test_numbers_and_text_without_an_end():
 def test_a_long_reply_without_a_full_stop_is_scanned_once(monkeypatch):
     """Each token is searched from where a sentence end may still begin, not from the start of the
     pending text (a reply of n tokens with no full stop cost n²/2 characters of scanning)."""
-    import runtime.events as events
+    from runtime import events
 
     scanned = []
     real = events._SENTENCE_END

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from runtime.asset import file as asset_file
 from runtime.asset.file import load_asset, load_asset_for_editing, save_asset
 from runtime.asset.model import Asset, new_node
-from runtime.asset import file as asset_file
 from runtime.cli import main as parley
 from runtime.files.writing import atomic_write_text
 from runtime.problems import AssetError

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from runtime.cli import main as parley
+from runtime.models import folder as models
 from runtime.models.folder import (
     SAMPLE_MODEL,
     ModelFileError,
@@ -25,7 +26,6 @@ from runtime.models.folder import (
     models_dir,
     resolve_model,
 )
-from runtime.models import folder as models
 
 
 @pytest.fixture()

@@ -10,8 +10,8 @@ import pytest
 
 from runtime.asset.validation import check_file
 from runtime.cli import main
-from runtime.models.folder import MODELS_DIR_ENV, ModelFileError, fetch_sample_model, resolve_model
 from runtime.models import folder as models
+from runtime.models.folder import MODELS_DIR_ENV, ModelFileError, fetch_sample_model, resolve_model
 
 
 @pytest.fixture()
