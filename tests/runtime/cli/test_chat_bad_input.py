@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 
 import pytest
 
 from runtime.cli import build_parser, main
 from runtime.cli import chat as chat_cli
 from runtime.dialogue.dialog_file import load_history
-from runtime.resources import examples_dir
 
 
-@pytest.fixture()
-def chat_asset(tmp_path):
-    return str(shutil.copy(examples_dir() / "chat.json", tmp_path / "chat.json"))
-
-
-def _script(tmp_path, text="Hello Mira\n"):
-    script = tmp_path / "lines.txt"
-    script.write_text(text, encoding="utf-8")
-    return str(script)
-
-
-def test_a_refused_history_in_is_never_overwritten_by_history_out(tmp_path, chat_asset, capsys):
+def test_a_refused_history_in_is_never_overwritten_by_history_out(tmp_path, chat_asset, capsys, script):
     """Defect 1: the import is refused, so the same file given as --history-out must stay as it was."""
     history = tmp_path / "dialog.json"
     original = '{"turns": [{"player": "hi"}], "variables": {"a.b": 1}}\n'  # a bad variable name
     history.write_text(original, encoding="utf-8")
-    code = main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path),
+    code = main(["chat", chat_asset, "--backend", "scripted", "--script", script(),
                  "--history-in", str(history), "--history-out", str(history)])
     assert code == 1
     err = capsys.readouterr().err
@@ -38,31 +25,31 @@ def test_a_refused_history_in_is_never_overwritten_by_history_out(tmp_path, chat
     assert history.read_text(encoding="utf-8") == original
 
 
-def test_a_history_the_agent_refuses_is_not_overwritten_either(tmp_path, chat_asset, capsys):
+def test_a_history_the_agent_refuses_is_not_overwritten_either(tmp_path, chat_asset, capsys, script):
     """The file parses, but the agent refuses it (a system prompt for a node it lacks)."""
     history = tmp_path / "dialog.json"
     original = json.dumps({"turns": [{"player": "hi"}], "system_prompts": {"nobody": "x"}})
     history.write_text(original, encoding="utf-8")
-    code = main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path),
+    code = main(["chat", chat_asset, "--backend", "scripted", "--script", script(),
                  "--history-in", str(history), "--history-out", str(history)])
     assert code == 1
     assert "system_prompts.nobody" in capsys.readouterr().err
     assert history.read_text(encoding="utf-8") == original
 
 
-def test_windows_for_nodes_the_asset_lacks_are_refused(tmp_path, chat_asset, capsys):
+def test_windows_for_nodes_the_asset_lacks_are_refused(tmp_path, chat_asset, capsys, script):
     history = tmp_path / "dialog.json"
     history.write_text(json.dumps({"turns": [{"player": "hi"}], "windows": {"ghost": 1}}), encoding="utf-8")
-    assert main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path),
+    assert main(["chat", chat_asset, "--backend", "scripted", "--script", script(),
                  "--history-in", str(history)]) == 1
     assert f"{history}:windows.ghost: error" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--history-out", "--diagnostics"])
-def test_output_into_a_missing_folder_is_refused_before_any_turn(tmp_path, chat_asset, capsys, flag):
+def test_output_into_a_missing_folder_is_refused_before_any_turn(tmp_path, chat_asset, capsys, flag, script):
     """Defect 11: a traceback after the turns ran; now exit 2 before anything runs."""
     target = tmp_path / "no" / "such" / "folder" / "out.json"
-    code = main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path), flag, str(target)])
+    code = main(["chat", chat_asset, "--backend", "scripted", "--script", script(), flag, str(target)])
     assert code == 2
     captured = capsys.readouterr()
     assert f"{flag} {target}: the folder {target.parent} does not exist" in captured.err
@@ -71,12 +58,12 @@ def test_output_into_a_missing_folder_is_refused_before_any_turn(tmp_path, chat_
 
 
 @pytest.mark.parametrize("flag", ["--history-out", "--diagnostics"])
-def test_output_onto_a_folder_or_under_a_file_is_refused(tmp_path, chat_asset, capsys, flag):
-    assert main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path), flag, str(tmp_path)]) == 2
+def test_output_onto_a_folder_or_under_a_file_is_refused(tmp_path, chat_asset, capsys, flag, script):
+    assert main(["chat", chat_asset, "--backend", "scripted", "--script", script(), flag, str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
     a_file = tmp_path / "file.txt"
     a_file.write_text("keep", encoding="utf-8")
-    assert main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path),
+    assert main(["chat", chat_asset, "--backend", "scripted", "--script", script(),
                  flag, str(a_file / "out.json")]) == 2
     assert "is not a folder" in capsys.readouterr().err
     assert a_file.read_text(encoding="utf-8") == "keep"
@@ -92,12 +79,12 @@ def test_bad_flags_are_refused_before_the_history_is_read(tmp_path, chat_asset, 
     assert history.read_text(encoding="utf-8") == "not even json"
 
 
-def test_a_failing_history_write_is_a_message_not_a_traceback(tmp_path, chat_asset, capsys, monkeypatch):
+def test_a_failing_history_write_is_a_message_not_a_traceback(tmp_path, chat_asset, capsys, monkeypatch, script):
     def refuse(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(chat_cli, "save_history", refuse)
-    code = main(["chat", chat_asset, "--backend", "scripted", "--script", _script(tmp_path),
+    code = main(["chat", chat_asset, "--backend", "scripted", "--script", script(),
                  "--history-out", str(tmp_path / "h.json")])
     assert code == 1
     assert "cannot save the history: Permission denied" in capsys.readouterr().err

@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
-
-import pytest
 
 from runtime.cli import build_parser, main
 from runtime.cli import chat as chat_cli
 from runtime.dialogue import dialog_file
 from runtime.dialogue.dialog_file import load_history
-from runtime.resources import examples_dir
-
-
-@pytest.fixture()
-def chat_asset(tmp_path):
-    return str(shutil.copy(examples_dir() / "chat.json", tmp_path / "chat.json"))
 
 
 def _script(tmp_path, text="Hello Mira\n"):
