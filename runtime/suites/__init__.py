@@ -21,6 +21,6 @@ the case that expects what a conversation did), ``report`` (the
 outcomes, coverage, JSON and JUnit) and ``run`` (running cases and suites, on one backend or a fleet).
 
 A suite file cannot hang or crash the program: ``file`` bounds what one may hold (``MAX_SUITE_BYTES``,
-``MAX_SUITE_CASES``, ``MAX_SUITE_NESTING``, ``MAX_REGEX_CHARS``; no YAML aliases) and ``checks``
-matches a reply's regex within ``REGEX_TIMEOUT_SECONDS``.
+``MAX_SUITE_CASES``, ``MAX_SUITE_NESTING``; no YAML aliases) and ``checks``
+matches a reply's regex within ``runtime.patterns``' limits.
 """

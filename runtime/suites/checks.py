@@ -20,9 +20,6 @@ from runtime.nodes.classify_intent import port_intent
 from runtime.problems import BackendError
 from runtime.suites.file import ReplyExpect, TurnExpect
 
-# How long a reply's regex may search (runtime.patterns says why there is a limit).
-REGEX_TIMEOUT_SECONDS = patterns.SEARCH_SECONDS
-
 JUDGE_KEY = "__judge__"
 JUDGE_SCHEMA = {
     "type": "object",
@@ -71,9 +68,9 @@ def check_reply(expect: ReplyExpect, reply: str) -> list[Check]:
 
 
 def _regex_check(pattern: str, reply: str) -> Check:
-    """Whether ``reply`` matches ``pattern`` (searched, case-insensitive), within ``REGEX_TIMEOUT_SECONDS``."""
+    """Whether ``reply`` matches ``pattern`` (searched, case-insensitive), within ``runtime.patterns``' time limit."""
     try:
-        found = patterns.search(pattern, reply, seconds=REGEX_TIMEOUT_SECONDS)
+        found = patterns.search(pattern, reply)
     except patterns.PatternError as exc:  # a bad pattern is refused as the suite loads; a suite built in code may not be
         return Check("reply", False, f"matches /{pattern}/ ({exc})")
     return Check("reply", found, f"matches /{pattern}/")

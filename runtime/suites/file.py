@@ -34,7 +34,6 @@ MAX_SUITE_CASES = 10_000
 # Nesting of mappings and lists: a suite needs about 8, a tool's arguments schema a few more. The
 # YAML parser recurses once per level (C code, which a deep enough file crashes), so it is counted first.
 MAX_SUITE_NESTING = 64
-MAX_REGEX_CHARS = patterns.MAX_PATTERN_CHARS
 assert MAX_SUITE_BYTES <= MAX_INPUT_BYTES
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runtime.patterns import MAX_PATTERN_CHARS, SEARCH_SECONDS
 from runtime.suites import file as suite_file
-from runtime.suites.checks import REGEX_TIMEOUT_SECONDS, check_reply
+from runtime.suites.checks import check_reply
 from runtime.suites.file import (
-    MAX_REGEX_CHARS,
     MAX_SUITE_CASES,
     MAX_SUITE_NESTING,
     Case,
@@ -43,7 +43,7 @@ def test_a_catastrophic_regex_fails_the_check_within_its_time_limit_and_names_th
             print(check.passed, check.message)
     """)
     done = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
-                          timeout=60 + 10 * REGEX_TIMEOUT_SECONDS)
+                          timeout=60 + 10 * SEARCH_SECONDS)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 2
@@ -57,7 +57,7 @@ def test_an_ordinary_regex_still_matches_case_insensitively() -> None:
 
 
 def test_a_regex_over_the_length_limit_is_refused_where_it_is(tmp_path) -> None:
-    long = "a" * (MAX_REGEX_CHARS + 1)
+    long = "a" * (MAX_PATTERN_CHARS + 1)
     with pytest.raises(SuiteError) as caught:
         load_suite(write(tmp_path, GOOD.replace('regex: "greet"', f'regex: "{long}"')))
     problem = caught.value.problems[0]
