@@ -47,6 +47,7 @@ from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.document import Document
+from editor.garbage import collect_on_the_ui_thread
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind
 from editor.runtime_worker import LiveConversation, TurnRecord
@@ -128,6 +129,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, autosave_ms: int = 30_000, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        collect_on_the_ui_thread()  # worker threads must never destroy this window's Qt objects
         self.setObjectName("ParleyStudio")
         self._framed_once = False  # the graph is framed for reading once the window is first shown
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)

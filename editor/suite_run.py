@@ -16,14 +16,15 @@ own too: a large suite takes seconds to parse, and the UI must not wait for it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
-from runtime.suites.file import LoadedSuite, suites_beside
+from runtime.suites.file import SUITE_SUFFIXES, LoadedSuite, suites_beside
 from runtime.suites.report import CaseResult, Report, TurnOutcome
 from runtime.suites.run import run_suites
 
@@ -87,6 +88,15 @@ class _ReadWorker(QObject):
             QThread.currentThread().quit()
 
 
+def _has_suite_files(asset_path: str) -> bool:
+    """Whether the asset's folder holds a file named like a suite (or cannot be listed: the read
+    then says why)."""
+    try:
+        return any(entry.name.endswith(SUITE_SUFFIXES) for entry in os.scandir(os.path.dirname(asset_path) or "."))
+    except OSError:
+        return True
+
+
 class SuiteReading(OneRunService):
     """Reads the suites beside an asset off the UI thread (one read at a time); ``listed`` is
     emitted on the UI thread. A read asked for while one goes on runs after it, and only its
@@ -103,6 +113,11 @@ class SuiteReading(OneRunService):
             return
         if self.busy:
             self._next = asset_path
+            return
+        if not _has_suite_files(asset_path):
+            # Nothing to parse: no thread. (A reading thread started as a window opened was seen
+            # to hang Qt now and then when several windows opened one after another.)
+            QTimer.singleShot(0, lambda: None if self.closed else self.listed.emit(asset_path, []))
             return
         self._start(asset_path)
 

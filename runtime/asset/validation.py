@@ -20,7 +20,7 @@ from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.models.folder import ModelFileError, resolve_model
 from runtime.models.gguf import GGUFInfo, read_gguf
-from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, failure_text
+from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, checked_exits, failure_text
 from runtime.nodes.checks import GraphShape, ModelContext, TokenCounter, estimate_tokens
 from runtime.problems import AssetError, InputError, Problem
 
@@ -202,10 +202,7 @@ def _node_exits(node: NodeBase) -> tuple[dict[str, str], str]:
     found: dict[str, str] = {}
 
     def read() -> None:
-        exits = node.exits()
-        if not isinstance(exits, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in exits.items()):
-            raise TypeError(f"it gave a {type(exits).__name__}, not a dict of port -> node id")
-        found.update(exits)
+        found.update(checked_exits(node))
 
     failed = _node_code(node, "exits", read)
     return ({}, failed) if failed else (found, "")

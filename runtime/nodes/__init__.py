@@ -241,17 +241,22 @@ def failure_text(exc: BaseException) -> str:
     return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS] + "\u2026"
 
 
+def checked_exits(node: NodeBase) -> dict[str, str]:
+    """``node.exits()``, or TypeError when a node type answers something that is not port names to
+    node ids (whatever ``exits()`` itself raises passes through)."""
+    exits = node.exits()
+    if not isinstance(exits, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in exits.items()):
+        raise TypeError(f"it gave a {type(exits).__name__}, not a dict of port -> node id")
+    return exits
+
+
 def shown_exits(node: NodeBase) -> dict[str, str]:
-    """``node.exits()`` for a view or a walk that must go on: no exits when a plugin's ``exits()``
-    raises or answers something that is not port names to node ids. Validation calls ``exits()``
-    itself and reports that failure on the node; a turn that reaches it fails naming it."""
+    """``checked_exits`` for a view or a walk that must go on: no exits when a plugin's ``exits()``
+    fails. Validation reports that failure on the node; a turn that reaches it fails naming it."""
     try:
-        exits = node.exits()
+        return checked_exits(node)
     except Exception:  # noqa: BLE001 - a plugin's failure is a problem on its node, never a crash
         return {}
-    if not isinstance(exits, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in exits.items()):
-        return {}
-    return exits
 
 
 def shown_exit_label(node: NodeBase, port: str) -> str:
@@ -268,7 +273,7 @@ load_plugins()
 __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     # the registry
     "ENTRY_POINT_GROUP", "MAX_PROBLEM_CHARS", "MAX_TYPE_NAME_CHARS", "NODE_TYPES", "PLUGIN_PROBLEMS", "NodeType",
-    "failure_text", "load_plugins", "node_model", "node_models", "node_type", "register", "shown_exit_label",
+    "failure_text", "load_plugins", "node_model", "node_models", "node_type", "register", "checked_exits", "shown_exit_label",
     "shown_exits", "when_registered",
     # a node type's model: its base, parameter blocks and names
     "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "FieldError", "ModelParams", "ModelUse", "NodeBase",

@@ -66,6 +66,7 @@ def test_a_document_with_undo_steps_is_freed_without_the_garbage_collector(qapp)
     import gc
     import weakref
 
+    enabled = gc.isenabled()
     gc.disable()
     try:
         document = make()
@@ -76,4 +77,5 @@ def test_a_document_with_undo_steps_is_freed_without_the_garbage_collector(qapp)
         del document
         assert gone() is None, "only a garbage collection would free the document"
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
