@@ -40,6 +40,7 @@ from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
 from runtime.dialogue.tree import AgentState, ConversationTree
 from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
+from runtime.models.journal import DecodeJournal
 from runtime.nodes import failure_text
 from runtime.nodes.running import (
     NodeRun,
@@ -83,6 +84,7 @@ class Agent:
         self.variables: dict[str, VariableValue] = dict(asset.variables)
         self.system_prompts: dict[str, str] = {}  # node id -> system prompt set at runtime
         self.windows: dict[str, int] = {}  # node id -> window start (only moves forward)
+        self.journals: dict[str, DecodeJournal] = {}  # node id -> how its KV cache was read so far
         self._nodes = {n.id: n for n in asset.nodes}
         self._token_counts: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._node_caches: dict[str, dict[str, Any]] = {}  # node id -> what it keeps across turns
@@ -141,13 +143,16 @@ class Agent:
         if saved.tree is not None:
             self.tree = saved.tree.copy()
         else:  # a history that kept no branches: one branch, its earlier states reconstructed
+            self.journals = {}
             self.tree = ConversationTree.from_turns(self.history.turns, self._state())
+        self.journals = {k: v for k, v in self.tree.state_after(self.tree.current).journals.items() if k in self._nodes}
 
     def seed_history(self, turns: list[Turn]) -> None:
         """Start the conversation from ``turns`` (no summaries; every node's window starts at 0). The
         seeded turns are a new branch; earlier branches stay in the tree."""
         self.history = DialogHistory([Turn(t.player, list(t.entries)) for t in turns], [])
         self.windows = {}
+        self.journals = {}  # no model read the seeded turns
         parent: int | None = None
         for turn in self.history.turns:
             parent = self.tree.add(parent, turn, self._state(), edited=True)
@@ -176,7 +181,7 @@ class Agent:
 
     def _state(self) -> AgentState:
         return AgentState(tuple(self.history.summaries), dict(self.windows), dict(self.variables),
-                          dict(self.system_prompts))
+                          dict(self.system_prompts), dict(self.journals))
 
     def _go_to(self, turn_id: int | None) -> None:
         """Make ``turn_id`` the current turn: its path is the history, its state the agent's."""
@@ -187,6 +192,7 @@ class Agent:
         self.windows = dict(state.windows)
         self.variables = {**self.asset.variables, **state.variables}
         self.system_prompts = {k: v for k, v in state.system_prompts.items() if self._has_runtime_system_prompt(k)}
+        self.journals = {k: v for k, v in state.journals.items() if k in self._nodes}
 
     def rewind(self, count: int) -> None:
         """Go back to before turn ``count`` (turns count from 0): the history, every node's window
@@ -273,12 +279,12 @@ class Agent:
     def _run_turn(self, player_line, instructions, on_event, cancel, tool_result, edited=False) -> TurnResult:
         started = time.perf_counter()
         run = TurnState(player_line, instructions, on_event, cancel, tool_result)
-        before = (list(self.history.summaries), dict(self.windows), dict(self.variables))
+        before = (list(self.history.summaries), dict(self.windows), dict(self.variables), dict(self.journals))
         try:
             with self.backend.stopping(cancel):
                 self._walk(run, cancel)
         except BaseException:
-            self.history.summaries, self.windows, self.variables = before
+            self.history.summaries, self.windows, self.variables, self.journals = before
             raise
 
         index = len(self.history.turns)

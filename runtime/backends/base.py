@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from runtime.models.journal import DecodeJournal
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -44,6 +46,10 @@ class GenerationRequest:
     choices: list[str] | None = None  # the output is exactly one of these strings
     json_schema: dict[str, Any] | None = None  # the output is JSON valid for this schema
     stop: list[str] = field(default_factory=list)
+    # What the node's cache held at this point of its conversation (None: whatever it holds now). A
+    # backend that keeps its own cache rebuilds exactly this before reading, so a call made again at
+    # the same point (a regenerated, rewound or replayed turn, a cold process) reads the same way.
+    journal: DecodeJournal | None = None
 
 
 @dataclass
@@ -59,6 +65,7 @@ class GenerationResult:
     prompt_ms: float = 0.0
     generate_ms: float = 0.0
     warnings: list[str] = field(default_factory=list)  # for the node's diagnostics (a remote model that differs, ...)
+    journal: DecodeJournal | None = None  # what the node's cache holds after the call (None: not tracked)
 
 
 TokenCallback = Callable[[str], None]

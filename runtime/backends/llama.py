@@ -21,8 +21,9 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from runtime.models.context_settings import (
 )
 from runtime.models.folder import resolve_model
 from runtime.models.gguf import GGUFError, GGUFInfo, read_gguf
+from runtime.models.journal import EMPTY, Chunk, DecodeJournal
 from runtime.models.memory import MIB, Settings, context_cost, model_shape
 from runtime.names import utf8
 from runtime.problems import BackendError
@@ -65,13 +67,21 @@ llama_log = logging.getLogger("llama_cpp")
 # Python callback runs once per graph node (~25 ms per decode here): shorter prompts take
 # well under 200 ms anyway.
 ABORTABLE_PROMPT_TOKENS = 48
-# Prompts are read in blocks of this many tokens at fixed positions (0-63, 64-127, ...), and only
-# whole blocks read from a prompt are reused from the cache, never generated tokens. llama.cpp's
-# CPU kernels give slightly different numbers for the same token in a different batch, which at a
-# temperature above 0 can change a reply: with fixed blocks, the same prompt gives the same numbers
-# however the cache was filled, so a rewound, regenerated or replayed turn with the same seed gives
-# the same reply. The price is reading again the previous reply and up to a block more each turn.
-CANONICAL_BLOCK = 64
+# Reproducible at full reuse. llama.cpp's CPU kernels give a token slightly different numbers in
+# another batch layout (read alone or in a chunk; with flash attention also in chunks of another
+# size or with another thread count), which at a temperature above 0 can change a reply. So a node's
+# cache is always built the way the conversation's own path built it: the agent hands each call the
+# decode journal its node had at that point of the path (``GenerationRequest.journal``), the session
+# keeps what its cache shares with that journal, rebuilds the rest chunk by chunk as first read,
+# reuses the longest common prefix with the new prompt, and reads the rest in ``n_batch`` chunks.
+# A regenerated, rewound, edited or replayed turn, or a cold process, reads the same chunks on the
+# same cells and says the same. Rebuilding what a trim or a summary cut away is what snapshots
+# (``TurnSnapshots``) save.
+#
+# Snapshots of a node's cache are taken before a cut that throws away cells read by earlier calls
+# (a rewind, a trim, a new summary), when at least this many cells go:
+SNAPSHOT_MIN_TOKENS = 32
+SNAPSHOT_BUDGET_MIB = 256  # the default RAM all nodes' snapshots may take together
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------
@@ -304,10 +314,17 @@ class _LoadedModel:
         # Llama 3, Qwen) split anyway, so ordinary prompts get the same tokens as the whole
         # string would. SentencePiece vocabularies that add a leading space (Llama 2, Mistral
         # v0.1) get that space at the start of each piece.
+        return self.prompt_tokens_and_head(messages)[0]
+
+    def prompt_tokens_and_head(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int]:
+        """The prompt's tokens, and how many of them end with the first message's content."""
         tokens: list[int] = []
+        head = 0
         for text, is_markup in self.prompt_parts(messages):
             tokens += self.tokenize(text, special=is_markup)
-        return tokens
+            if not is_markup and not head:
+                head = len(tokens)
+        return tokens, head
 
     def tokenize(self, text: str, special: bool) -> list[int]:
         if not text:
@@ -335,8 +352,8 @@ class LlamaNodeSession(NodeSession):
         self.model = model
         self._context: internals.LlamaContext | None = None
         self._batch: internals.LlamaBatch | None = None
-        self.tokens: list[int] = []
-        self.canonical = 0  # positions before this were read from a prompt in whole fixed blocks
+        self.journal: DecodeJournal = EMPTY  # exactly how the cells its KV cache holds were read
+        self.read_start = 0  # where the last call began reading (cells before it were read by earlier calls)
         self.last_used = time.monotonic()
         self.contexts_created = 0
         self._piece_buffer = ctypes.create_string_buffer(64)
@@ -344,6 +361,11 @@ class LlamaNodeSession(NodeSession):
     @property
     def is_cold(self) -> bool:
         return self._context is None
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens the KV cache holds."""
+        return self.journal.tokens()
 
     # lifecycle
 
@@ -365,8 +387,8 @@ class LlamaNodeSession(NodeSession):
             ) from None
         self._context = context
         self._batch = internals.LlamaBatch(n_tokens=params.n_batch, embd=0, n_seq_max=params.n_seq_max, verbose=True)
-        self.tokens = []
-        self.canonical = 0
+        self.journal = EMPTY
+        self.read_start = 0
         self.contexts_created += 1
         log.debug("created context for node %s (n_ctx %d)", self.key, self._n_ctx)
         return context
@@ -374,6 +396,7 @@ class LlamaNodeSession(NodeSession):
     def release(self) -> None:
         with self.model.lock:
             self._free()
+        self._backend.snapshots.forget(self.key)
 
     def _free(self) -> None:
         if self._batch is not None:
@@ -383,8 +406,8 @@ class LlamaNodeSession(NodeSession):
             self._context.close()
             self._context = None
             log.debug("freed context of node %s", self.key)
-        self.tokens = []
-        self.canonical = 0
+        self.journal = EMPTY
+        self.read_start = 0
 
     # prompts
 
@@ -396,7 +419,7 @@ class LlamaNodeSession(NodeSession):
     def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
         # Everything that can fail on bad input happens before the cache is touched.
-        prompt = self.prompt_tokens(request.messages)
+        prompt, head = self.model.prompt_tokens_and_head(request.messages)
         if not prompt:
             raise BackendError(f"node {self.key!r}: the prompt is empty")
         grammar = None
@@ -418,7 +441,7 @@ class LlamaNodeSession(NodeSession):
         with self.model.lock:
             self._backend._busy(+1)
             try:
-                return self._generate_locked(request, prompt, grammar, max_tokens, on_token, cancel)
+                return self._generate_locked(request, prompt, head, grammar, max_tokens, on_token, cancel)
             finally:
                 self._backend._busy(-1)
 
@@ -426,6 +449,7 @@ class LlamaNodeSession(NodeSession):
         self,
         request: GenerationRequest,
         prompt: list[int],
+        head: int,
         grammar: str | None,
         max_tokens: int,
         on_token: TokenCallback | None,
@@ -438,13 +462,14 @@ class LlamaNodeSession(NodeSession):
         sampler = self._sampler(request, grammar)
         try:
             t0 = time.perf_counter()
-            reused = self._keep_common_prefix(context, prompt)
-            evaluated, cancelled = self._evaluate(context, prompt[reused:], cancel)
+            wanted = self.reading(request.journal, prompt, head)
+            reused, evaluated, cancelled = self._hold(context, wanted, cancel)
             t1 = time.perf_counter()
             if cancelled:
                 return GenerationResult(
                     text="", prompt_tokens=len(prompt), reused=reused, evaluated=evaluated, generated=0,
                     cold=cold, cancelled=True, finish_reason="cancelled", prompt_ms=(t1 - t0) * 1000,
+                    journal=self.journal,
                 )
             text, generated, finish = self._sample_loop(context, sampler, request, max_tokens, on_token, cancel)
             t2 = time.perf_counter()
@@ -462,75 +487,111 @@ class LlamaNodeSession(NodeSession):
             finish_reason=finish,
             prompt_ms=(t1 - t0) * 1000,
             generate_ms=(t2 - t1) * 1000,
+            journal=self.journal,
         )
 
-    def _keep_common_prefix(self, context: internals.LlamaContext, prompt: list[int]) -> int:
-        """Drop what the cache holds after the longest common prefix with ``prompt`` that is made of
-        whole prompt blocks (``CANONICAL_BLOCK``); return the prefix length."""
-        held = self.tokens
+    def reading(self, journal: DecodeJournal | None, prompt: list[int], head: int = 0) -> DecodeJournal:
+        """What the cache holds once ``prompt`` is read: the journal the node had at this point of its
+        conversation (``journal``, else the cache's own), cut to its longest common prefix with the
+        prompt, then the rest of the prompt in ``n_batch`` chunks, the first ending at ``head`` (the
+        end of the first message). The last prompt token is always read: sampling needs its logits."""
+        before = journal if journal is not None else self.journal
+        held = before.tokens()
         n = 0
-        limit = min(len(held), len(prompt), self.canonical if self._backend.reproducible else len(held))
+        limit = min(len(held), len(prompt) - 1)
         while n < limit and held[n] == prompt[n]:
             n += 1
-        if n == len(prompt):
-            n -= 1  # the last prompt token is evaluated again: sampling needs its logits
-        if self._backend.reproducible:
-            n -= n % CANONICAL_BLOCK
-        if n < len(held):
-            if not context.kv_cache_seq_rm(0, n, -1):
-                context.kv_cache_clear()
-                n = 0
-            del self.tokens[n:]
-        self.canonical = min(self.canonical, n)
-        return n
-
-    def _decode(self, context: internals.LlamaContext, chunk: Sequence[int]) -> int:
-        assert self._batch is not None
-        self._batch.set_batch(chunk, len(self.tokens), False)
-        rc = llama_cpp.llama_decode(context.ctx, self._batch.batch)
-        if rc == 0:
-            self.tokens.extend(chunk)
-        elif rc != 2:  # 2 = aborted by our callback
-            # llama.cpp removes the failed batch from memory; drop anything past what we know it holds
-            context.kv_cache_seq_rm(0, len(self.tokens), -1)
-            detail = _last_llama_error()
-            raise BackendError(
-                f"node {self.key!r}: llama.cpp could not evaluate the prompt (code {rc})" + (f": {detail}" if detail else "")
-            )
-        return rc
-
-    def _evaluate(
-        self, context: internals.LlamaContext, rest: list[int], cancel: threading.Event | None
-    ) -> tuple[int, bool]:
-        """Evaluate ``rest`` after the kept prefix; returns (tokens evaluated, cancelled)."""
         n_batch = self._backend.context_params(self._n_ctx).n_batch
-        abortable = cancel is not None and len(rest) > ABORTABLE_PROMPT_TOKENS
+        # The first message (the system prompt) ends a chunk of its own, so a new conversation with
+        # the same system prompt finds it in the cache whatever the last conversation said.
+        edges = [head] if n < head < len(prompt) else []
+        chunks = []
+        at = n
+        while at < len(prompt):
+            end = min(at + n_batch, len(prompt), *(e for e in edges if e > at))
+            chunks.append(Chunk(tuple(prompt[at:end]), end - at))
+            at = end
+        return before.cut(n).then(chunks)
+
+    def _hold(self, context: internals.LlamaContext, wanted: DecodeJournal, cancel: threading.Event | None
+              ) -> tuple[int, int, bool]:
+        """Make the cache hold ``wanted``, bit for bit as its chunks were first read; its last chunk is
+        read again in any case (for the logits). Returns (cells kept, tokens read, cancelled)."""
+        last_start = wanted.starts()[-1]
+        keep = min(wanted.shared(self.journal), last_start)
+        snapshots = self._backend.snapshots
+        found = snapshots.best(self.key, wanted)
+        if found is not None and min(wanted.shared(found.journal), last_start) > keep:
+            self._restore(context, found)
+            keep = min(wanted.shared(self.journal), last_start)
+        cut, chunks = wanted.rebuild_from(keep)
+        if cut < self.read_start and self.journal.length - cut >= SNAPSHOT_MIN_TOKENS:
+            snapshots.save(self.key, self.journal, context)  # cells read by earlier calls are about to go
+        self._cut(context, cut)
+        self.read_start = cut
+        abortable = cancel is not None and wanted.length - cut > ABORTABLE_PROMPT_TOKENS
         if abortable:
             callback = _abort_callback_for(cancel)
             llama_cpp.llama_set_abort_callback(context.ctx, callback, None)
-        block = min(CANONICAL_BLOCK, n_batch) if self._backend.reproducible else n_batch
+        evaluated = 0
         try:
-            return self._evaluate_blocks(context, rest, cancel, block)
+            for chunk in chunks:
+                pieces = [[t] for t in chunk.tokens] if chunk.singles else [list(chunk.tokens)]
+                for piece in pieces:
+                    if cancel is not None and cancel.is_set():
+                        return cut, evaluated, True
+                    if self._decode(context, piece, chunk.singles) == 2:
+                        return cut, evaluated, True
+                    evaluated += len(piece)
+                if chunk.kept < len(chunk.tokens) and not chunk.singles:
+                    self._cut(context, self.journal.length - len(chunk.tokens) + chunk.kept)
         finally:
             if abortable:
                 llama_cpp.llama_set_abort_callback(context.ctx, llama_cpp.ggml_abort_callback(0), None)
-            # whatever was read (all of it, or up to a cancel) was read in whole blocks
-            self.canonical = len(self.tokens) - len(self.tokens) % block
+        return cut, evaluated, False
 
-    def _evaluate_blocks(self, context: internals.LlamaContext, rest: list[int], cancel: threading.Event | None,
-                         block: int) -> tuple[int, bool]:
-        """Decode ``rest`` in chunks that end on multiples of ``block``; returns (evaluated, cancelled)."""
-        done = 0
-        while done < len(rest):
-            if cancel is not None and cancel.is_set():
-                return done, True
-            position = len(self.tokens)
-            chunk = rest[done : done + block - position % block]
-            if self._decode(context, chunk) == 2:
-                context.kv_cache_seq_rm(0, len(self.tokens), -1)
-                return done, True
-            done += len(chunk)
-        return done, False
+    def _cut(self, context: internals.LlamaContext, n: int) -> None:
+        if n < self.journal.length:
+            if not context.kv_cache_seq_rm(0, n, -1):
+                context.kv_cache_clear()
+                n = 0
+            self.journal = self.journal.cut(n)
+
+    def _restore(self, context: internals.LlamaContext, snapshot: Snapshot) -> None:
+        context.kv_cache_clear()
+        self.journal = EMPTY
+        data = snapshot.data
+        if llama_cpp.llama_state_seq_set_data(context.ctx, data, len(data), 0) == 0:
+            context.kv_cache_clear()  # refused (another build's format): rebuilt from the journal instead
+            log.warning("node %s: a cache snapshot could not be restored", self.key)
+            return
+        self.journal = snapshot.journal
+
+    def _decode(self, context: internals.LlamaContext, chunk: Sequence[int], singles: bool = False) -> int:
+        assert self._batch is not None
+        self._batch.set_batch(chunk, self.journal.length, False)
+        rc = llama_cpp.llama_decode(context.ctx, self._batch.batch)
+        if rc == 0:
+            self._read(chunk, singles)
+        else:
+            # llama.cpp removes the failed or aborted batch from memory; drop anything past what we know it holds
+            context.kv_cache_seq_rm(0, self.journal.length, -1)
+            if rc != 2:  # 2 = aborted by our callback
+                detail = _last_llama_error()
+                raise BackendError(
+                    f"node {self.key!r}: llama.cpp could not evaluate the prompt (code {rc})"
+                    + (f": {detail}" if detail else "")
+                )
+        return rc
+
+    def _read(self, chunk: Sequence[int], singles: bool) -> None:
+        chunks = self.journal.chunks
+        if singles and chunks and chunks[-1].singles and chunks[-1].kept == len(chunks[-1].tokens):
+            last = chunks[-1]  # one more token read alone: the same run of singles
+            tokens = last.tokens + tuple(chunk)
+            self.journal = DecodeJournal(chunks[:-1] + (Chunk(tokens, len(tokens), True),))
+        else:
+            self.journal = self.journal.then_read(chunk, singles)
 
     def _sampler(self, request: GenerationRequest, grammar: str | None) -> internals.LlamaSampler:
         sampler = internals.LlamaSampler()
@@ -594,9 +655,9 @@ class LlamaNodeSession(NodeSession):
             if done:
                 finish = "stop"
                 break
-            if generated >= max_tokens or len(self.tokens) + 1 >= self._n_ctx:
-                break  # the sampled token is not decoded: the cache holds only what ``tokens`` says
-            self._decode(context, [token])
+            if generated >= max_tokens or self.journal.length + 1 >= self._n_ctx:
+                break  # the sampled token is not decoded: the cache holds only what ``journal`` says
+            self._decode(context, [token], singles=True)
         text += decoder.decode(b"", final=True)
         if on_token is not None and len(text) > emitted:
             on_token(text[emitted:])
@@ -627,6 +688,84 @@ def _abort_callback_for(cancel: threading.Event) -> Any:
 _ABORT_CALLBACKS: deque[Any] = deque(maxlen=64)
 
 
+# --- snapshots ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    key: str  # the node
+    journal: DecodeJournal  # what its cache held
+    data: Any  # llama_state_seq_get_data's bytes (a ctypes array)
+
+
+class TurnSnapshots:
+    """Copies of node caches taken before a cut threw away cells earlier calls read, so a rewind
+    across a trim or a new summary restores them instead of reading the conversation again. All
+    nodes' snapshots together stay within ``budget`` bytes, the least recently used dropped first."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[int, Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+        self._next = 0
+        self.taken = 0
+        self.restored = 0
+
+    def set_budget(self, budget: int) -> None:
+        with self._lock:
+            self.budget = max(int(budget), 0)
+            self._evict(0)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(len(s.data) for s in self._kept.values())
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def save(self, key: str, journal: DecodeJournal, context: internals.LlamaContext) -> None:
+        with self._lock:
+            for s in self._kept.values():
+                if s.key == key and journal.shared(s.journal) == journal.length:
+                    return  # one already holds all of it
+        size = llama_cpp.llama_state_seq_get_size(context.ctx, 0)
+        if size > self.budget:
+            return
+        data = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(context.ctx, data, size, 0) != size:
+            return
+        with self._lock:
+            self._evict(size)
+            self._kept[self._next] = Snapshot(key, journal, data)
+            self._next += 1
+            self.taken += 1
+
+    def best(self, key: str, wanted: DecodeJournal) -> Snapshot | None:
+        """The snapshot of ``key`` that shares the most cells with ``wanted`` (None if none shares any)."""
+        with self._lock:
+            scored = [(wanted.shared(s.journal), i) for i, s in self._kept.items() if s.key == key]
+            if not scored:
+                return None
+            shared, index = max(scored)
+            if shared == 0:
+                return None
+            self._kept.move_to_end(index)
+            self.restored += 1
+            return self._kept[index]
+
+    def forget(self, key: str | None = None) -> None:
+        with self._lock:
+            for i in [i for i, s in self._kept.items() if key is None or s.key == key]:
+                del self._kept[i]
+
+    def _evict(self, room: int) -> None:
+        total = sum(len(s.data) for s in self._kept.values())
+        while self._kept and total + room > self.budget:
+            _, dropped = self._kept.popitem(last=False)
+            total -= len(dropped.data)
+
+
 # --- the backend ----------------------------------------------------------------------------
 
 
@@ -635,9 +774,7 @@ class LlamaBackend(Backend):
 
     ``asset_dir`` resolves model names relative to the asset. ``idle_release_seconds``
     frees every node's KV cache once no call has run for that long (None: never).
-    ``reproducible`` (the default) reads prompts in fixed blocks (``CANONICAL_BLOCK``) so a turn with
-    a fixed seed gives the same reply however the cache was filled (replays, regenerations); False
-    reads in ``n_batch`` chunks and reuses generated tokens, slightly faster but not reproducible.
+    ``snapshot_mib`` is the RAM all nodes' cache snapshots may take (``TurnSnapshots``).
     """
 
     def __init__(
@@ -650,10 +787,10 @@ class LlamaBackend(Backend):
         n_batch: int = N_BATCH,
         kv_type: KVType = KV_TYPE,
         flash_attn: FlashAttention = FLASH_ATTN,
-        reproducible: bool = True,
+        snapshot_mib: float = SNAPSHOT_BUDGET_MIB,
     ) -> None:
         install_log_forwarding()
-        self.reproducible = reproducible
+        self.snapshots = TurnSnapshots(int(snapshot_mib * MIB))
         cpus = os.cpu_count() or 1
         self.asset_dir = Path(asset_dir) if asset_dir is not None else None
         # Same defaults as llama_cpp.Llama: half the logical CPUs to generate, all of them for prompts.

@@ -20,7 +20,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
@@ -39,6 +39,7 @@ from runtime.files.located import (
 )
 from runtime.files.reading import MAX_INPUT_BYTES, parse_input_json, read_input_text
 from runtime.files.writing import atomic_write_text
+from runtime.models.journal import EMPTY, MAX_JOURNAL_TOKENS, Chunk, DecodeJournal
 from runtime.names import (  # noqa: F401  (REPLACEMENT, VariableValue and without_surrogates: kept importable from here)
     ID_PATTERN,
     REPLACEMENT,
@@ -51,8 +52,8 @@ from runtime.names import (  # noqa: F401  (REPLACEMENT, VariableValue and witho
 from runtime.problems import InputError, Problem
 
 HISTORY_FORMAT = "parley-dialog"
-HISTORY_VERSION = 3  # the version written; versions 1 and 2 are still read (``READ_VERSIONS``)
-READ_VERSIONS = (1, 2, 3)
+HISTORY_VERSION = 4  # the version written; versions 1 to 3 are still read (``READ_VERSIONS``)
+READ_VERSIONS = (1, 2, 3, 4)
 
 # The largest history file written: the largest any reader of a user's file takes. A history that
 # would be larger is not written (the file there is kept), since it could never be loaded again.
@@ -137,6 +138,19 @@ class StateInFile(_Strict):
     system_prompts: dict[NodeKey, str] = Field(default_factory=dict)
 
 
+class ChunkInFile(_Strict):
+    tokens: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="Token ids read by one decode call.")
+    kept: int | None = Field(None, ge=1, description="Cells of the chunk the cache still held (default: all).")
+    singles: bool = Field(False, description="Each token was read by a call of its own (generated tokens).")
+
+
+class JournalChangeInFile(_Strict):
+    """Version 4: how a node's decode journal changed in a turn: cut to ``keep`` cells, then ``chunks`` read."""
+
+    keep: int = Field(0, ge=0)
+    chunks: list[ChunkInFile] = Field(default_factory=list)
+
+
 class StateChangeInFile(_Strict):
     """Version 3: a turn's state as what differs from the state before it (its parent's, or the
     start's for a first turn); a part left out is the same as there."""
@@ -145,6 +159,8 @@ class StateChangeInFile(_Strict):
     windows: dict[NodeKey, WindowStart] | None = None
     variables: dict[VariableName, FileVariableValue] | None = None
     system_prompts: dict[NodeKey, str] | None = None
+    journals: dict[NodeKey, JournalChangeInFile] | None = Field(
+        None, description="Version 4: the nodes whose decode journal changed in the turn, and how.")
 
 
 class BranchTurnInFile(TurnInFile):
@@ -193,7 +209,7 @@ class TreeDialogFile(_Strict):
     """Version 3: every turn once, in the tree; the current branch is the path to ``current``."""
 
     format: Literal["parley-dialog"] = HISTORY_FORMAT
-    version: Literal[3]
+    version: Literal[3, 4]
     seed_salt: int = Field(0, ge=0, description="Added to every fixed seed: re-rolled seeds give other replies.")
     current: int | None = Field(None, ge=0, description="The turn the conversation is at; null: before the first.")
     followed: int | None = Field(None, ge=0, description="The first turn that was followed last.")
@@ -301,6 +317,12 @@ def _dumps(saved: SavedDialog) -> str:
             change["variables"] = dict(after.variables)
         if after.system_prompts != before.system_prompts:
             change["system_prompts"] = dict(sorted(after.system_prompts.items()))
+        if after.journals != before.journals:
+            journals = {k: j.change_from(before.journals.get(k, EMPTY)) for k, j in sorted(after.journals.items())
+                        if j != before.journals.get(k, EMPTY)}
+            journals.update({k: {"keep": 0} for k in before.journals if k not in after.journals})
+            if journals:
+                change["journals"] = journals
         if change:
             record["state"] = change
         followed = tree.followed.get(turn_id)
@@ -337,7 +359,7 @@ def history_from_dict(raw: Any, source: str = "<history>", check_surrogates: boo
             "error", f"this history is version {version}; this Parley Studio reads up to version {HISTORY_VERSION}",
             source, field="version",
         )])
-    model: type[DialogFile | TreeDialogFile] = TreeDialogFile if version == 3 else DialogFile
+    model: type[DialogFile | TreeDialogFile] = TreeDialogFile if version in (3, 4) else DialogFile
     try:
         record = model.model_validate(raw)
     except ValidationError as exc:
@@ -480,7 +502,8 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
 
     def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, position: int | None
                    ) -> AgentState:
-        if s.summaries is None and s.windows is None and s.variables is None and s.system_prompts is None:
+        if (s.summaries is None and s.windows is None and s.variables is None and s.system_prompts is None
+                and getattr(s, "journals", None) is None):
             return before  # nothing changed in the turn (the common case among alternatives)
         # The field's name is made only for a problem: a large history has none, and many turns.
         field = f"{where}start" if position is None else f"{where}turns.{position}.state"
@@ -504,7 +527,11 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
                 problems.extend(_state_problems([], windows, count, source, str, f"{field}.windows"))
         variables = before.variables if s.variables is None else s.variables
         prompts = before.system_prompts if s.system_prompts is None else s.system_prompts
-        return AgentState(chosen, windows, variables, prompts)
+        journals = before.journals
+        changed = getattr(s, "journals", None)
+        if changed is not None:
+            journals = _journals(before.journals, changed, f"{field}.journals", source, problems)
+        return AgentState(chosen, windows, variables, prompts, journals)
 
     empty = AgentState()
     tree = ConversationTree(full_state(start, empty, 0, None))
@@ -542,6 +569,36 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
         raise HistoryError(problems[:MAX_REPORTED_PROBLEMS])
     tree.select(current)
     return tree
+
+
+def _journals(before: Mapping[str, DecodeJournal], changes: dict[str, JournalChangeInFile], field: str,
+              source: str, problems: list[Problem]) -> dict[str, DecodeJournal]:
+    out = dict(before)
+    for node, change in changes.items():
+        prior = before.get(node, EMPTY)
+        where = f"{field}.{shown_name(node)}"
+        if change.keep > prior.length:
+            problems.append(Problem("error", f"keeps {change.keep} cells of a journal that held {prior.length} "
+                                    "before the turn", source, field=f"{where}.keep"))
+            continue
+        chunks = []
+        for i, c in enumerate(change.chunks):
+            kept = len(c.tokens) if c.kept is None else c.kept
+            if kept > len(c.tokens):
+                problems.append(Problem("error", f"keeps {kept} cells of a chunk of {len(c.tokens)} tokens", source,
+                                        field=f"{where}.chunks.{i}.kept"))
+                break
+            chunks.append(Chunk(tuple(c.tokens), kept, c.singles))
+        journal = prior.cut(change.keep).then(chunks)
+        if journal.length > MAX_JOURNAL_TOKENS:
+            problems.append(Problem("error", f"the journal holds {journal.length} tokens; at most {MAX_JOURNAL_TOKENS} "
+                                    "are read", source, field=where))
+            continue
+        if journal.length:
+            out[node] = journal
+        else:
+            out.pop(node, None)
+    return out
 
 
 def unknown_node_problems(saved: SavedDialog, node_ids: set[str], source: str = "<history>") -> list[Problem]:

@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from runtime.dialogue.history import SavedDialog, Summary, Turn
+from runtime.models.journal import DecodeJournal
 from runtime.names import VariableValue
 
 
@@ -31,6 +32,8 @@ class AgentState:
     windows: Mapping[str, int] = field(default_factory=dict)  # node id -> window start
     variables: Mapping[str, VariableValue] = field(default_factory=dict)
     system_prompts: Mapping[str, str] = field(default_factory=dict)  # node id -> system prompt set at runtime
+    # node id -> how its KV cache was read up to here (a cache rebuilt this way reads on exactly as it did)
+    journals: Mapping[str, DecodeJournal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -176,10 +179,11 @@ def keep_nodes(saved: SavedDialog, node_ids: Collection[str]) -> SavedDialog:
     keep = set(node_ids)
 
     def kept(state: AgentState) -> AgentState:
-        if all(k in keep for k in state.windows) and all(k in keep for k in state.system_prompts):
+        if all(k in keep for k in (*state.windows, *state.system_prompts, *state.journals)):
             return state
         return AgentState(state.summaries, {k: v for k, v in state.windows.items() if k in keep}, state.variables,
-                          {k: v for k, v in state.system_prompts.items() if k in keep})
+                          {k: v for k, v in state.system_prompts.items() if k in keep},
+                          {k: v for k, v in state.journals.items() if k in keep})
 
     tree = None
     if saved.tree is not None:

@@ -21,6 +21,7 @@ from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResu
 from runtime.diagnostics import NodeDiagnostics, NodeInput, NodeTimings, NodeTokens, PromptMessage
 from runtime.dialogue.history import DialogHistory, Entry, Summary
 from runtime.events import Event, EventCallback
+from runtime.models.journal import EMPTY, DecodeJournal
 from runtime.nodes.base import NodeBase
 from runtime.prompting.budget import PromptBudget
 from runtime.prompting.prompt import PromptPart, slot_text
@@ -82,6 +83,7 @@ class AgentAccess(Protocol):
     history: DialogHistory
     variables: dict[str, Any]
     windows: dict[str, int]
+    journals: dict[str, DecodeJournal]
 
     @property
     def asset_name(self) -> str: ...
@@ -192,12 +194,17 @@ class NodeRun:
 
     def generate(self, model: str, request: GenerationRequest, on_token: TokenCallback | None = None
                  ) -> GenerationResult:
-        """Generate with this node's own context (its KV cache). Raises ``TurnCancelled``."""
+        """Generate with this node's own context (its KV cache), rebuilt first to what it held at this
+        point of the conversation (its decode journal), so the call reads as it did or would the
+        first time. Raises ``TurnCancelled``."""
         uses = self.node.model_uses()
         session = self.backend.session(self.node.id, model, uses[0].context_size if uses else 0)
+        request.journal = self._agent.journals.get(self.node.id, EMPTY)
         result = session.generate(request, on_token, self.turn.cancel)
         if result.cancelled:
             raise TurnCancelled("the turn was cancelled", self.node.id)
+        if result.journal is not None:
+            self._agent.journals[self.node.id] = result.journal
         return result
 
     def emit(self, event: Event) -> None:
