@@ -99,6 +99,16 @@ class NodeSession(ABC):
         """Free the KV cache; the next call rebuilds it (and reports ``cold``)."""
 
 
+@dataclass(frozen=True)
+class Reproducibility:
+    """What a backend promises when a call is made again at the same point of a conversation (a
+    regenerated, rewound, edited or replayed turn, a cold process) with the same seed."""
+
+    exact: bool  # the same numbers, so the same reply, bit for bit
+    across_threads: bool  # ... also at another thread count
+    note: str  # in the designer's words, for the Turn Inspector, replays and ``parley doctor``
+
+
 class CallCancelled(Exception):
     """A backend call stopped because the turn's cancel event was set (the agent makes it a
     ``TurnCancelled``)."""
@@ -107,6 +117,11 @@ class CallCancelled(Exception):
 class Backend(ABC):
     #: What runs the model calls, as the Conversation dock and diagnostics name it.
     label: str = "embedded (llama.cpp on this computer)"
+
+    def reproducibility(self) -> Reproducibility:
+        """Whether a reply that changed on a replay can be numerics rather than the graph."""
+        return Reproducibility(False, False, f"{self.label} does not say whether it repeats itself: a replayed "
+                               "reply may change with the same graph and seed")
 
     def stopping(self, cancel: threading.Event) -> contextlib.AbstractContextManager[None]:
         """A context the agent runs a whole turn in, so every call made inside it (token counts

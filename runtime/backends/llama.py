@@ -39,6 +39,7 @@ from runtime.backends.base import (
     GenerationResult,
     LoadProgress,
     NodeSession,
+    Reproducibility,
     TokenCallback,
 )
 from runtime.backends.grammars import choices_grammar
@@ -817,6 +818,14 @@ class LlamaBackend(Backend):
         if idle_release_seconds is not None:
             self._idle_thread = threading.Thread(target=self._watch_idle, name="llama-idle-release", daemon=True)
             self._idle_thread.start()
+
+    def reproducibility(self) -> Reproducibility:
+        across = self.flash_attn == "off"
+        threads = ("at any thread count" if across else
+                   f"at {self.n_threads}/{self.n_threads_batch} threads only (flash attention {self.flash_attn} "
+                   "makes the numbers depend on the thread count)")
+        return Reproducibility(True, across, "embedded llama.cpp rebuilds each node's cache as its conversation "
+                               f"first read it, so a replay with the same seed is exact, {threads}")
 
     def context_params(self, n_ctx: int) -> ContextParams:
         """How this backend creates an ``n_ctx``-token node context (the estimator sizes the same)."""

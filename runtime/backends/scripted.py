@@ -26,6 +26,7 @@ from runtime.backends.base import (
     GenerationRequest,
     GenerationResult,
     NodeSession,
+    Reproducibility,
     TokenCallback,
 )
 from runtime.problems import BackendError
@@ -182,6 +183,9 @@ class ScriptedBackend(Backend):
     """Deterministic backend. ``reply(key, request)`` writes replies (``key`` is the node id)."""
 
     label = "scripted (deterministic test replies)"
+
+    def reproducibility(self) -> Reproducibility:
+        return Reproducibility(True, True, "scripted replies are the same every time")
 
     def __init__(self, reply: ReplyFunction | None = None, context_size: int = 4096) -> None:
         self._reply = reply or default_reply

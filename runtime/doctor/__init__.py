@@ -1,0 +1,1 @@
+"""``parley doctor``: the reproducibility self-test of a backend and model."""
