@@ -48,6 +48,7 @@ from runtime.models.context_settings import (
     FLASH_ATTN,
     KV_TYPE,
     N_BATCH,
+    SNAPSHOT_BUDGET_MIB,
     ContextParams,
     FlashAttention,
     KVType,
@@ -82,7 +83,6 @@ ABORTABLE_PROMPT_TOKENS = 48
 # Snapshots of a node's cache are taken before a cut that throws away cells read by earlier calls
 # (a rewind, a trim, a new summary), when at least this many cells go:
 SNAPSHOT_MIN_TOKENS = 32
-SNAPSHOT_BUDGET_MIB = 256  # the default RAM all nodes' snapshots may take together
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------

@@ -29,6 +29,10 @@ KV_TYPE: KVType = "f16"  # llama_context_default_params()
 # Measured here (SmolLM2-135M, 2 cores): off is ~18 % slower to read a prompt and ~25 % faster per
 # generated token, so a turn costs about the same. Quantized V caches need it on.
 FLASH_ATTN: FlashAttention = "off"
+# RAM all nodes' cache snapshots may take together, per backend (``TurnSnapshots`` in the llama
+# backend). Snapshots are taken only before a rewind, a trim or a new summary cuts cached cells;
+# the estimator shows the budget as a RAM line of its own.
+SNAPSHOT_BUDGET_MIB = 256
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,19 @@ class ContextParams:
     flash_attn: FlashAttention
 
 
+def kv_type_refusal(kv_type: str, flash_attn: str) -> str:
+    """Why llama.cpp would refuse this KV cache type with this flash attention mode ("" when it would not).
+
+    With flash attention "off" (``LLAMA_FLASH_ATTN_TYPE_DISABLED``) llama_init_from_model refuses a
+    quantized V cache ("quantized V cache requires flash_attn to be enabled"); with "auto" it turns
+    flash attention on for it ("enabling flash_attn since it is required for quantized V cache").
+    """
+    if kv_type != "f16" and flash_attn == "off":
+        return (f"a {kv_type} KV cache needs flash attention (llama.cpp quantizes V only with it): "
+                "set flash attention to on or auto, or use an f16 KV cache")
+    return ""
+
+
 def context_params(
     n_ctx: int, n_batch: int = N_BATCH, *, kv_type: KVType = KV_TYPE, flash_attn: FlashAttention = FLASH_ATTN
 ) -> ContextParams:
@@ -56,9 +73,9 @@ def context_params(
         raise ValueError(f"KV cache type must be one of {', '.join(KV_TYPES)}, not {kv_type!r}")
     if flash_attn not in FLASH_ATTN_MODES:
         raise ValueError(f"flash attention must be one of {', '.join(FLASH_ATTN_MODES)}, not {flash_attn!r}")
-    if kv_type != "f16" and flash_attn == "off":
-        raise ValueError(f"a {kv_type} KV cache needs flash attention (llama.cpp quantizes V only with it): "
-                         "set flash attention to on or auto, or use an f16 KV cache")
+    refusal = kv_type_refusal(kv_type, flash_attn)
+    if refusal:
+        raise ValueError(refusal)
     batch = max(min(n_ctx, n_batch), 1)
     return ContextParams(
         n_ctx=n_ctx,
