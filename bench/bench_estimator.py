@@ -62,7 +62,8 @@ def main() -> int:
                 context_cost.cache_clear()
                 weights_cost.cache_clear()
                 model_shape.cache_clear()
-            s = Settings(kv_type=("f16", "q8_0", "q4_0")[i % 3]) if clear else settings
+            kv_type = ("f16", "q8_0", "q4_0")[i % 3]
+            s = Settings(kv_type=kv_type, flash_attn="off" if kv_type == "f16" else "on") if clear else settings
             t = time.perf_counter()
             estimate_asset(asset, resolve, s)
             out.append((time.perf_counter() - t) * 1000)

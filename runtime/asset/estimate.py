@@ -104,6 +104,12 @@ class Estimate:
         return sum(n.ram_bytes for n in self.nodes)
 
     @property
+    def snapshot_ram(self) -> int:
+        """RAM the backend's cache snapshots may take at most, all nodes together, on top of ``ram_bytes``:
+        they are taken only before a rewind, a trim or a new summary cuts cached cells."""
+        return self.settings.snapshot_budget
+
+    @property
     def headroom(self) -> int:
         """GPU memory left after this agent (negative when it does not fit)."""
         return self.settings.gpu_memory - self.vram_bytes

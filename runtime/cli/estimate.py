@@ -12,8 +12,17 @@ from typing import Any
 
 from runtime.asset.estimate import Estimate, ModelResolver, estimate_asset
 from runtime.asset.file import load_asset
+from runtime.models.context_settings import FLASH_ATTN, FLASH_ATTN_MODES, KV_TYPE, kv_type_refusal
 from runtime.models.folder import ModelFileError, resolve_model, unusable_path
-from runtime.models.memory import GPU_PRESETS_GB, KV_TYPES, MIB, EstimateError, Settings, gpu_memory_bytes
+from runtime.models.memory import (
+    GPU_PRESETS_GB,
+    KV_TYPES,
+    MIB,
+    EstimateError,
+    Settings,
+    flash_attn_assumed,
+    gpu_memory_bytes,
+)
 from runtime.names import without_surrogates
 from runtime.nodes.base import ModelParams
 from runtime.problems import InputError, Problem
@@ -33,10 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models-dir", metavar="DIR", help="folder to find model file names in (default: the models folder)")
     p.add_argument("--gpu-layers", type=int, default=-1, metavar="N",
                    help="layers offloaded to the GPU, the output layer counting as one (-1: all, the default; 0: none)")
-    p.add_argument("--kv-type", choices=KV_TYPES, default="f16", help="KV cache type (quantized types use flash attention)")
+    p.add_argument("--kv-type", choices=KV_TYPES, default=KV_TYPE,
+                   help=f"KV cache type (default {KV_TYPE}; q8_0 and q4_0 need --flash-attn on or auto)")
+    p.add_argument("--flash-attn", choices=FLASH_ATTN_MODES, default=None,
+                   help=f"flash attention as the contexts would be created (default {FLASH_ATTN}, the runtime's: "
+                        "replays are exact at any thread count only with it off; auto is sized as on)")
     p.add_argument("--gpu-memory", type=float, default=8.0, metavar="GB",
                    help=f"GPU memory to check against, e.g. {', '.join(map(str, GPU_PRESETS_GB))} (0: no GPU); default 8")
-    p.add_argument("--no-flash-attn", action="store_true", help="size contexts without flash attention")
+    p.add_argument("--no-flash-attn", action="store_true", help="the same as --flash-attn off (kept for older scripts)")
     p.add_argument("--context", action="append", default=[], metavar="NODE=N", help="what if NODE's context were N tokens (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -54,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             gpu_memory=gpu_memory_bytes(args.gpu_memory),
             gpu_layers=args.gpu_layers,
             kv_type=args.kv_type,
-            flash_attn=not args.no_flash_attn,
+            flash_attn=_flash_attn(args),
         )
         overrides = _context_overrides(args.context, args.asset)
     except InputError as e:
@@ -86,6 +99,12 @@ def _max_context() -> int:
     return 1_048_576
 
 
+def _flash_attn(args: argparse.Namespace) -> str:
+    if args.flash_attn is not None:
+        return args.flash_attn
+    return "off" if args.no_flash_attn else FLASH_ATTN
+
+
 def _flag_problems(args: argparse.Namespace) -> list[str]:
     """What is wrong with the flags' values, one message each (the asset is not read yet)."""
     problems: list[str] = []
@@ -95,6 +114,14 @@ def _flag_problems(args: argparse.Namespace) -> list[str]:
     if not -1 <= args.gpu_layers <= MAX_GPU_LAYERS:
         problems.append(f"--gpu-layers {args.gpu_layers}: give -1 (all layers), 0 (none) or a number of layers "
                         f"up to {MAX_GPU_LAYERS:,}")
+    if args.no_flash_attn and args.flash_attn not in (None, "off"):
+        problems.append(f"--no-flash-attn contradicts --flash-attn {args.flash_attn}: give one of them")
+    elif kv_type_refusal(args.kv_type, _flash_attn(args)):
+        asked = ("--flash-attn off" if args.flash_attn else "--no-flash-attn" if args.no_flash_attn
+                 else "the runtime's default")
+        problems.append(f"--kv-type {args.kv_type} needs flash attention, which is off ({asked}): "
+                        "llama.cpp quantizes the V cache only with it; add --flash-attn on (or auto), "
+                        "or use --kv-type f16")
     for item in args.context:
         try:
             _context_override(item)
@@ -182,7 +209,9 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
             "gpu_memory_bytes": s.gpu_memory,
             "gpu_layers": s.gpu_layers,
             "kv_type": s.kv_type,
-            "flash_attn": s.effective_flash_attn,
+            "flash_attn": s.effective_flash_attn,  # what the contexts would use
+            "flash_attn_setting": s.flash_attn,  # as asked: off, on or auto
+            "snapshot_budget_bytes": s.snapshot_budget,
             "n_batch": s.n_batch,
             "n_ubatch": s.n_ubatch,
         },
@@ -191,6 +220,7 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
         "totals": {
             "ram_bytes": e.ram_bytes,
             "vram_bytes": e.vram_bytes,
+            "snapshot_ram_bytes": e.snapshot_ram,  # at most, on top of ram_bytes
             "headroom_bytes": e.headroom if s.gpu_memory else None,
             "verdict": e.verdict,
             "agents_that_fit": e.agents_that_fit() if s.gpu_memory else None,
@@ -201,6 +231,11 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
 
 def _mib(n: int) -> str:
     return f"{n / MIB:,.1f}"
+
+
+def snapshot_mib(n: int) -> str:
+    """A budget in MiB as the designer set it: 256, not 256.0."""
+    return f"{n / MIB:,.1f}".removesuffix(".0")
 
 
 def estimate_table(e: Estimate) -> str:
@@ -220,10 +255,12 @@ def estimate_table(e: Estimate) -> str:
         lines.append("  ".join(cells).rstrip())
         if i == 0 or i == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
-    fa = "on" if s.effective_flash_attn else "off"
     layers = "all" if s.gpu_layers < 0 else str(s.gpu_layers)
     lines.append("")
-    lines.append(f"KV cache {s.kv_type}, flash attention {fa}, GPU layers {layers}, batch {s.n_ubatch}")
+    lines.append(f"KV cache {s.kv_type}, GPU layers {layers}, batch {s.n_ubatch}")
+    lines.append(flash_attn_assumed(s))
+    lines.append(f"cache snapshots: up to {snapshot_mib(e.snapshot_ram)} MiB of RAM on top of the total "
+                 "(all nodes together; taken only when a rewind or a trim cuts cached cells)")
     if s.gpu_memory:
         gb = s.gpu_memory / (1 << 30)
         fit = e.agents_that_fit()

@@ -22,11 +22,15 @@ from typing import Literal
 
 from runtime.models.context_settings import (
     FLASH_ATTN,
+    FLASH_ATTN_MODES,
     KV_TYPE,
     KV_TYPES,
     N_BATCH,
     N_OUTPUTS_MAX,
+    SNAPSHOT_BUDGET_MIB,
     ContextParams,
+    FlashAttention,
+    kv_type_refusal,
 )
 from runtime.models.gguf import GGUFInfo, row_bytes
 from runtime.problems import InputError, Problem
@@ -75,30 +79,40 @@ class Settings:
     gpu_memory: int = 8 * GIB  # bytes of VRAM on the player's GPU; 0 means no GPU
     gpu_layers: int = -1  # llama.cpp n_gpu_layers: -1 all, 0 none, N the last N (the output layer counts as one)
     kv_type: str = KV_TYPE
-    flash_attn: bool = FLASH_ATTN != "off"  # llama.cpp's "auto" turns it on for CPU, CUDA, Metal and Vulkan
+    # "off" (the runtime's), "on", or "auto": llama.cpp's auto turns it on for CPU, CUDA, Metal and Vulkan
+    flash_attn: FlashAttention = FLASH_ATTN
     n_batch: int = N_BATCH
     n_ubatch: int = N_BATCH
     n_outputs_max: int = N_OUTPUTS_MAX  # logits rows a micro-batch reserves; 0 means one per token (llama.cpp's default)
     swa_full: bool = True  # llama_context_default_params().swa_full
     offload_kqv: bool = True
     reserve_fraction: float = 0.05  # VRAM the driver and the desktop keep; "tight" below this headroom
+    snapshot_budget: int = SNAPSHOT_BUDGET_MIB * MIB  # RAM the backend's cache snapshots may take, all nodes together
 
     def __post_init__(self) -> None:
         if self.kv_type not in KV_TYPES:
             raise EstimateError([Problem("error", f"KV cache type must be one of {', '.join(KV_TYPES)}, not {self.kv_type!r}", field="kv_type")])
+        if self.flash_attn not in FLASH_ATTN_MODES:
+            raise EstimateError([Problem("error", f"flash attention must be one of {', '.join(FLASH_ATTN_MODES)}, "
+                                         f"not {self.flash_attn!r}", field="flash_attn")])
+        refusal = kv_type_refusal(self.kv_type, self.flash_attn)  # llama.cpp would not create the context
+        if refusal:
+            raise EstimateError([Problem("error", refusal, field="kv_type")])
         if self.gpu_memory < 0:
             raise EstimateError([Problem("error", "GPU memory cannot be negative", field="gpu_memory")])
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise EstimateError([Problem("error", "batch sizes must be at least 1", field="n_batch")])
         if self.n_outputs_max < 0:
             raise EstimateError([Problem("error", "n_outputs_max cannot be negative", field="n_outputs_max")])
+        if self.snapshot_budget < 0:
+            raise EstimateError([Problem("error", "the snapshot budget cannot be negative", field="snapshot_budget")])
 
     @classmethod
     def for_context(cls, params: ContextParams, **other: object) -> Settings:
         """The settings that size a context created with ``params`` (``other``: GPU memory and layers, ...)."""
         return cls(
             kv_type=params.kv_type,
-            flash_attn=params.flash_attn != "off",
+            flash_attn=params.flash_attn,
             n_batch=params.n_batch,
             n_ubatch=params.n_ubatch,
             n_outputs_max=params.n_outputs_max,
@@ -107,8 +121,22 @@ class Settings:
 
     @property
     def effective_flash_attn(self) -> bool:
-        # a quantized V cache needs flash attention; llama.cpp's "auto" switches it on
-        return self.flash_attn or self.kv_type != "f16"
+        """Whether the context llama.cpp creates uses flash attention: "auto" resolves to on for the
+        devices it runs on (CPU, CUDA, Metal, Vulkan; checked on the CPU by the accuracy test), and a
+        quantized V cache with "off" is refused in ``__post_init__``, as llama.cpp refuses it."""
+        return self.flash_attn != "off"
+
+
+def flash_attn_assumed(settings: Settings) -> str:
+    """The flash attention setting an estimate assumed, and what it means for replays, in a designer's words."""
+    if not settings.effective_flash_attn:
+        default = "the runtime's default" if FLASH_ATTN == "off" else f"not the runtime's default, {FLASH_ATTN}"
+        return f"flash attention off ({default}: replays are exact at any thread count)"
+    mode = "on" if settings.flash_attn == "on" else "auto, which llama.cpp turns on for the CPU, CUDA, Metal and Vulkan"
+    why = (f"a {settings.kv_type} KV cache needs it" if settings.kv_type != "f16"
+           else "the runtime's default" if FLASH_ATTN == settings.flash_attn
+           else f"the runtime's default is {FLASH_ATTN}")
+    return f"flash attention {mode} ({why}; replays are exact only at the same thread count)"
 
 
 # model shapes (cached per GGUFInfo object; read_gguf caches those per file)

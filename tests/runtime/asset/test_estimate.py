@@ -11,10 +11,11 @@ from runtime.asset.estimate import estimate_asset, what_if_context, what_if_shar
 from runtime.asset.file import save_asset
 from runtime.asset.model import Asset, new_node
 from runtime.cli import main
-from runtime.models.context_settings import context_params
+from runtime.models.context_settings import FLASH_ATTN, context_params
 from runtime.models.gguf import read_gguf
 from runtime.models.memory import (
     GIB,
+    MIB,
     EstimateError,
     Settings,
     context_cost,
@@ -25,7 +26,8 @@ from runtime.models.memory import (
 )
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
-CPU = Settings(gpu_memory=0)
+CPU = Settings(gpu_memory=0)  # flash attention off, as the runtime creates contexts
+CPU_FA = Settings(gpu_memory=0, flash_attn="on")
 
 
 def shape_of(path: Path):
@@ -38,7 +40,7 @@ def test_context_is_padded_to_256_cells() -> None:
 
 def test_kv_cache_with_per_layer_kv_heads(tmp_path: Path) -> None:
     shape = shape_of(write_tiny_gguf(tmp_path / "gqa.gguf", head_count=[4, 4, 8, 8], head_count_kv=[1, 2, 2, 4], key_length=16, value_length=32))
-    cost = context_cost(shape, 1000, CPU)
+    cost = context_cost(shape, 1000, CPU_FA)
     assert cost.cells == 1024
     # f16: 2 bytes per value; K rows 16 x kv_heads, V rows 32 x kv_heads; flash attention keeps V untransposed
     expected = sum(1024 * 2 * (16 * kv + 32 * kv) for kv in (1, 2, 2, 4))
@@ -48,24 +50,37 @@ def test_kv_cache_with_per_layer_kv_heads(tmp_path: Path) -> None:
 
 def test_v_cache_without_flash_attention_uses_the_widest_layer(tmp_path: Path) -> None:
     shape = shape_of(write_tiny_gguf(tmp_path / "gqa.gguf", head_count=[4, 4, 8, 8], head_count_kv=[1, 2, 2, 4], key_length=16))
-    cost = context_cost(shape, 256, Settings(gpu_memory=0, flash_attn=False))
+    cost = context_cost(shape, 256, CPU)
+    assert not cost.flash_attn
     k = sum(256 * 2 * 16 * kv for kv in (1, 2, 2, 4))
     v = 4 * 256 * 2 * 16 * 4  # the transposed V cache is padded to the largest n_embd_v_gqa (llama-kv-cache.cpp)
     assert cost.kv_bytes == k + v
 
 
 @pytest.mark.parametrize(("kv_type", "block_bytes"), [("q8_0", 34), ("q4_0", 18)])
-def test_quantized_kv_cache_rows_by_block(tmp_path: Path, kv_type: str, block_bytes: int) -> None:
+@pytest.mark.parametrize("flash_attn", ["on", "auto"])
+def test_quantized_kv_cache_rows_by_block(tmp_path: Path, kv_type: str, block_bytes: int, flash_attn: str) -> None:
     shape = shape_of(write_tiny_gguf(tmp_path / "q.gguf", head_count=4, head_count_kv=2))  # 16 x 2 = 32 values a row
-    cost = context_cost(shape, 512, Settings(gpu_memory=0, kv_type=kv_type, flash_attn=False))
-    assert cost.flash_attn  # a quantized V cache turns flash attention on
+    cost = context_cost(shape, 512, Settings(gpu_memory=0, kv_type=kv_type, flash_attn=flash_attn))
+    assert cost.flash_attn  # "auto" turns it on for a quantized V cache, as llama.cpp does
     assert cost.kv_bytes == 4 * 2 * 512 * block_bytes
+
+
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_quantized_kv_cache_without_flash_attention_is_refused(kv_type: str) -> None:
+    # llama.cpp refuses such a context ("quantized V cache requires flash_attn to be enabled"), so does the estimate
+    with pytest.raises(EstimateError) as exc:
+        Settings(kv_type=kv_type)  # flash attention off: the runtime's default
+    [problem] = exc.value.problems
+    assert problem.field == "kv_type" and kv_type in problem.message and "flash attention" in problem.message
+    with pytest.raises(EstimateError):
+        Settings(kv_type=kv_type, flash_attn="off")
 
 
 def test_quantized_kv_cache_needs_whole_blocks(tmp_path: Path) -> None:
     shape = shape_of(write_tiny_gguf(tmp_path / "odd.gguf", n_embd=48, head_count=4, head_count_kv=1))  # 12 values a row
     with pytest.raises(EstimateError, match="use f16"):
-        context_cost(shape, 512, Settings(gpu_memory=0, kv_type="q8_0"))
+        context_cost(shape, 512, Settings(gpu_memory=0, kv_type="q8_0", flash_attn="on"))
 
 
 def test_sliding_window_layers_gemma2(tmp_path: Path) -> None:
@@ -143,10 +158,10 @@ def test_kv_and_compute_follow_the_layer_devices(tmp_path: Path) -> None:
 
 def test_compute_buffer_grows_with_context_only_without_flash_attention(tmp_path: Path) -> None:
     shape = shape_of(write_tiny_gguf(tmp_path / "c.gguf", n_vocab=96))
-    no_fa = [context_cost(shape, n, Settings(gpu_memory=0, flash_attn=False)).compute_bytes for n in (2048, 8192)]
+    no_fa = [context_cost(shape, n, CPU).compute_bytes for n in (2048, 8192)]
     # the attention scores: n_kv x n_ubatch x n_head f32
     assert no_fa[1] - no_fa[0] >= (8192 - 2048) * 512 * 4 * 4
-    fa = [context_cost(shape, n, CPU).compute_bytes for n in (2048, 8192)]
+    fa = [context_cost(shape, n, CPU_FA).compute_bytes for n in (2048, 8192)]
     assert fa[1] - fa[0] == (8192 - 2048) * 512 * 2  # only the f16 mask grows
 
 
@@ -157,6 +172,11 @@ def test_defaults_are_the_contexts_the_llama_backend_creates(tmp_path: Path) -> 
     for n_ctx in (300, 512, 4096):
         assert context_cost(shape, n_ctx, Settings.for_context(context_params(n_ctx), gpu_memory=0)) == context_cost(shape, n_ctx, CPU)
     assert Settings().n_outputs_max == context_params(512).n_outputs_max == 1
+    assert Settings().flash_attn == context_params(512).flash_attn == FLASH_ATTN == "off"
+    assert not context_cost(shape, 512, Settings()).flash_attn
+    for mode in ("on", "auto"):  # a backend created with another mode is sized with it
+        params = context_params(2048, flash_attn=mode)
+        assert context_cost(shape, 2048, Settings.for_context(params, gpu_memory=0)) == context_cost(shape, 2048, CPU_FA)
 
 
 def test_logits_head_reserves_only_the_outputs_read(tmp_path: Path) -> None:
@@ -258,6 +278,13 @@ def test_bad_settings_name_the_field() -> None:
     with pytest.raises(EstimateError) as exc:
         Settings(kv_type="q5_1")
     assert exc.value.problems[0].field == "kv_type"
+    for wrong in (True, "yes"):  # the mode, not a bool: off, on or auto
+        with pytest.raises(EstimateError) as exc:
+            Settings(flash_attn=wrong)  # type: ignore[arg-type]
+        assert exc.value.problems[0].field == "flash_attn" and "auto, on, off" in exc.value.problems[0].message
+    with pytest.raises(EstimateError) as exc:
+        Settings(snapshot_budget=-1)
+    assert exc.value.problems[0].field == "snapshot_budget"
 
 
 def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -266,7 +293,7 @@ def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     asset_path = tmp_path / "agents" / "agent.json"
     save_asset(_asset(tmp_path, model), asset_path)
     assert main(["estimate", str(asset_path), "--models-dir", str(tmp_path), "--json", "--gpu-memory", "12",
-                 "--kv-type", "q8_0", "--context", "reply=1000"]) == 0
+                 "--kv-type", "q8_0", "--flash-attn", "on", "--context", "reply=1000"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"ram_bytes", "vram_bytes", "verdict", "headroom_bytes"} <= set(out["totals"])
     reply = out["nodes"][0]
@@ -274,9 +301,13 @@ def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert reply["kv_bytes"] > 0 and reply["compute_bytes"] > 0
     assert set(out["models"][0]["weights_bytes"]) == {"cpu", "gpu", "total"}
     assert out["settings"]["kv_type"] == "q8_0" and out["settings"]["gpu_memory_bytes"] == 12 * GIB
+    assert out["settings"]["flash_attn"] is True and out["settings"]["flash_attn_setting"] == "on"
+    assert out["totals"]["snapshot_ram_bytes"] == out["settings"]["snapshot_budget_bytes"] == 256 * MIB
     assert main(["estimate", str(asset_path), "--model", str(model), "--gpu-layers", "0"]) == 0
     table = capsys.readouterr().out
     assert "reply" in table and "summarize" in table and "total" in table and "GPU 8 GB: fits" in table
+    assert "flash attention off (the runtime's default: replays are exact at any thread count)" in table
+    assert "cache snapshots: up to 256 MiB of RAM on top of the total" in table
     assert main(["estimate", str(asset_path), "--models-dir", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
     assert "reply.default_model" in err and "not found" in err
