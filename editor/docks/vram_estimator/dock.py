@@ -2,6 +2,9 @@
 
 The estimate is always for running the graph on this computer. When the agent runs on a server
 (the backend picker), the dock says so, and which backend each turn of the conversation ran on.
+It also says which flash attention setting it assumed: the runtime's (off) unless the designer picks
+"on", or a quantized KV cache, which llama.cpp creates only with flash attention on; then the
+flash attention picker shows "on" and is locked until the KV cache is f16 again.
 """
 
 from __future__ import annotations
@@ -27,8 +30,17 @@ from PySide6.QtWidgets import (
 from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.runtime_worker import LiveConversation
 from runtime.asset.estimate import Estimate, estimate_asset
+from runtime.models.context_settings import FLASH_ATTN, SNAPSHOT_BUDGET_MIB, kv_type_refusal
 from runtime.models.folder import resolve_model
-from runtime.models.memory import GPU_PRESETS_GB, KV_TYPES, MIB, EstimateError, Settings, gpu_memory_bytes
+from runtime.models.memory import (
+    GPU_PRESETS_GB,
+    KV_TYPES,
+    MIB,
+    EstimateError,
+    Settings,
+    flash_attn_assumed,
+    gpu_memory_bytes,
+)
 
 VERDICT_COLOURS = {"fits": "#6fcf7f", "tight": "#e5c07b", "does not fit": "#ff7b7b", "no GPU": "#9a9a9a"}
 WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 220)]
@@ -66,6 +78,14 @@ def backend_short(label: str) -> str:
 
 def mib(n: int) -> str:
     return f"{n / MIB:,.1f} MiB" if n < 1024 * MIB else f"{n / (1024 * MIB):,.2f} GiB"
+
+
+def snapshot_text(e: Estimate) -> str:
+    """The cache snapshots' RAM line: a ceiling on top of the total, not part of it."""
+    if not e.snapshot_ram:
+        return "Cache snapshots: off (a rewind across a trim or a new summary reads the conversation again)."
+    return (f"Cache snapshots: up to {mib(e.snapshot_ram)} of RAM on top of the total (all nodes together; "
+            "taken only when a rewind or a trim cuts cached cells).")
 
 
 class MemoryChart(QWidget):
@@ -170,6 +190,7 @@ class VramEstimatorDock(QDockWidget):
         self.backends = backends
         self.estimate: Estimate | None = None
         self.updates = 0
+        self.snapshot_budget_mib = SNAPSHOT_BUDGET_MIB  # the backend's; set_snapshot_budget for another
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -196,11 +217,23 @@ class VramEstimatorDock(QDockWidget):
         self.gpu_layers.setSpecialValueText("all")
         self.gpu_layers.setToolTip("Layers offloaded to the GPU (llama.cpp n_gpu_layers): all, 0 (none) or the last N")
         controls.addWidget(self.gpu_layers)
+        controls.addStretch(1)
+        layout.addLayout(controls)
+        # How each node's context would be created: a second row, so the dock stays as narrow as before
+        controls = QHBoxLayout()
         controls.addWidget(QLabel("KV cache"))
         self.kv_type = QComboBox(self)
         self.kv_type.addItems(list(KV_TYPES))
-        self.kv_type.setToolTip("The KV cache's number type: q8_0 and q4_0 halve and quarter it")
+        self.kv_type.setToolTip("The KV cache's number type: q8_0 and q4_0 halve and quarter it "
+                                "(they need flash attention on)")
         controls.addWidget(self.kv_type)
+        controls.addWidget(QLabel("Flash attention"))
+        self.flash_attn = QComboBox(self)
+        for mode in ("off", "on"):
+            self.flash_attn.addItem(mode, mode)
+        self.flash_attn.setCurrentIndex(max(self.flash_attn.findData(FLASH_ATTN), 0))
+        self._flash_attn_chosen = self.flash_attn.currentData()  # the designer's pick, back when f16 is again
+        controls.addWidget(self.flash_attn)
         controls.addStretch(1)
         layout.addLayout(controls)
 
@@ -218,6 +251,11 @@ class VramEstimatorDock(QDockWidget):
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         self.verdict.setWordWrap(True)
         layout.addWidget(self.verdict)
+        # What the numbers assume that the bars do not show: flash attention, and the snapshots' RAM
+        self.assumed = QLabel(self)
+        self.assumed.setObjectName("assumed")
+        self.assumed.setWordWrap(True)
+        layout.addWidget(self.assumed)
         self.chart = MemoryChart(self)
         layout.addWidget(self.chart)
         # A label, not painted in the chart: it wraps, so every colour is named however narrow the dock.
@@ -239,9 +277,12 @@ class VramEstimatorDock(QDockWidget):
 
         self.gpu.currentIndexChanged.connect(self._gpu_picked)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
-        for signal in (self.custom_gb.valueChanged, self.gpu_layers.valueChanged, self.kv_type.currentIndexChanged,
+        for signal in (self.custom_gb.valueChanged, self.gpu_layers.valueChanged,
                        document.undo_stack.indexChanged, document.reset, document.path_changed):
             signal.connect(self.update_estimate)
+        self.kv_type.currentIndexChanged.connect(self._kv_type_picked)
+        self.flash_attn.currentIndexChanged.connect(self._flash_attn_picked)
+        self._follow_kv_type()
         if backends is not None:
             backends.changed.connect(self.show_backends)
         if conversation is not None:
@@ -284,11 +325,40 @@ class VramEstimatorDock(QDockWidget):
         self.custom_gb.setEnabled(self.gpu.currentText() == CUSTOM)
         self.update_estimate()
 
+    def _kv_type_picked(self, *_changed: object) -> None:
+        self._follow_kv_type()
+        self.update_estimate()
+
+    def _follow_kv_type(self) -> None:
+        """A quantized KV cache exists only with flash attention on (llama.cpp refuses it off): show
+        "on" and lock the picker; back on f16, the designer's own choice returns."""
+        kv_type = self.kv_type.currentText()
+        needs_it = bool(kv_type_refusal(kv_type, "off"))
+        self.flash_attn.blockSignals(True)
+        self.flash_attn.setCurrentIndex(self.flash_attn.findData("on" if needs_it else self._flash_attn_chosen))
+        self.flash_attn.blockSignals(False)
+        self.flash_attn.setEnabled(not needs_it)
+        self.flash_attn.setToolTip(
+            f"A {kv_type} KV cache needs flash attention on: llama.cpp quantizes the V cache only with it"
+            if needs_it else
+            f"How the contexts would be created. The runtime's default is {FLASH_ATTN}: with it off, replays "
+            "are exact at any thread count; on, at the same thread count only")
+
+    def _flash_attn_picked(self, *_changed: object) -> None:
+        self._flash_attn_chosen = self.flash_attn.currentData()
+        self.update_estimate()
+
+    def set_snapshot_budget(self, mib: float) -> None:
+        """Show ``mib`` as the cache snapshots' RAM budget (the one the embedded backend was given)."""
+        self.snapshot_budget_mib = mib
+        self.update_estimate()
+
     def settings(self) -> Settings:
         chosen = self.gpu.currentData()
         gb = self.custom_gb.value() if chosen is None else chosen
         return Settings(gpu_memory=gpu_memory_bytes(gb), gpu_layers=self.gpu_layers.value(),
-                        kv_type=self.kv_type.currentText())
+                        kv_type=self.kv_type.currentText(), flash_attn=self.flash_attn.currentData(),
+                        snapshot_budget=int(self.snapshot_budget_mib * MIB))
 
     def update_estimate(self, *_changed: object) -> None:
         """Estimate the document's asset now (GGUF headers are cached, so this is arithmetic)."""
@@ -303,6 +373,7 @@ class VramEstimatorDock(QDockWidget):
             self.legend.setText("")
             self.table.clear()
             self.verdict.setText("")
+            self.assumed.setText("")
             self.problems.setText("\n".join(str(p) for p in exc.problems))
             return
         self.updates += 1
@@ -313,6 +384,7 @@ class VramEstimatorDock(QDockWidget):
         self.legend.setText(legend_html(self.chart.legend()))
         self._fill_table(estimate)
         self._show_verdict(estimate)
+        self._show_assumptions(estimate)
         self.problems.setText("\n".join(f"{p.node_id or 'agent'}.{p.field}: {p.message}" if p.field else p.message
                                         for p in estimate.problems))
 
@@ -327,6 +399,9 @@ class VramEstimatorDock(QDockWidget):
             if fit is not None:
                 line += f" \u00b7 {fit} agent{'s' if fit != 1 else ''} of this graph fit (weights shared)"
         self.verdict.setText(line)
+
+    def _show_assumptions(self, e: Estimate) -> None:
+        self.assumed.setText(f"Assumes {flash_attn_assumed(e.settings)}.\n{snapshot_text(e)}")
 
     def _fill_table(self, e: Estimate) -> None:
         self.table.clear()
@@ -348,6 +423,9 @@ class VramEstimatorDock(QDockWidget):
             QTreeWidgetItem(node_item, ["KV cache", mib(c.kv_ram + c.recurrent_ram), mib(c.kv_vram + c.recurrent_vram),
                                         f"{c.cells} cells, {e.settings.kv_type}"])
             QTreeWidgetItem(node_item, ["compute buffer", mib(c.compute_ram + c.output_ram), mib(c.compute_vram),
-                                        "graph scratch and output"])
+                                        f"graph scratch and output, flash attention {'on' if c.flash_attn else 'off'}"])
         QTreeWidgetItem(self.table, ["Total", mib(e.ram_bytes), mib(e.vram_bytes), e.verdict])
+        QTreeWidgetItem(self.table, ["Cache snapshots", mib(e.snapshot_ram), "-",
+                                     "at most, on top of the total: all nodes together, taken only when a rewind "
+                                     "or a trim cuts cached cells" if e.snapshot_ram else "off"])
         self.table.expandAll()
