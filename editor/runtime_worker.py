@@ -35,13 +35,14 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from editor.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, turn_reply
 from runtime.asset.model import Asset, ModelParams, VariableValue
-from runtime.backends.base import Backend
+from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.http import Cancelled, cancel_scope
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
 from runtime.dialogue.tree import keep_nodes
 from runtime.models.folder import ModelNotFound
+from runtime.models.memory import MIB
 from runtime.problems import BackendError, InputError
 from runtime.prompting.prompt import PromptPart
 
@@ -79,6 +80,52 @@ class TurnFailure:
     field: str = ""
 
 
+@dataclass(frozen=True)
+class SnapshotUse:
+    """What the embedded backend's cache snapshots (``LlamaBackend.snapshots``) hold, read on the
+    worker thread after a turn or a budget change."""
+
+    bytes: int  # in use now
+    budget: int  # what they may take (0: snapshots are off)
+    count: int  # snapshots kept now
+    taken: int  # taken since the backend was made
+    restored: int  # restored since the backend was made
+
+    @property
+    def text(self) -> str:
+        """As the Turn Inspector shows it: "snapshots: 15 MiB of 256 MiB"."""
+        if self.budget <= 0:
+            return "snapshots: off"
+        return f"snapshots: {mib_text(self.bytes)} of {mib_text(self.budget)}"
+
+    @property
+    def detail(self) -> str:
+        """The counts, for a tooltip or the budget dialog."""
+        kept = f"{self.count} snapshot{'s' if self.count != 1 else ''} kept"
+        return f"{kept} ({self.bytes:,} bytes); {self.taken} taken and {self.restored} restored so far."
+
+
+# What a snapshot is, in the designer's words (the Turn Inspector's tooltip)
+SNAPSHOT_MEANING = ("A snapshot is a copy of a node's cache taken before a trim, a summary or a rewind cut it, so "
+                    "going back across that turn restores it instead of reading the conversation again.")
+
+
+def mib_text(size: int) -> str:
+    """Bytes in whole MiB (below 1 MiB, in KiB, so a small use does not read as none)."""
+    if 0 < size < MIB:
+        return f"{max(size >> 10, 1)} KiB"
+    return f"{round(size / MIB)} MiB"
+
+
+def snapshot_use(backend: Backend | None) -> SnapshotUse | None:
+    """The snapshots ``backend`` keeps (None for a backend that keeps none, such as a server). Call it
+    on the worker thread only."""
+    snapshots = getattr(backend, "snapshots", None)
+    if snapshots is None:
+        return None
+    return SnapshotUse(snapshots.bytes, snapshots.budget, len(snapshots), snapshots.taken, snapshots.restored)
+
+
 @dataclass
 class TurnRecord:
     """A finished turn as the docks show it: the runtime's diagnostics, the asset the turn ran on,
@@ -90,6 +137,9 @@ class TurnRecord:
     context_sizes: dict[str, int] = field(default_factory=dict)  # node id -> context size used
     turn_id: int = -1  # the turn's id in the conversation tree
     replaced: str | None = None  # in a replay: the reply the recorded turn had
+    # What the backend that ran it promises on a replay (None: not known, e.g. a test run's turn)
+    reproducibility: Reproducibility | None = None
+    snapshots: SnapshotUse | None = None  # the embedded backend's cache snapshots after the turn
 
     @property
     def turn(self) -> int:
@@ -127,7 +177,9 @@ class RuntimeWorker(QObject):
     history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
     history_rejected = Signal(str)  # why a history operation changed nothing
     tool_needed = Signal(str, str, object)  # node id, tool name, arguments
-    turn_backend = Signal(int, str)  # a finished turn's id, and the label of the backend that ran it
+    # a finished turn's id, the label of the backend that ran it, and its Reproducibility
+    turn_backend = Signal(int, str, object)
+    snapshots_used = Signal(object)  # SnapshotUse, after a turn or a budget change (the embedded backend's)
     backend_failed = Signal(str)  # the backend picked could not be made; the previous one stays
 
     def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None,
@@ -140,17 +192,45 @@ class RuntimeWorker(QObject):
         self._asset_dir = ""
         self.backend: Backend | None = None
         self.agent: Agent | None = None
+        # The RAM (MiB) the embedded backend's cache snapshots may take (None: the backend's default).
+        # Set from the UI thread only before the thread starts; then through set_snapshot_budget.
+        self.snapshot_mib: int | None = None
 
     def _backend(self, asset_dir: str) -> Backend:
         if self.backend is None:
             if self._make_backend is not None:
                 self.backend = self._make_backend()
+                self._apply_snapshot_budget()
             else:
                 from runtime.backends.llama import LlamaBackend
 
-                self.backend = LlamaBackend(asset_dir or None)
+                budget = {} if self.snapshot_mib is None else {"snapshot_mib": self.snapshot_mib}
+                self.backend = LlamaBackend(asset_dir or None, **budget)
         self.backend.set_asset_dir(asset_dir or None)  # model names resolve next to the asset
         return self.backend
+
+    def _apply_snapshot_budget(self) -> None:
+        snapshots = getattr(self.backend, "snapshots", None)
+        if snapshots is not None and self.snapshot_mib is not None:
+            snapshots.set_budget(self.snapshot_mib * MIB)
+
+    @Slot(int)
+    def set_snapshot_budget(self, mib: int) -> None:
+        """Let the embedded backend's cache snapshots take ``mib`` MiB from now on (0: none; the
+        oldest go at once when they take more), and report what they hold (``snapshots_used``)."""
+        self.snapshot_mib = max(int(mib), 0)
+        self._apply_snapshot_budget()
+        use = snapshot_use(self.backend)
+        if use is not None:
+            self.snapshots_used.emit(use)
+
+    def _reproducibility(self, backend: Backend) -> Reproducibility:
+        """What ``backend`` promises on a replay; a backend whose answer fails promises nothing."""
+        try:
+            return backend.reproducibility()
+        except Exception as exc:  # noqa: BLE001 - a plugin's or a server's: the turn itself succeeded
+            log.warning("%s could not say whether it is reproducible: %s", backend.label, exc)
+            return Backend.reproducibility(backend)
 
     @Slot(object, str, bool)
     def use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
@@ -274,6 +354,9 @@ class RuntimeWorker(QObject):
                     raise TurnCancelled("the turn was cancelled")
                 result = go(agent, {"instructions": instructions, "on_event": self.event.emit, "cancel": cancel,
                                     "tool_result": ask_designer})
+                # Read here, on this thread, while the backend that ran the turn is the agent's.
+                reproducibility = self._reproducibility(agent.backend)
+                snapshots = snapshot_use(agent.backend)
         except (TurnError, BackendError, InputError, Cancelled) as exc:
             if cancel.is_set() and not isinstance(exc, TurnCancelled):
                 # a request that Stop ended surfaces as a failed node or backend: it was the Stop
@@ -285,9 +368,15 @@ class RuntimeWorker(QObject):
             self.turn_failed.emit(TurnFailure(f"{type(exc).__name__}: {exc}"))
             return
         # Which backend ran it, then the history, so the chat view has both when the turn's record arrives.
-        self.turn_backend.emit(result.turn_id, result.backend)
+        self.turn_backend.emit(result.turn_id, result.backend, reproducibility)
+        if snapshots is not None:
+            self.snapshots_used.emit(snapshots)
         self.history_changed.emit(agent.export_dialog())
-        self.turn_finished.emit(self._record(agent, result) if result.diagnostics is not None else None)
+        record = None
+        if result.diagnostics is not None:
+            record = self._record(agent, result)
+            record.reproducibility, record.snapshots = reproducibility, snapshots
+        self.turn_finished.emit(record)
 
     @staticmethod
     def _record(agent: Agent, result: TurnResult) -> TurnRecord:
@@ -400,12 +489,14 @@ class LiveConversation(ThreadService):
     restarted = Signal()
     replay_changed = Signal()  # a replay started, moved on or ended (see ``replay_state``)
     backend_failed = Signal(str)  # the backend picked could not be made (the previous one stays)
+    snapshots_changed = Signal(object)  # SnapshotUse: after a turn on the embedded backend, or a budget change
 
     # to the worker (queued)
     _use_asset = Signal(object, str, bool)
     _run_turn = Signal(object, str, object)
     _change_history = Signal(object)
     _use_backend = Signal(object)
+    _set_snapshot_budget = Signal(int)
     _stop_worker = Signal()
 
     def __init__(self, document, parent: QObject | None = None,
@@ -414,6 +505,8 @@ class LiveConversation(ThreadService):
         self.document = document
         self.records: dict[int, TurnRecord] = {}  # turn id -> its record (every branch's)
         self.turn_backends: dict[int, str] = {}  # turn id -> the label of the backend that ran it
+        self.turn_reproducibility: dict[int, Reproducibility] = {}  # turn id -> what its backend promised
+        self.snapshot_use: SnapshotUse | None = None  # the embedded backend's snapshots, as last reported
         self.replaying: Replay | None = None
         self.saved = SavedDialog()
         self.busy = False
@@ -432,6 +525,7 @@ class LiveConversation(ThreadService):
         self._run_turn.connect(self.worker.run_turn)
         self._change_history.connect(self.worker.change_history)
         self._use_backend.connect(self.worker.use_backend)
+        self._set_snapshot_budget.connect(self.worker.set_snapshot_budget)
         self._stop_worker.connect(self.worker.stop)
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
         self.worker.loading.connect(self._on_loading)
@@ -443,6 +537,7 @@ class LiveConversation(ThreadService):
         self.worker.tool_needed.connect(self._on_tool_needed)
         self.worker.turn_backend.connect(self._on_turn_backend)
         self.worker.backend_failed.connect(self._on_backend_failed)
+        self.worker.snapshots_used.connect(self._on_snapshots_used)
 
         document.reset.connect(self.restart)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
@@ -488,6 +583,22 @@ class LiveConversation(ThreadService):
     def backend_of(self, turn_id: int) -> str:
         """The label of the backend that ran turn ``turn_id`` ("" for seeded or imported turns)."""
         return self.turn_backends.get(turn_id, "")
+
+    def reproducibility_of(self, turn_id: int) -> Reproducibility | None:
+        """What the backend that ran turn ``turn_id`` promised on a replay (None for seeded or imported
+        turns): when it is not ``exact``, a reply that changed may be numerics, not the graph."""
+        return self.turn_reproducibility.get(turn_id)
+
+    def set_snapshot_budget(self, mib: int) -> bool:
+        """Let the embedded backend's cache snapshots take ``mib`` MiB (0: none) from now on: the
+        backend made next, and the one running now once the running turn is done."""
+        if self.closed:
+            return False
+        if self.thread.isRunning():
+            self._set_snapshot_budget.emit(int(mib))  # queued after any running turn
+        else:
+            self.worker.snapshot_mib = max(int(mib), 0)  # the thread has not started: no backend yet
+        return True
 
     # --- branches ---------------------------------------------------------------------------
 
@@ -568,6 +679,7 @@ class LiveConversation(ThreadService):
             self.stop()
         self.records.clear()
         self.turn_backends.clear()
+        self.turn_reproducibility.clear()
         self.selected_turn = -1
         self.held = []
         self.stop_replay()
@@ -625,6 +737,7 @@ class LiveConversation(ThreadService):
     def import_history(self, saved: SavedDialog, source: str) -> bool:
         self.records.clear()
         self.turn_backends.clear()
+        self.turn_reproducibility.clear()
         self.stop_replay()
         return self.change_history(lambda agent: agent.import_dialog(saved, source))
 
@@ -692,6 +805,8 @@ class LiveConversation(ThreadService):
             del self.records[turn_id]
         for turn_id in [t for t in self.turn_backends if t not in known]:
             del self.turn_backends[turn_id]
+        for turn_id in [t for t in self.turn_reproducibility if t not in known]:
+            del self.turn_reproducibility[turn_id]
         self.history_changed.emit(saved)
 
     def _on_rejected(self, message: str) -> None:
@@ -700,8 +815,13 @@ class LiveConversation(ThreadService):
     def _on_tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
         self.tool_needed.emit(node_id, tool, arguments)
 
-    def _on_turn_backend(self, turn_id: int, label: str) -> None:
+    def _on_turn_backend(self, turn_id: int, label: str, reproducibility: Reproducibility) -> None:
         self.turn_backends[turn_id] = label
+        self.turn_reproducibility[turn_id] = reproducibility
+
+    def _on_snapshots_used(self, use: SnapshotUse) -> None:
+        self.snapshot_use = use
+        self.snapshots_changed.emit(use)
 
     def _on_backend_failed(self, message: str) -> None:
         self.backend_failed.emit(message)

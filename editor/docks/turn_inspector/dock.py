@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
-from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.runtime_worker import SNAPSHOT_MEANING, LiveConversation, TurnRecord
+from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics, PromptMessage
 from runtime.prompting.budget import TRIM_TARGET_PERCENT
 from runtime.prompting.prompt import PART_LABELS, PromptPart, budget_segments
@@ -123,11 +124,26 @@ class TurnInspectorDock(QDockWidget):
         layout.addWidget(self.note_label)
         self.external: dict[str, tuple[TurnRecord, str]] = {}  # label -> a record not of this conversation, note
 
+        summary = QHBoxLayout()
         self.path_label = QLabel(self)
         self.path_label.setWordWrap(True)
         self.path_label.setTextFormat(Qt.TextFormat.RichText)
         self.path_label.linkActivated.connect(self.show_node)
-        layout.addWidget(self.path_label)
+        summary.addWidget(self.path_label, 1)
+        # What the embedded backend's cache snapshots held after the turn (its RAM use, against the budget)
+        self.snapshots_label = QLabel(self)
+        self.snapshots_label.setObjectName("snapshots")
+        self.snapshots_label.setStyleSheet("QLabel#snapshots { color: #9a9a9a; }")
+        self.snapshots_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+        summary.addWidget(self.snapshots_label)
+        layout.addLayout(summary)
+        # The backend that ran the turn does not promise the same reply again: say so before a replay does
+        self.repro_label = QLabel(self)
+        self.repro_label.setObjectName("reproducibility")
+        self.repro_label.setWordWrap(True)
+        self.repro_label.setStyleSheet("QLabel#reproducibility { color: #e5c07b; }")
+        self.repro_label.hide()
+        layout.addWidget(self.repro_label)
 
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.node_list = QListWidget(splitter)
@@ -236,6 +252,7 @@ class TurnInspectorDock(QDockWidget):
         self.node_list.blockSignals(True)
         self.node_list.clear()
         self._show_note()
+        self._show_reproducibility(record)
         if record is None:
             self.path_label.setText("<i>No turn yet: say something in the Conversation dock.</i>")
             self.node_list.blockSignals(False)
@@ -262,6 +279,23 @@ class TurnInspectorDock(QDockWidget):
         self.node_list.blockSignals(False)
         self._show_node_details()
         self._highlight(d.path)
+
+    def _show_reproducibility(self, record: TurnRecord | None) -> None:
+        """The turn's "not reproducible" line (hidden when its backend is exact, or not known) and its
+        backend's snapshot use."""
+        repro = record.reproducibility if record is not None else None
+        if repro is not None and not repro.exact:
+            self.repro_label.setText(not_reproducible_text(record))  # type: ignore[arg-type]
+            self.repro_label.setToolTip(repro.note)
+            self.repro_label.show()
+        else:
+            self.repro_label.hide()
+            self.repro_label.setToolTip("")
+        use = record.snapshots if record is not None else None
+        self.snapshots_label.setVisible(use is not None)
+        self.snapshots_label.setText(use.text if use is not None else "")
+        self.snapshots_label.setToolTip(f"After this turn: {use.detail} {SNAPSHOT_MEANING} Backend \u2192 Cache "
+                                        "Snapshot Budget sets the budget." if use is not None else "")
 
     def _show_note(self) -> None:
         label = self.turn_picker.currentData()
@@ -404,14 +438,39 @@ class TurnInspectorDock(QDockWidget):
         a, b = self.node_diagnostics(other, node_id), self.node_diagnostics(record, node_id)
         if other is None or a is None or b is None:
             return f"<i>Node {html.escape(node_id)} did not run on both turns.</i>"
-        rows = [(f"<p class='ctx'><b>{html.escape(node_id)}</b>: {html.escape(self.compare_picker.currentText())} "
-                 f"\u2192 {html.escape(self.turn_picker.currentText())}. "
-                 "<span class='add'>added</span> <span class='del'>removed</span></p>")]
+        rows = [f"<p class='warn'>\u26a0 {_e(line)}</p>" for line in numerics_warnings(other, record)]
+        rows.append(f"<p class='ctx'><b>{html.escape(node_id)}</b>: {html.escape(self.compare_picker.currentText())} "
+                    f"\u2192 {html.escape(self.turn_picker.currentText())}. "
+                    "<span class='add'>added</span> <span class='del'>removed</span></p>")
         rows.append("<p class='head'>OUTPUT</p>")
         rows.append(_changed_text(a.output, b.output))
         rows.append("<p class='head'>PROMPT</p>")
         rows += prompt_diff(a.input.prompt, b.input.prompt)
         return "".join(rows)
+
+
+def not_reproducible_text(record: TurnRecord) -> str:
+    """The Turn Inspector's line for a turn whose backend is not exact."""
+    return (f"\u26a0 Not reproducible on {record.diagnostics.backend or 'this backend'}: a replay may change "
+            "this reply with the same graph and seed.")
+
+
+def numerics_warnings(old: TurnRecord, new: TurnRecord) -> list[str]:
+    """Why the differences between two turns may be numerics rather than the graph: a backend that is
+    not exact, or two backends (whose numbers always differ). Empty when both ran on one exact backend."""
+    lines = []
+    backends = {r.diagnostics.backend for r in (old, new)}
+    if len(backends) > 1:
+        lines.append(f"The two turns ran on different backends ({' and '.join(sorted(b or 'unknown' for b in backends))}): "
+                     "their numbers differ, so replies and outputs may differ with the same prompt.")
+    inexact: dict[str, Reproducibility] = {}
+    for r in (old, new):
+        if r.reproducibility is not None and not r.reproducibility.exact:
+            inexact.setdefault(r.diagnostics.backend, r.reproducibility)
+    for backend, repro in inexact.items():
+        lines.append(f"{backend or 'The backend'} is not reproducible ({repro.note}): differences in the output "
+                     "may come from its numerics, not from the graph.")
+    return lines
 
 
 def _turn_label(index: int, player: str, suffix: str = "") -> str:
