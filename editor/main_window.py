@@ -58,6 +58,7 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
+from editor.snapshot_budget import SnapshotBudgetDialog
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
 from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
@@ -139,6 +140,7 @@ class MainWindow(QMainWindow):
         # The window's shared services, passed to the docks that use them.
         self.backends = BackendChoice(self)  # where the agent runs (the user's settings, not the asset)
         self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker())
+        self.conversation.set_snapshot_budget(app_settings.snapshot_budget_mib())  # the designer's, from the settings
         self.download = SampleModelDownload(self)
         self.suite_run = SuiteRun(self)
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
@@ -351,6 +353,10 @@ class MainWindow(QMainWindow):
         self.backends_action = QAction("&Backends\u2026", self)
         self.backends_action.setStatusTip("Add, edit, remove and check the servers agents can run on")
         self.backends_action.triggered.connect(lambda _c=False: self.edit_backends())
+        self.snapshot_budget_action = QAction("Cache &Snapshot Budget\u2026", self)
+        self.snapshot_budget_action.setStatusTip("How much RAM the embedded backend's cache snapshots may take "
+                                                 "(rewinds across a trim or a summary restore them)")
+        self.snapshot_budget_action.triggered.connect(lambda _c=False: self.edit_snapshot_budget())
         self._fill_backend_menu()
 
         view = bar.addMenu("&View")
@@ -449,6 +455,7 @@ class MainWindow(QMainWindow):
             broken.setEnabled(False)
         menu.addSeparator()
         menu.addAction(self.backends_action)
+        menu.addAction(self.snapshot_budget_action)
 
     def choose_backend(self, spec: str) -> bool:
         problem = self.backends.choose(spec)
@@ -460,6 +467,15 @@ class MainWindow(QMainWindow):
 
     def edit_backends(self) -> bool:
         return open_backends_dialog(self.backends, self)
+
+    def snapshot_budget_dialog(self) -> SnapshotBudgetDialog:
+        """The budget dialog over this window's conversation; OK applies it to every open window."""
+        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
+        conversations = [w.conversation for w in dict.fromkeys([self, *windows])]
+        return SnapshotBudgetDialog(self.conversation, self, conversations)
+
+    def edit_snapshot_budget(self) -> bool:
+        return self.snapshot_budget_dialog().exec() == SnapshotBudgetDialog.DialogCode.Accepted
 
     def _open_test_turn(self, record: TurnRecord, label: str, note: str) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do."""

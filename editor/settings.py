@@ -65,3 +65,49 @@ def clear_recent_files() -> None:
     settings = app_settings()
     settings.remove("recent_files")
     settings.sync()
+
+
+# --- the embedded backend's cache snapshots ---------------------------------------------------
+
+SNAPSHOT_BUDGET_KEY = "backend/snapshot_budget_mib"
+# More than any machine this runs on has: a larger number is a typo, not a budget.
+MAX_SNAPSHOT_BUDGET_MIB = 1 << 20
+
+
+def default_snapshot_budget_mib() -> int:
+    """The embedded backend's own budget (``runtime.backends.llama.SNAPSHOT_BUDGET_MIB``); 0 when
+    llama.cpp's bindings cannot be loaded, as there is then no embedded backend to take snapshots."""
+    try:
+        from runtime.backends.llama import SNAPSHOT_BUDGET_MIB
+    except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
+        return 0
+    return int(SNAPSHOT_BUDGET_MIB)
+
+
+def snapshot_budget_mib() -> int:
+    """The RAM, in MiB, the embedded backend's cache snapshots may take together (0: no snapshots), as
+    the designer set it, else the backend's default. A value in the settings file that is not a whole
+    number from 0 to MAX_SNAPSHOT_BUDGET_MIB is ignored with a warning naming the file and the key."""
+    store = app_settings()
+    value = store.value(SNAPSHOT_BUDGET_KEY)
+    if value is None or value == "":
+        return default_snapshot_budget_mib()
+    try:
+        mib = int(str(value).strip())
+    except ValueError:
+        mib = -1
+    if not 0 <= mib <= MAX_SNAPSHOT_BUDGET_MIB:
+        default = default_snapshot_budget_mib()
+        logging.getLogger("parley.editor").warning(
+            "%s: %s is %r, not a number of MiB from 0 to %d; using %d MiB (set it again under Backend \u2192 "
+            "Cache snapshot budget)", store.fileName(), SNAPSHOT_BUDGET_KEY, value, MAX_SNAPSHOT_BUDGET_MIB, default)
+        return default
+    return mib
+
+
+def set_snapshot_budget_mib(mib: int) -> None:
+    if not 0 <= int(mib) <= MAX_SNAPSHOT_BUDGET_MIB:
+        raise ValueError(f"a cache snapshot budget is 0 to {MAX_SNAPSHOT_BUDGET_MIB} MiB, not {mib}")
+    store = app_settings()
+    store.setValue(SNAPSHOT_BUDGET_KEY, int(mib))
+    store.sync()
