@@ -1,0 +1,449 @@
+"""Replaying a repro bundle: every exact turn of its conversation tree again, parents before children,
+in a fresh embedded engine made with the bundle's settings and model files, each compared with what
+was recorded, byte for byte.
+
+A turn is replayed from its parent's recorded state (history, summaries, window starts, variables and
+each node's decode journal), so each turn is checked on its own: the engine rebuilds every node's
+cache from the parent's journal as it was first read, says the turn's player line again (tool calls
+are answered with the recorded results) and must leave each node's journal exactly as recorded (the
+prompt's tokens in the same chunks, then the same generated tokens) and, unless the designer edited
+the turn, write the same replies. The first difference is named by turn, node and token.
+
+Turns are skipped, and say why, when nothing of theirs can be checked: a state reconstructed from a
+history that kept no tree, and turns the designer wrote (seeded) that no model read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, Literal
+
+from runtime.agent import Agent, TurnError
+from runtime.backends.base import Reproducibility
+from runtime.backends.llama import LlamaBackend
+from runtime.bundle.file import Bundle, BundleError, LlamaBuild, ModelFile, model_sha256
+from runtime.dialogue.dialog_file import HistoryError
+from runtime.dialogue.history import Entry, Reply, ToolExchange, Turn
+from runtime.dialogue.tree import ConversationTree, TurnNode
+from runtime.models.folder import ModelFileError, models_dir, resolve_model
+from runtime.models.journal import EMPTY, Chunk, DecodeJournal
+from runtime.nodes.running import TurnCancelled
+from runtime.problems import BackendError, InputError, Problem
+
+Outcome = Literal["identical", "different", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Where a replayed turn first departs from the recorded one."""
+
+    node: str
+    what: str  # "generated token", "prompt token", "reading", "reply token", "entries" or "failed"
+    token: int | None = None  # generated tokens: which one of the call's (from 0); reply tokens: which one
+    position: int | None = None  # the cell of the node's cache it is in
+    recorded: str = ""  # the recorded token's text (or what was recorded, in words)
+    replayed: str = ""
+    recorded_id: int | None = None  # token ids, where a token differs
+    replayed_id: int | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        node = f"node {self.node}" if self.node else "the turn"
+        if self.what == "failed":
+            return f"{node} failed: {self.detail}"
+        if self.what in ("generated token", "prompt token", "reply token"):
+            where = f"{self.what} {self.token}" if self.token is not None else self.what
+            if self.position is not None:
+                where += f" (cache position {self.position})"
+            return (f"{node}, {where}: recorded {_shown(self.recorded, self.recorded_id)}, "
+                    f"replayed {_shown(self.replayed, self.replayed_id)}")
+        return f"{node}, {self.what}: {self.detail}"
+
+
+def _shown(text: str, token: int | None) -> str:
+    if token is None:
+        return text or "nothing (it ended there)"
+    return f"{text!r} (token {token})"
+
+
+@dataclass(frozen=True)
+class TurnReplay:
+    turn_id: int
+    index: int  # its position on its path (turns count from 0; shown from 1)
+    player: str
+    outcome: Outcome
+    difference: Difference | None = None
+    reason: str = ""  # why it was skipped
+    seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"turn {self.index + 1} (id {self.turn_id})"
+
+    def describe(self) -> str:
+        if self.outcome == "identical":
+            return f"{self.label}: identical"
+        if self.outcome == "skipped":
+            return f"{self.label}: skipped ({self.reason})"
+        assert self.difference is not None
+        return f"{self.label}: {self.outcome.upper()}: {self.difference.describe()}"
+
+
+@dataclass
+class ReplayReport:
+    source: str
+    turns: list[TurnReplay] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what may explain a difference (another build, a forced model)
+    reproducibility: Reproducibility | None = None  # what the replaying engine promises
+    stopped_early: bool = False  # stopped at the first difference
+
+    @property
+    def identical(self) -> bool:
+        """No turn differed or failed (skipped turns are said, not counted)."""
+        return all(t.outcome in ("identical", "skipped") for t in self.turns)
+
+    @property
+    def first_difference(self) -> TurnReplay | None:
+        return next((t for t in self.turns if t.outcome in ("different", "failed")), None)
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(t.outcome == outcome for t in self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        def turn(t: TurnReplay) -> dict[str, Any]:
+            return {"turn_id": t.turn_id, "turn": t.index + 1, "player": t.player, "outcome": t.outcome,
+                    "difference": None if t.difference is None else {**asdict(t.difference),
+                                                                     "text": t.difference.describe()},
+                    "reason": t.reason, "seconds": round(t.seconds, 3)}
+
+        first = self.first_difference
+        return {
+            "bundle": self.source,
+            "identical": self.identical,
+            "turns": [turn(t) for t in self.turns],
+            "first_difference": None if first is None else turn(first),
+            "notes": list(self.notes),
+            "reproducibility": None if self.reproducibility is None else asdict(self.reproducibility),
+            "stopped_early": self.stopped_early,
+        }
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+class ReplayBackend(LlamaBackend):
+    """The embedded engine with the bundle's settings, each model name the asset uses pinned to the
+    file checked against the bundle's hash."""
+
+    def __init__(self, files: Mapping[str, Path], asset_dir: str | None = None, **settings: Any) -> None:
+        super().__init__(asset_dir, **settings)
+        self._files = dict(files)
+
+    def model_path(self, model: str) -> Path:
+        pinned = self._files.get(model)
+        return pinned if pinned is not None else super().model_path(model)
+
+    def token_text(self, model: str, token: int) -> str:
+        """A token's text as the model writes it (``#id`` for an id the vocabulary lacks)."""
+        loaded = self._model(model)
+        if not 0 <= token < loaded.n_vocab:
+            return f"#{token}"
+        try:
+            return loaded.model.detokenize([token], special=True).decode("utf-8", errors="replace")
+        except (AssertionError, OSError, ValueError):  # a piece longer than llama-cpp-python's buffer
+            return f"#{token}"
+
+
+def model_files(bundle: Bundle, given: Sequence[str | Path] = (), force: bool = False
+                ) -> tuple[dict[str, Path], list[str]]:
+    """Each model name of the bundle -> the file on this machine that hashes as recorded, and notes.
+    ``given`` are files named on the command line (the bundle's only model, or the one with the same
+    file name); else the name as the asset gives it, then the file name in the models folder. Raises
+    ``BundleError``: a model not found, or a file with another hash (unless ``force``: then a note)."""
+    files: dict[str, Path] = {}
+    notes: list[str] = []
+    given_paths = [Path(p) for p in given]
+    for path in given_paths:
+        if not (len(bundle.models) == 1 or any(m.file == path.name for m in bundle.models)):
+            names = ", ".join(m.file for m in bundle.models) or "none"
+            raise BundleError([Problem("error", f"--model {path} is none of the bundle's models (by file name: "
+                                       f"{names})", bundle.source, field="models")])
+    for i, model in enumerate(bundle.models):
+        where = f"models.{i}"
+        chosen = [p for p in given_paths if len(bundle.models) == 1 or p.name == model.file]
+        if chosen:
+            path = chosen[0]
+            if not path.is_file():
+                raise BundleError([Problem("error", f"--model {path}: no such file", bundle.source, field=where)])
+        else:
+            found = _found(model)
+            if found is None:
+                raise BundleError([Problem(
+                    "error", f"the model {model.file} (SHA-256 {model.sha256}) is not on this machine: looked for "
+                    f"{model.name!r} and for {model.file} in the models folder ({models_dir()}). Put it there, or "
+                    "give its path with --model", bundle.source, field=where)])
+            path = found
+        try:
+            digest = model_sha256(path)
+        except OSError as exc:
+            raise BundleError([Problem("error", f"cannot read {path}: {exc.strerror or exc}", bundle.source,
+                                       field=where)]) from None
+        if digest != model.sha256:
+            said = (f"{path} has SHA-256 {digest}, but the bundle was recorded on {model.file} with SHA-256 "
+                    f"{model.sha256}")
+            if not force:
+                raise BundleError([Problem("error", f"{said}: another file gives other numbers. Give the bundle's "
+                                           "model with --model, or --force to replay on this one anyway",
+                                           bundle.source, field=f"{where}.sha256")])
+            notes.append(f"{said}; replayed on it anyway (--force), so a difference may come from the model")
+        files[model.name] = path.resolve()
+    return files, notes
+
+
+def _found(model: ModelFile) -> Path | None:
+    """The first file named as recorded that has the recorded size (else the first found at all)."""
+    candidates: list[Path] = []
+    for name in (model.name, model.file):
+        try:
+            path = resolve_model(name)
+        except ModelFileError:
+            continue
+        if path not in candidates:
+            candidates.append(path)
+    for path in candidates:
+        try:
+            if path.stat().st_size == model.size:
+                return path
+        except OSError:
+            continue
+    return candidates[0] if candidates else None
+
+
+def build_notes(bundle: Bundle, here: LlamaBuild) -> list[str]:
+    """What, besides the conversation, may make this replay differ from the recording."""
+    notes = []
+    if bundle.llama.version != here.version:
+        notes.append(f"recorded on llama-cpp-python {bundle.llama.version}, replayed on {here.version}: another "
+                     "llama.cpp may compute other numbers")
+    if bundle.llama.system_info != here.system_info:
+        notes.append(f"llama.cpp here was built for other CPU features (recorded: {bundle.llama.system_info}; "
+                     f"here: {here.system_info}): other kernels may compute other numbers")
+    if not bundle.reproducibility.exact:
+        notes.append(f"the backend it was recorded on promised no exact replay: {bundle.reproducibility.note}")
+    for node, seed in sorted(bundle.seeds.items()):
+        if seed < 0:
+            notes.append(f"node {node} samples with a random seed (-1): its replies cannot repeat")
+    return notes
+
+
+# --- replaying ----------------------------------------------------------------------------------
+
+
+def replay_bundle(bundle: Bundle, models: Sequence[str | Path] = (), *, force: bool = False,
+                  asset_dir: str | None = None, stop_at_first: bool = False,
+                  on_turn: Callable[[TurnReplay], None] | None = None,
+                  cancel: threading.Event | None = None) -> ReplayReport:
+    """Replay every exact turn of ``bundle`` in a fresh engine (see the module's docstring). Raises
+    ``BundleError`` when a model file is missing or differs (``force``: replay anyway), or the
+    conversation does not fit the asset; ``BackendError`` when the engine cannot be made;
+    ``TurnCancelled`` once ``cancel`` is set."""
+    files, notes = model_files(bundle, models, force)
+    report = ReplayReport(bundle.source, notes=notes + build_notes(bundle, LlamaBuild.here()))
+    backend = ReplayBackend(files, asset_dir, **bundle.settings.backend_arguments())
+    try:
+        report.reproducibility = backend.reproducibility()
+        if not report.reproducibility.exact:
+            report.notes.append(f"this engine promises no exact replay: {report.reproducibility.note}")
+        for node, recorded in sorted(bundle.contexts.items()):
+            mine = backend.context_params(recorded.params.n_ctx)
+            if mine != recorded.params:
+                report.notes.append(f"node {node}'s context is made here with {mine}, where the bundle's was "
+                                    f"{recorded.params}: a difference may come from that")
+        agent = Agent(bundle.asset, backend, asset_dir)
+        try:
+            agent.import_dialog(bundle.conversation, bundle.source)
+        except HistoryError as exc:
+            raise BundleError([Problem(p.severity, p.message, bundle.source, field=".".join(
+                x for x in ("conversation", p.node_id, p.field) if x)) for p in exc.problems]) from None
+        tree = agent.tree.copy()  # the recorded tree: replayed turns are added to the agent's, not to it
+        for turn_id in _parents_first(tree):
+            replayed = _replay_turn(agent, backend, tree, tree.nodes[turn_id], cancel)
+            report.turns.append(replayed)
+            if on_turn is not None:
+                on_turn(replayed)
+            if stop_at_first and replayed.outcome in ("different", "failed"):
+                report.stopped_early = True
+                break
+    finally:
+        backend.close()
+    return report
+
+
+def _parents_first(tree: ConversationTree) -> list[int]:
+    """Every turn id, each after its parent: depth first, alternatives in their order."""
+    order: list[int] = []
+    stack = list(reversed(tree.children.get(None, [])))
+    while stack:
+        turn_id = stack.pop()
+        order.append(turn_id)
+        stack.extend(reversed(tree.children.get(turn_id, [])))
+    return order
+
+
+def go_to(agent: Agent, turn_id: int | None) -> None:
+    """Make ``turn_id`` the agent's current turn (None: before the first), exactly as it was then."""
+    if turn_id is None:
+        agent.rewind(0)
+        return
+    agent.select_turn(turn_id)  # the branch through it, to where it was left
+    agent.rewind(agent.tree.depth(turn_id) + 1)
+
+
+def _replay_turn(agent: Agent, backend: ReplayBackend, tree: ConversationTree, node: TurnNode,
+                 cancel: threading.Event | None) -> TurnReplay:
+    index = tree.depth(node.id)
+
+    def outcome(kind: Outcome, difference: Difference | None = None, reason: str = "") -> TurnReplay:
+        return TurnReplay(node.id, index, node.turn.player, kind, difference, reason, time.perf_counter() - started)
+
+    started = time.perf_counter()
+    before = tree.state_after(node.parent)
+    if not node.exact:
+        return outcome("skipped", reason="its state was reconstructed from a history that kept no tree")
+    if node.edited and node.after.journals == before.journals:
+        return outcome("skipped", reason="written by the designer; no model read it")
+    go_to(agent, node.parent)
+    try:
+        result = agent.run_turn(node.turn.player, tool_result=_recorded_results(node.turn), cancel=cancel)
+    except TurnCancelled:
+        raise
+    except (TurnError, BackendError, InputError) as exc:
+        return outcome("failed", Difference(getattr(exc, "node_id", "") or "", "failed", detail=str(exc)))
+    order = list(dict.fromkeys([*result.path, *sorted({*node.after.journals, *agent.journals})]))
+    for key in order:
+        recorded = node.after.journals.get(key, EMPTY)
+        mine = agent.journals.get(key, EMPTY)
+        if recorded != mine:
+            return outcome("different", _journal_difference(key, recorded, mine, backend, agent))
+    if not node.edited:
+        difference = _entries_difference(node.turn.entries, agent.tree.nodes[result.turn_id].turn.entries,
+                                         backend, agent)
+        if difference is not None:
+            return outcome("different", difference)
+    return outcome("identical")
+
+
+def _recorded_results(turn: Turn) -> Callable[[str, str, dict[str, Any]], str]:
+    """Answers a tool call with the recorded result of the same node's call of the same tool, in order."""
+    pending = [(e.node, e.tool, e.result) for e in turn.entries if isinstance(e, ToolExchange)]
+
+    def answer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
+        for i, (node, name, result) in enumerate(pending):
+            if (node, name) == (node_id, tool):
+                del pending[i]
+                return result
+        raise TurnError(f"the replay called {tool} with {arguments}, and the recorded turn has no result for that "
+                        "call", node_id)
+
+    return answer
+
+
+def _model_of(agent: Agent, node_id: str) -> str:
+    try:
+        return agent.model_for(agent.asset.node(node_id))
+    except KeyError:
+        return ""
+
+
+def _text(backend: ReplayBackend, model: str, token: int | None) -> str:
+    if token is None:
+        return ""
+    try:
+        return backend.token_text(model, token) if model else f"#{token}"
+    except BackendError:
+        return f"#{token}"
+
+
+def _chunk_words(c: Chunk) -> str:
+    if c.singles:
+        return f"{c.kept} token{'s' if c.kept != 1 else ''} read one at a time"
+    kept = f" ({c.kept} kept)" if c.kept != len(c.tokens) else ""
+    return f"a chunk of {len(c.tokens)} tokens{kept}"
+
+
+def _journal_difference(node: str, recorded: DecodeJournal, mine: DecodeJournal, backend: ReplayBackend,
+                        agent: Agent) -> Difference:
+    """The first token (or chunk) at which two journals of ``node`` part."""
+    model = _model_of(agent, node)
+
+    def token(what: str, index: int | None, position: int, a: int | None, b: int | None) -> Difference:
+        return Difference(node, what, index, position, _text(backend, model, a), _text(backend, model, b), a, b)
+
+    at = 0
+    for a, b in zip(recorded.chunks, mine.chunks):
+        if a == b:
+            at += a.kept
+            continue
+        if a.singles and b.singles:
+            k = _common(a.held, b.held)
+            return token("generated token", k, at + k, a.held[k] if k < a.kept else None,
+                         b.held[k] if k < b.kept else None)
+        k = _common(a.tokens, b.tokens)
+        if k < len(a.tokens) and k < len(b.tokens) and not a.singles and not b.singles:
+            return token("prompt token", at + k, at + k, a.tokens[k], b.tokens[k])
+        return Difference(node, "reading", position=at,
+                          detail=f"from cache position {at} the recording read {_chunk_words(a)}, the replay "
+                          f"{_chunk_words(b)}")
+    longer, shorter, who = (recorded, mine, "recording") if len(recorded.chunks) > len(mine.chunks) else \
+        (mine, recorded, "replay")
+    extra = longer.chunks[len(shorter.chunks)]
+    if extra.singles:
+        a, b = (extra.tokens[0], None) if who == "recording" else (None, extra.tokens[0])
+        return token("generated token", 0, at, a, b)
+    return Difference(node, "reading", position=at,
+                      detail=f"from cache position {at} only the {who} read on ({_chunk_words(extra)})")
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _entry_words(entry: Entry | None) -> str:
+    if entry is None:
+        return "nothing"
+    if isinstance(entry, Reply):
+        return f"a reply by {entry.node}: {entry.text!r}"
+    return f"{entry.node}'s call of {entry.tool}({entry.arguments}) -> {entry.result!r}"
+
+
+def _entries_difference(recorded: list[Entry], mine: list[Entry], backend: ReplayBackend,
+                        agent: Agent) -> Difference | None:
+    """The first reply token (or entry) at which a turn's recorded and replayed entries part."""
+    for a, b in zip_longest(recorded, mine):
+        if a == b:
+            continue
+        if isinstance(a, Reply) and isinstance(b, Reply) and a.node == b.node and a.text != b.text:
+            model = _model_of(agent, a.node)
+            try:
+                ours, theirs = backend.tokenize(model, a.text), backend.tokenize(model, b.text)
+            except BackendError:
+                ours, theirs = [], []
+            k = _common(ours, theirs)
+            if ours or theirs:
+                x = ours[k] if k < len(ours) else None
+                y = theirs[k] if k < len(theirs) else None
+                return Difference(a.node, "reply token", k, None, _text(backend, model, x), _text(backend, model, y),
+                                  x, y)
+        node = (a or b).node  # type: ignore[union-attr]
+        return Difference(node, "entries", detail=f"recorded {_entry_words(a)}; replayed {_entry_words(b)}")
+    return None
