@@ -148,7 +148,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             if interactive:
                 out.write("\n" if streamed else f"{result.reply}\n")
             elif recorded:
-                same = "unchanged" if result.reply == recorded[number][1] else "CHANGED"
+                same = "unchanged" if result.reply == recorded[number][1] else "CHANGED" + _numerics_note(backend)
                 out.write(f"> {line}\n{result.reply}\n[turn {result.turn + 1}: reply {same}]\n")
             else:
                 out.write(f"> {line}\n{result.reply}\n")
@@ -172,6 +172,16 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             _history_not_saved(args, err)
         backend.close()
     return code
+
+
+def _numerics_note(backend: Backend) -> str:
+    """After "CHANGED": said when the backend does not promise exact replays, so a changed reply
+    may be numerics rather than the graph (nothing when it does)."""
+    try:
+        promise = backend.reproducibility()
+    except Exception as exc:  # noqa: BLE001 - a plugin's or a server's answer: the turn itself ran
+        return f" (not a sure sign: {backend.label} could not say whether it repeats itself: {exc})"
+    return "" if promise.exact else f" (not a sure sign: {promise.note})"
 
 
 def _save_history_out(agent: Agent, path: str, stamp, err: TextIO) -> bool:
