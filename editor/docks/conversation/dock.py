@@ -6,11 +6,12 @@ run on a server, each turn says which backend ran it."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 from PySide6.QtCore import QEventLoop, Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -51,7 +53,9 @@ from editor.sample_model_download import (
     with_copy_hint,
 )
 from runtime.agent import turn_reply
+from runtime.backends.base import Reproducibility
 from runtime.backends.profiles import EMBEDDED
+from runtime.bundle.file import BUNDLE_SUFFIX, make_bundle, write_bundle
 from runtime.dialogue.dialog_file import HistoryError, load_history, save_history
 from runtime.dialogue.history import Reply, SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
@@ -62,6 +66,7 @@ from runtime.suites.checks import case_from_turns
 from runtime.suites.file import save_case
 
 HISTORY_FILTER = "Parley dialog history (*.json);;All files (*)"
+BUNDLE_FILTER = f"Parley repro bundle (*{BUNDLE_SUFFIX});;All files (*)"
 
 
 def text_to_speech():
@@ -90,6 +95,15 @@ def _with_reply(entries: list, old: str, new: str, asset) -> list:
             return out
     facing = next((n.id for n in asset.nodes if n.PLAYER_FACING), "reply")
     return out + [Reply(facing, new, True)]
+
+
+def _is_embedded(backend: object) -> bool:
+    """Whether ``backend`` is the embedded llama.cpp engine (whose settings and journals a bundle holds)."""
+    try:
+        from runtime.backends.llama import LlamaBackend
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return isinstance(backend, LlamaBackend)
 
 
 def _shows_output(type_name: str) -> bool:
@@ -142,8 +156,20 @@ class ConversationDock(QDockWidget):
         tools = QHBoxLayout()
         self.new_button = self._tool_button("New", "Start a new conversation on the graph as it is now",
                                             conversation.restart)
-        self.export_button = self._tool_button("Export\u2026", "Save the dialog history to a file",
+        self.export_button = self._tool_button("Export\u2026", "Save the dialog history to a file (the arrow: "
+                                               "a repro bundle, which `parley replay` repeats byte for byte)",
                                                self.export_dialog)
+        export_menu = QMenu(self.export_button)
+        export_menu.addAction("Export dialog history\u2026", self.export_dialog)
+        self.export_bundle_action = QAction("Export repro bundle\u2026", export_menu)
+        self.export_bundle_action.setToolTip("One file with the asset, the model's SHA-256, the llama.cpp build, "
+                                             "the settings that decide the numbers and the whole conversation with "
+                                             "each node's decode journal: `parley replay FILE` repeats it elsewhere")
+        self.export_bundle_action.triggered.connect(lambda _c=False: self.export_repro_bundle())
+        export_menu.addAction(self.export_bundle_action)
+        export_menu.setToolTipsVisible(True)
+        self.export_button.setMenu(export_menu)
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         self.import_button = self._tool_button("Import\u2026", "Continue from a saved dialog history",
                                                self.import_dialog)
         self.edit_button = self._tool_button("Seed / edit\u2026", "Write or rewrite past turns", self.edit_history)
@@ -639,12 +665,27 @@ class ConversationDock(QDockWidget):
         done = replay.total - len(replay.pending)
         changed = replay.changed
         state = "done" if not replay.pending else ("waiting for Next turn" if replay.step else "running")
+        promise = self.replay_promise()
+        doubt = "" if promise is None or promise.exact else (
+            f" <span style='color:#9a9a9a'>(not a sure sign: {html.escape(promise.note)})</span>")
         self.replay_label.setText(
             f"<b>Replay from turn {replay.start + 1}</b>: {done} of {replay.total} turns sent ({state}); "
-            f"<span style='color:#e5c07b'>{changed} repl{'ies' if changed != 1 else 'y'} changed</span>, "
+            f"<span style='color:#e5c07b'>{changed} repl{'ies' if changed != 1 else 'y'} changed</span>{doubt}, "
             f"{done - changed} the same.")
         self.replay_step_button.setVisible(replay.step and bool(replay.pending))
         self.replay_bar.show()
+
+    def replay_promise(self) -> Reproducibility | None:
+        """What the backend the replay runs on promises, so a changed reply is never taken for the graph's
+        doing when it may be numerics: as recorded with the latest replayed turn (before one has run, the
+        latest turn that ran at all; None when none has)."""
+        records = self.conversation.records
+        replayed = [turn_id for turn_id, record in records.items() if record.replaced is not None]
+        for turn_id in ([max(replayed)] if replayed else []) + sorted(records, reverse=True):
+            promise = self.conversation.reproducibility_of(turn_id)
+            if promise is not None:
+                return promise
+        return None
 
     def toggle_branches(self) -> None:
         self.branches.setVisible(self.branches_button.isChecked())
@@ -715,6 +756,57 @@ class ConversationDock(QDockWidget):
         if path:
             self.start_import(path)
 
+    def export_repro_bundle(self) -> None:
+        doc = self.conversation.document
+        name = f"{Path(doc.path).stem if doc.path else 'conversation'}{BUNDLE_SUFFIX}"
+        path, _ = QFileDialog.getSaveFileName(self, "Export repro bundle", name, BUNDLE_FILTER)
+        if path:
+            self.start_bundle_export(path)
+
+    def start_bundle_export(self, path: str) -> bool:
+        """Write a repro bundle of the conversation to ``path`` on a thread of its own (hashing the model
+        takes a moment the first time); ``history_file_done`` says how it went. False, with the reason
+        shown, when it cannot start: an Import or Export still running, or a conversation on a server
+        (a bundle replays on the embedded engine, which records how each node's cache was read)."""
+        backend = self.conversation.worker.backend  # only its settings are read; None: the defaults
+        if self.backends.remote or (backend is not None and not _is_embedded(backend)):
+            where = self.backends.spec if self.backends.remote else getattr(backend, "label", "this backend")
+            self.show_error(f"A repro bundle is for the embedded engine: this conversation runs on {where}, which "
+                            "does not say how it read each prompt. Pick Embedded (this computer) above and talk "
+                            "again, then export the bundle.")
+            return False
+        saved = self.conversation.saved  # replaced, never changed, by later turns: safe to read from there
+        asset = self.asset
+        doc = self.conversation.document
+        count = len(saved.tree) if saved.tree is not None else len(saved.history.turns)
+
+        def work() -> int:
+            bundle = make_bundle(asset, saved, backend, doc.asset_dir, asset_source=doc.path)
+            return write_bundle(bundle, path)
+
+        return self._start_file_job(work, f"Writing a repro bundle of {count} turns to {path} (hashing the "
+                                    "model)\u2026", lambda size, error: self._bundle_exported(path, count, size, error))
+
+    def export_bundle_to(self, path: str) -> bool:
+        """``start_bundle_export`` and wait for it, the window answering meanwhile; whether it worked."""
+        return self.start_bundle_export(path) and self.wait_for_history_file()
+
+    def _bundle_exported(self, path: str, count: int, size: object, error: object) -> bool:
+        if isinstance(error, InputError):
+            self.show_error("Could not write the repro bundle; the conversation is unchanged.\n" + "\n".join(
+                str(p) for p in error.problems[:5]))
+            return False
+        if isinstance(error, OSError):
+            self.show_error(f"Could not write {path}: {error.strerror or error}. The conversation is unchanged.")
+            return False
+        if error is not None:
+            self.show_error(f"Could not write the repro bundle to {path}: {error}. The conversation is unchanged.")
+            return False
+        kb = f" ({int(size) / 1000:,.0f} kB)" if isinstance(size, int) else ""
+        self.set_status(f"Wrote a repro bundle of {count} turn{'s' if count != 1 else ''} to {path}{kb}: "
+                        f"`parley replay {Path(path).name}` repeats it, byte for byte, on another machine.")
+        return True
+
     def start_export(self, path: str) -> bool:
         """Write the conversation to ``path`` on a thread of its own (the window keeps answering);
         ``history_file_done`` says how it went. False when an Import or Export is still running."""
@@ -772,6 +864,7 @@ class ConversationDock(QDockWidget):
     def _enable_file_buttons(self) -> None:
         idle = self.file_job is None
         self.export_button.setEnabled(idle and not self.conversation.busy)
+        self.export_bundle_action.setEnabled(idle and not self.conversation.busy)
         self.import_button.setEnabled(idle and not self.conversation.busy)
 
     def _exported(self, path: str, count: int, error: object) -> bool:
