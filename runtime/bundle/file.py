@@ -17,6 +17,7 @@ asset, the conversation against the asset's nodes), and names the field of each 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -45,7 +46,7 @@ from runtime.files.writing import atomic_write_text
 from runtime.models.context_settings import FLASH_ATTN_MODES, KV_TYPES, ContextParams, context_params
 from runtime.models.folder import APP_NAME, ModelFileError, file_sha256, resolve_model
 from runtime.models.gguf import GGUFError, read_gguf
-from runtime.names import ID_PATTERN, shown_name
+from runtime.names import ID_PATTERN, lone_surrogates, shown_name
 from runtime.problems import AssetError, InputError, Problem
 
 BUNDLE_FORMAT = "parley-bundle"
@@ -422,7 +423,11 @@ def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
     except RecursionError:
         raise BundleError([Problem("error", "nested too deeply", source)]) from None
 
-    problems: list[Problem] = []
+    # Lone surrogates are not text (the conversation's reader refuses them itself); the asset's hash,
+    # taken of the text as saved (with U+FFFD for them), would not tell.
+    problems = [Problem("error", lone.message("key"), source, field=".".join(
+        shown_name(part) for part in ("asset", "file", *lone.path)))
+        for lone in itertools.islice(lone_surrogates(raw["asset"]["file"]), MAX_REPORTED_PROBLEMS)]
     asset: Asset | None = None
     try:
         asset = asset_from_dict(raw["asset"]["file"], source)

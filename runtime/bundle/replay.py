@@ -78,7 +78,7 @@ class TurnReplay:
     player: str
     outcome: Outcome
     difference: Difference | None = None
-    reason: str = ""  # why it was skipped
+    reason: str = ""  # why it was skipped, or what an identical turn could not be checked for
     seconds: float = 0.0
 
     @property
@@ -87,7 +87,7 @@ class TurnReplay:
 
     def describe(self) -> str:
         if self.outcome == "identical":
-            return f"{self.label}: identical"
+            return f"{self.label}: identical" + (f" ({self.reason})" if self.reason else "")
         if self.outcome == "skipped":
             return f"{self.label}: skipped ({self.reason})"
         assert self.difference is not None
@@ -325,16 +325,24 @@ def _replay_turn(agent: Agent, backend: ReplayBackend, tree: ConversationTree, n
     except (TurnError, BackendError, InputError) as exc:
         return outcome("failed", Difference(getattr(exc, "node_id", "") or "", "failed", detail=str(exc)))
     order = list(dict.fromkeys([*result.path, *sorted({*node.after.journals, *agent.journals})]))
+    # A node that has no journal in the recorded states around the turn was not tracked (a history
+    # written before journals, a turn that ran on a server): only its replies can be compared.
+    untracked = [key for key in order if key not in node.after.journals and key not in before.journals]
     for key in order:
         recorded = node.after.journals.get(key, EMPTY)
         mine = agent.journals.get(key, EMPTY)
-        if recorded != mine:
+        if recorded != mine and key not in untracked:
             return outcome("different", _journal_difference(key, recorded, mine, backend, agent))
     if not node.edited:
         difference = _entries_difference(node.turn.entries, agent.tree.nodes[result.turn_id].turn.entries,
                                          backend, agent)
         if difference is not None:
             return outcome("different", difference)
+    if untracked and not node.edited:
+        return outcome("identical", reason=f"replies only: no decode journal was recorded for {', '.join(untracked)}")
+    if untracked:
+        return outcome("skipped", reason=f"edited by the designer, and no decode journal was recorded for "
+                       f"{', '.join(untracked)}")
     return outcome("identical")
 
 

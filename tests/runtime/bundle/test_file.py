@@ -125,6 +125,8 @@ def test_a_bundle_holds_every_part_and_reads_back_as_written(conversation, tmp_p
                                                    "but the conversation's is 0")),
     (lambda r: r["contexts"].update(nope=r["contexts"]["reply"]), "FILE:contexts.nope: error: not a node of the asset"),
     (lambda r: r["contexts"].pop("reply"), "FILE:contexts: error: node reply uses a model, and has no context here"),
+    (lambda r: r["asset"]["file"]["nodes"][0].update(system_prompt="\ud800"),
+     "FILE:asset.file.nodes.0.system_prompt: error: the text holds a lone surrogate"),
     (lambda r: r["conversation"].update(format="x"), "FILE:conversation.format: error: not a Parley dialog history"),
     (lambda r: r["conversation"]["turns"][1].setdefault("state", {}).update(windows={"ghost": 0}),
      "FILE:conversation.turns[id 1].state.windows.ghost: error: a window for ghost"),

@@ -97,6 +97,22 @@ def test_another_seed_salt_changes_the_first_turn_and_says_where(recorded):
     assert [t.outcome for t in report.turns] == ["different"], "it stopped at the first difference"
 
 
+def test_replies_alone_are_compared_where_no_journal_was_recorded(sample_model):
+    """A conversation that kept no decode journals (a history from before them, turns on a server): its
+    replies are still compared, and the first that differs is named by its token."""
+    from runtime.backends.scripted import ScriptedBackend
+
+    asset = load_asset(examples_dir() / "chat.json").model_copy(update={"default_model": str(sample_model)})
+    agent = Agent(asset, ScriptedBackend())
+    agent.run_turn("Hello")
+    report = replay_bundle(make_bundle(asset, agent.export_dialog(), asset_dir=examples_dir()), stop_at_first=True)
+    first = report.first_difference
+    assert first is not None and first.turn_id == 0 and first.difference.node == "reply"
+    assert first.difference.what == "reply token", first.describe()
+    recorded = agent.export_dialog().history.turns[0].entries[0].text
+    assert recorded.startswith(first.difference.recorded.strip()), (recorded, first.describe())
+
+
 def test_the_bundle_a_replay_reads_is_the_one_written(recorded):
     path, replies = recorded
     bundle = load_bundle(path)
