@@ -329,7 +329,7 @@ def write_bundle(bundle: Bundle, path: str | os.PathLike[str]) -> int:
 # --- the file's schema --------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class _BundlePart(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -340,25 +340,25 @@ KVTypeInFile = Literal[KV_TYPES]  # type: ignore[valid-type]
 FlashAttnInFile = Literal[FLASH_ATTN_MODES]  # type: ignore[valid-type]
 
 
-class AssetInFile(_Strict):
+class AssetInFile(_BundlePart):
     source: str = Field("", description="The asset file's name when the bundle was written.")
     sha256: Sha256 = Field(description="SHA-256 of the asset's text as Parley saves it, in UTF-8.")
     file: dict[str, Any] = Field(description="The asset, as its file holds it.")
 
 
-class ModelInFile(_Strict):
+class ModelInFile(_BundlePart):
     name: str = Field(min_length=1, description="The model as the asset names it (a file name or a path).")
     file: str = Field(min_length=1, description="The model file's name.")
     size: int = Field(ge=0)
     sha256: Sha256
 
 
-class LlamaInFile(_Strict):
+class LlamaInFile(_BundlePart):
     version: str = Field(description="llama-cpp-python's version.")
     system_info: str = Field(description="llama_print_system_info(): the CPU features llama.cpp was built for.")
 
 
-class SettingsInFile(_Strict):
+class SettingsInFile(_BundlePart):
     n_threads: Count
     n_threads_batch: Count
     n_batch: Count
@@ -368,7 +368,7 @@ class SettingsInFile(_Strict):
     seeds: dict[NodeKey, Annotated[int, Field(ge=-1)]] = Field(description="Each sampling node's seed in the asset.")
 
 
-class ContextInFile(_Strict):
+class ContextInFile(_BundlePart):
     model: str = Field(min_length=1)
     n_ctx: Count
     n_batch: Count
@@ -379,13 +379,13 @@ class ContextInFile(_Strict):
     flash_attn: FlashAttnInFile
 
 
-class ReproducibilityInFile(_Strict):
+class ReproducibilityInFile(_BundlePart):
     exact: bool
     across_threads: bool
     note: str
 
 
-class BundleFile(_Strict):
+class BundleFile(_BundlePart):
     format: Literal["parley-bundle"]
     version: Literal[1]
     created_by: str = ""
