@@ -181,7 +181,8 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                 result = run_case(suite, case, b, jdg, k, seed,
                                   (lambda t, cid=suite.case_id(case): on_turn(cid, t)) if on_turn else None, cancel,  # noqa: B008
                                   lost_server_raises=fleet, keep_turn_results=keep_turn_results)
-                b.release_all()  # the next case starts from a fresh conversation: free its caches
+                # The next case starts from a fresh conversation on the same caches: each node's journal
+                # starts empty, so it reads as in a process of its own, and still finds the system prompt.
             except ServerUnavailable as exc:
                 with lock:
                     server.lost = server.lost or str(exc)

@@ -12,7 +12,6 @@ import pytest
 
 from runtime.agent import Agent, TurnCancelled
 from runtime.asset.file import load_asset
-from runtime.backends.llama import CANONICAL_BLOCK
 from runtime.dialogue.dialog_file import dumps_history, parse_history
 from runtime.events import Speak, Summarized, Token, ToolCalled
 from runtime.problems import BackendError
@@ -59,6 +58,7 @@ def example(name: str, model: str, **node_changes):
 
 def test_chat_example_streams_speaks_and_reuses_the_cache(model, backend):
     agent = Agent(example("chat", model, reply={"max_tokens": 40}), backend, str(examples_dir()))
+    previous = None
     for i, line in enumerate(LINES[:3]):
         events = []
         result = agent.run_turn(line, on_event=events.append)
@@ -71,10 +71,9 @@ def test_chat_example_streams_speaks_and_reuses_the_cache(model, backend):
         assert d.tokens.budget == 2048 - 40
         # The budget's arithmetic (tokenizer + 8 per message) covers the real chat template.
         assert d.tokens.prompt <= d.tokens.counted + 8
-        if i:  # prompts are reused in whole 64-token blocks (reproducible turns)
-            assert d.tokens.reused % CANONICAL_BLOCK == 0 and not d.tokens.cold
-        if i == 2:  # by now the shared start (system prompt and turn 1) spans whole blocks
-            assert d.tokens.reused > 0
+        if previous is not None:  # the whole common prefix is reused, the last reply's own tokens included
+            assert not d.tokens.cold and d.tokens.reused >= previous.prompt + previous.generated // 2
+        previous = d.tokens
         assert d.input.prompt[-1].content.endswith(line)
         assert d.input.prompt[-1].content.startswith("It is evening. The player's name is Traveller.")
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.runtime_worker import LiveConversation
+from editor.settings import snapshot_budget_mib
 from runtime.asset.estimate import Estimate, estimate_asset
 from runtime.models.context_settings import FLASH_ATTN, SNAPSHOT_BUDGET_MIB, kv_type_refusal
 from runtime.models.folder import resolve_model
@@ -289,6 +290,9 @@ class VramEstimatorDock(QDockWidget):
             conversation.history_changed.connect(self.show_backends)
             conversation.turn_finished.connect(self.show_backends)
             conversation.restarted.connect(self.show_backends)
+            # the budget the designer set (Backend > Cache Snapshot Budget), as the backend reports it
+            conversation.snapshots_changed.connect(lambda use: self.set_snapshot_budget(use.budget / (1 << 20)))
+            self.snapshot_budget_mib = snapshot_budget_mib()
         self.update_estimate()
         self.show_backends()
 

@@ -21,7 +21,7 @@ import pytest
 
 from runtime.asset.model import new_node
 from runtime.backends.base import ChatMessage, GenerationRequest
-from runtime.backends.llama import CANONICAL_BLOCK, LlamaBackend, choices_grammar
+from runtime.backends.llama import SNAPSHOT_MIN_TOKENS, LlamaBackend, choices_grammar
 from runtime.models.folder import ensure_sample_model
 from runtime.problems import BackendError
 
@@ -52,18 +52,6 @@ def backend():
     b = LlamaBackend()
     yield b
     b.close()
-
-
-@pytest.fixture()
-def fast_backend():
-    """Prompts read in n_batch chunks and generated tokens reused: the exact longest-prefix arithmetic."""
-    b = LlamaBackend(reproducible=False)
-    yield b
-    b.close()
-
-
-def block_floor(n: int) -> int:
-    return n - n % CANONICAL_BLOCK
 
 
 def last_logits(session) -> np.ndarray:
@@ -201,8 +189,8 @@ def test_context_size_zero_is_the_models_own(backend, model):
 # --- prefix reuse ---------------------------------------------------------------------------
 
 
-def test_ordinary_turn_reuses_the_cache(fast_backend, model):
-    s = fast_backend.session("talk", model, 2048)
+def test_ordinary_turn_reuses_the_cache(backend, model):
+    s = backend.session("talk", model, 2048)
     history = [BLACKSMITH, user("Good morning! Can you fix my sword?")]
     first = s.generate(GenerationRequest(history, max_tokens=24, temperature=0))
     assert first.cold and first.reused == 0 and first.evaluated == first.prompt_tokens
@@ -219,8 +207,8 @@ def test_ordinary_turn_reuses_the_cache(fast_backend, model):
     assert held_positions(s) == len(s.tokens)
 
 
-def test_changed_start_of_prompt_is_read_again(fast_backend, model):
-    s = fast_backend.session("trim", model, 2048)
+def test_changed_start_of_prompt_is_read_again(backend, model):
+    s = backend.session("trim", model, 2048)
     turns = [user("Tell me about the mine."), assistant("It is deep and dark."), user("Who works there?")]
     first = s.generate(GenerationRequest([BLACKSMITH, *turns], max_tokens=8, temperature=0))
     # a trim drops the oldest turn: everything after the system message is read again
@@ -238,8 +226,8 @@ def test_changed_start_of_prompt_is_read_again(fast_backend, model):
     assert first.prompt_tokens > 0
 
 
-def test_identical_prompt_evaluates_one_token(fast_backend, model):
-    s = fast_backend.session("same", model, 1024)
+def test_identical_prompt_evaluates_one_token(backend, model):
+    s = backend.session("same", model, 1024)
     req = GenerationRequest([BLACKSMITH, user("Hello.")], max_tokens=6, temperature=0)
     a = s.generate(req)
     b = s.generate(req)
@@ -358,8 +346,8 @@ def test_unusable_schema_is_a_clear_error(backend, model):
 # --- cancellation ----------------------------------------------------------------------------
 
 
-def test_cancel_stops_generation_within_200ms_and_keeps_the_cache_consistent(fast_backend, model):
-    s = fast_backend.session("cancel", model, 4096)
+def test_cancel_stops_generation_within_200ms_and_keeps_the_cache_consistent(backend, model):
+    s = backend.session("cancel", model, 4096)
     messages = [BLACKSMITH, user("Tell me the whole history of the village, in great detail.")]
     cancel = threading.Event()
     started = threading.Event()
@@ -392,14 +380,14 @@ def test_cancel_stops_generation_within_200ms_and_keeps_the_cache_consistent(fas
     follow_up = [*messages, assistant(r.text), user("Thanks. Bye!")]
     req = GenerationRequest(follow_up, max_tokens=1, temperature=0)
     after = s.generate(req)
-    fresh_session = fast_backend.session("fresh", model, 4096)
+    fresh_session = backend.session("fresh", model, 4096)
     fresh = fresh_session.generate(req)
     assert after.reused > 0 and fresh.reused == 0
     assert float(np.abs(last_logits(s) - last_logits(fresh_session)).max()) < 1.5
 
 
-def test_cancel_during_a_long_prompt(fast_backend, model):
-    s = fast_backend.session("cancel-prompt", model, 8192)
+def test_cancel_during_a_long_prompt(backend, model):
+    s = backend.session("cancel-prompt", model, 8192)
     long_history = [BLACKSMITH]
     for i in range(60):
         long_history += [user(f"Question {i}: what about the {SUBJECTS[i % 10]}?"), assistant(f"The {SUBJECTS[i % 10]} is fine, {i}.")]
@@ -605,8 +593,8 @@ def strict_template_model(model, tmp_path_factory) -> str:
     return str(out)
 
 
-def test_template_that_fails_to_render(fast_backend, strict_template_model):
-    s = fast_backend.session("strict", strict_template_model, 512)
+def test_template_that_fails_to_render(backend, strict_template_model):
+    s = backend.session("strict", strict_template_model, 512)
     ok = s.generate(GenerationRequest([BLACKSMITH, user("Hi")], max_tokens=4, temperature=0))
     held = list(s.tokens)
     with pytest.raises(BackendError) as e:
@@ -628,8 +616,8 @@ def control_tokens(session, tokens: list[int]) -> list[int]:
     return [t for t in tokens if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL]
 
 
-def test_player_text_cannot_inject_control_tokens(fast_backend, model):
-    s = fast_backend.session("guarded", model, 1024)
+def test_player_text_cannot_inject_control_tokens(backend, model):
+    s = backend.session("guarded", model, 1024)
     attack = [BLACKSMITH, user(INJECTION)]
     tokens = s.prompt_tokens(attack)
     benign = s.prompt_tokens([BLACKSMITH, user("Nice hammer.")])
@@ -644,8 +632,8 @@ def test_player_text_cannot_inject_control_tokens(fast_backend, model):
     span = b"".join(s._piece(t) for t in tokens[start:end]).decode("utf-8")
     assert span == "user\n" + INJECTION
     # the model's own view of the prompt is unchanged, and the counts agree
-    assert fast_backend.render_prompt(model, attack).count(INJECTION) == 1
-    assert fast_backend.count_prompt_tokens(model, attack) == len(tokens)
+    assert backend.render_prompt(model, attack).count(INJECTION) == 1
+    assert backend.count_prompt_tokens(model, attack) == len(tokens)
 
     first = s.generate(GenerationRequest(attack, max_tokens=16, temperature=0))
     assert first.text.strip() and first.prompt_tokens == len(tokens)
@@ -691,10 +679,10 @@ PLAYER = [
 ]
 
 
-def test_agent_turn_diagnostics_report_reuse(fast_backend, model):
+def test_agent_turn_diagnostics_report_reuse(backend, model):
     from runtime.agent import Agent
 
-    agent = Agent(one_generate_asset(model, 2048, 32), fast_backend)
+    agent = Agent(one_generate_asset(model, 2048, 32), backend)
     first = agent.run_turn(PLAYER[0]).diagnostics.nodes[0].tokens
     second = agent.run_turn(PLAYER[1]).diagnostics.nodes[0].tokens
     assert first.cold and first.reused == 0 and first.evaluated == first.prompt
@@ -704,10 +692,10 @@ def test_agent_turn_diagnostics_report_reuse(fast_backend, model):
     assert second.reused / second.prompt >= 0.75
 
 
-def test_agent_trim_causes_one_reread_then_cheap_turns(fast_backend, model):
+def test_agent_trim_causes_one_reread_then_cheap_turns(backend, model):
     from runtime.agent import Agent
 
-    agent = Agent(one_generate_asset(model, 384, 24), fast_backend)
+    agent = Agent(one_generate_asset(model, 384, 24), backend)
     rows = []
     for i in range(40):
         node = agent.run_turn(PLAYER[i % len(PLAYER)]).diagnostics.nodes[0]
@@ -719,7 +707,7 @@ def test_agent_trim_causes_one_reread_then_cheap_turns(fast_backend, model):
     at = trims[0]
     assert at + 2 < len(rows)
     trimmed = rows[at][1]
-    system_tokens = fast_backend.count_prompt_tokens(model, [BLACKSMITH])
+    system_tokens = backend.count_prompt_tokens(model, [BLACKSMITH])
     assert trimmed.reused <= system_tokens  # the start changed: everything after the system message is read again
     assert trimmed.evaluated > trimmed.prompt / 2
     for _triggered, after in (rows[at + 1], rows[at + 2]):
@@ -770,34 +758,108 @@ def test_agent_cancel_leaves_history_and_cache_usable(backend, model):
     assert not after.cold and after.reused > 0
 
 
-# --- reproducible prompts (the default) ------------------------------------------------------
+# --- reproducible at full reuse: decode journals ------------------------------------------------
 
 
-def test_prompts_are_reused_in_whole_blocks_and_generated_tokens_are_read_again(backend, model):
-    s = backend.session("blocks", model, 2048)
+def test_a_forward_call_reuses_the_whole_common_prefix_generated_tokens_included(backend, model):
+    s = backend.session("journal", model, 2048)
     history = [system(" ".join([BLACKSMITH.content] * 4)), user("Good morning! Can you fix my sword?")]
     first = s.generate(GenerationRequest(history, max_tokens=24, temperature=0))
-    assert s.canonical == block_floor(first.prompt_tokens)
+    chunks = first.journal.chunks
+    # the system prompt is a chunk of its own, then the rest of the prompt, then the generated tokens one by one
+    assert [c.singles for c in chunks] == [False, False, True]
+    assert len(chunks[0].tokens) + len(chunks[1].tokens) == first.prompt_tokens
+    assert len(chunks[2].tokens) == first.generated - 1  # the last sampled token is never read
+    assert first.journal == s.journal and held_positions(s) == first.journal.length
     history += [assistant(first.text), user("How much will that cost me?")]
-    second = s.generate(GenerationRequest(history, max_tokens=24, temperature=0))
-    assert second.reused == block_floor(first.prompt_tokens) > 0
+    second = s.generate(GenerationRequest(history, max_tokens=24, temperature=0, journal=first.journal))
+    new = second.prompt_tokens - first.journal.length
+    assert second.reused >= first.prompt_tokens + first.generated // 2  # the reply's own tokens came from the cache
     assert second.reused + second.evaluated == second.prompt_tokens
-    # what was new since the last call, and at most one block more
-    assert second.evaluated < second.prompt_tokens - first.prompt_tokens + CANONICAL_BLOCK
-    assert held_positions(s) == len(s.tokens)
+    assert second.evaluated <= new + 8  # what was new since the last call, and the few tokens around the reply
+    assert held_positions(s) == len(s.tokens) == s.journal.length
 
 
-def test_the_same_prompt_gives_the_same_reply_however_the_cache_was_filled(backend, model):
-    """The point of reading in fixed blocks: a turn regenerated after a rewind (its cache holds later
-    turns) samples from the same numbers as the first time, so a fixed seed repeats the reply."""
-    turns = [user("Good morning! Can you fix my sword?"), assistant("Aye, bring it here."),
-             user("How much will that cost me?"), assistant("Ten silver, friend."),
-             user("That is a lot. Any discount for a regular?")]
+TURNS = [user("Good morning! Can you fix my sword?"), assistant("Aye, bring it here."),
+         user("How much will that cost me?"), assistant("Ten silver, friend."),
+         user("That is a lot. Any discount for a regular?")]
+
+
+def test_a_call_made_again_at_the_same_point_says_the_same_however_the_cache_was_filled(backend, model):
+    """A regenerated turn (its cache has read later turns since) and a cold session both rebuild the
+    journal the node had at that point and read the same chunks on it, so a fixed seed repeats the
+    reply token for token, while the warm one still reuses its cache."""
     warm = backend.session("warm", model, 2048)
+    journals = [None]
+    results = []
     for end in (1, 3, 5):
-        warm.generate(GenerationRequest([BLACKSMITH, *turns[:end]], max_tokens=12, temperature=0.9, seed=3))
-    again = warm.generate(GenerationRequest([BLACKSMITH, *turns[:3]], max_tokens=24, temperature=0.9, seed=3))
+        result = warm.generate(GenerationRequest([BLACKSMITH, *TURNS[:end]], max_tokens=24, temperature=0.9,
+                                                 seed=3, journal=journals[-1]))
+        results.append(result)
+        journals.append(result.journal)
+    again = warm.generate(GenerationRequest([BLACKSMITH, *TURNS[:3]], max_tokens=24, temperature=0.9, seed=3,
+                                            journal=journals[1]))
     assert again.reused > 0, "the rewound prompt still came partly from the cache"
-    cold = backend.session("cold", model, 2048)
-    fresh = cold.generate(GenerationRequest([BLACKSMITH, *turns[:3]], max_tokens=24, temperature=0.9, seed=3))
-    assert fresh.cold and again.text == fresh.text
+    assert again.evaluated <= results[1].evaluated, "a regenerated call reads at most what the original read"
+    assert again.text == results[1].text and again.journal == results[1].journal
+    cold = LlamaBackend()
+    try:
+        session = cold.session("warm", model, 2048)
+        fresh = session.generate(GenerationRequest([BLACKSMITH, *TURNS[:3]], max_tokens=24, temperature=0.9, seed=3,
+                                                   journal=journals[1]))
+        assert fresh.cold and fresh.text == results[1].text and fresh.journal == results[1].journal
+    finally:
+        cold.close()
+
+
+@pytest.mark.parametrize("snapshot_mib", [256, 0])
+def test_a_cut_that_discards_earlier_calls_is_snapshotted_and_restored_exactly(model, snapshot_mib):
+    """A trim rewrites the start of a prompt, so the cache is cut far back; going back to before it
+    restores the snapshot taken before the cut (or, with no budget, reads the journal again) and says
+    the same."""
+    backend = LlamaBackend(snapshot_mib=snapshot_mib)
+    try:
+        s = backend.session("trimmed", model, 2048)
+        long_system = system(" ".join([BLACKSMITH.content] * 3))
+        opening = s.generate(GenerationRequest([long_system, TURNS[0]], max_tokens=16, temperature=0.9, seed=5))
+        first = s.generate(GenerationRequest([long_system, *TURNS[:3]], max_tokens=16, temperature=0.9, seed=5,
+                                             journal=opening.journal))
+        trimmed = s.generate(GenerationRequest([BLACKSMITH, *TURNS[2:5]], max_tokens=16, temperature=0.9, seed=5,
+                                               journal=first.journal))
+        assert trimmed.reused < SNAPSHOT_MIN_TOKENS  # the changed start: nearly everything read again
+        assert len(backend.snapshots) == (1 if snapshot_mib else 0)
+        back = s.generate(GenerationRequest([long_system, *TURNS[:5]], max_tokens=16, temperature=0.9, seed=5,
+                                            journal=first.journal))
+        assert backend.snapshots.restored == (1 if snapshot_mib else 0)
+        if snapshot_mib:
+            assert back.reused >= first.prompt_tokens - 1, "restored, not read again"
+        cold = LlamaBackend()
+        try:
+            fresh = cold.session("trimmed", model, 2048).generate(GenerationRequest(
+                [long_system, *TURNS[:5]], max_tokens=16, temperature=0.9, seed=5, journal=first.journal))
+        finally:
+            cold.close()
+        assert back.text == fresh.text and back.journal == fresh.journal
+        assert held_positions(s) == s.journal.length
+    finally:
+        backend.close()
+
+
+def test_snapshots_stay_within_their_budget(model):
+    backend = LlamaBackend(snapshot_mib=256)
+    try:
+        s = backend.session("budget", model, 2048)
+        journal = None
+        for i in range(3):  # each pair of calls starts with another system prompt: every earlier cell is cut away
+            for turns in (TURNS[:1], TURNS[:3]):
+                result = s.generate(GenerationRequest([system(f"{i} " + " ".join([BLACKSMITH.content] * 3)),
+                                                       *turns], max_tokens=4, temperature=0, journal=journal))
+                journal = result.journal
+        assert backend.snapshots.taken == 2 and len(backend.snapshots) == 2
+        one = backend.snapshots.bytes // 2
+        backend.snapshots.set_budget(one + one // 2)  # room for one
+        assert len(backend.snapshots) == 1 and backend.snapshots.bytes <= backend.snapshots.budget
+        backend.snapshots.set_budget(0)
+        assert len(backend.snapshots) == 0
+    finally:
+        backend.close()
