@@ -1,108 +1,159 @@
-"""Rewind and replay: the KV caches follow.
+"""Rewind and replay: going back to any of the last 10 turns costs at most one ordinary turn of reading.
 
-Ten turns through Generate -> Summarize on the sample model, then a rewind to before turn 7 and
-turn 7 said again (the same line: with fixed seeds the reply must come out the same). For the
-first replayed call of each node, compare what it evaluated with what it had to: the tokens
-after the longest prefix its cache still held that is made of whole prompt blocks (llama.cpp
-reads prompts in fixed blocks so replays are reproducible). A cold agent reading the same turn
-from scratch is the baseline.
+Two example agents on the sample model, whose prompts do not trim in the span (checked and reported):
+the chat example (one GenerateAndSpeak node, 14 turns) and the intent router (a classifier and three
+reply nodes, 12 turns). After the conversation, for each of its last 10 turns, newest first: rewind
+to before that turn and say the same line again. Per node, the tokens it read on the rewound turn are
+compared with what it read on that turn the first time (the goal: at most that, issue 21) and with its
+mean ordinary turn; the turn must come out bit for bit the same (the reply, and every node's prompt and
+output). A second pass goes the other way, oldest first, each rewind from the turn said before it: the
+cells a later turn read were cut away by then and come back from a snapshot or are read again.
 
-    python bench/bench_rewind.py            # writes bench/results/rewind.json
+    python bench/bench_rewind.py             # ~6 min: bench/results/rewind.json
+    python bench/bench_rewind.py --quick     # a smoke run: 5 turns each, rewinds to the last 3
+                                             # (written only with --write)
+
+Rewinding across a trim or a new summary (snapshots) is bench_snapshots.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from pathlib import Path
+from typing import Any
 
-from conversation import generate_then_summarize, player_lines, sample_model, single_generate, write_results
+from conversation import (
+    ROOT,
+    StateCalls,
+    fingerprint,
+    first_difference,
+    player_lines,
+    sample_model,
+    write_results,
+)
 
 from runtime.agent import Agent
-from runtime.backends.llama import CANONICAL_BLOCK, LlamaBackend
+from runtime.asset.file import load_asset
+from runtime.backends.llama import LlamaBackend
 
-TURNS = 10
-REWIND_TO = 6  # before turn 7 (turns count from 0 here)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+EXAMPLES = ROOT / "resources" / "examples"
+SCENARIOS = {"chat": (EXAMPLES / "chat.json", 14), "intent_router": (EXAMPLES / "intent_router.json", 12)}
+REWOUND = 10
 
 
-def scenario(make_asset, lines: list[str]) -> tuple[dict, list[dict]]:
-    model = sample_model()
-    backend = LlamaBackend()
-    agent = Agent(make_asset(model), backend)
-    rows = []
+def reading(result: Any) -> dict[str, int]:
+    """Tokens each node read on a turn (a node called twice counts both calls)."""
+    out: dict[str, int] = {}
+    for n in result.diagnostics.nodes:
+        if n.tokens.prompt:
+            out[n.node] = out.get(n.node, 0) + n.tokens.evaluated
+    return out
+
+
+def trims(result: Any) -> list[str]:
+    return [n.node for n in result.diagnostics.nodes if n.trim is not None and n.trim.triggered]
+
+
+def scenario(asset_path: Path, turns: int, rewound: int) -> dict[str, Any]:
+    asset = load_asset(asset_path)
+    lines = player_lines(turns, seed=5)
+    backend = LlamaBackend(str(asset_path.parent))
+    agent = Agent(asset, backend, str(asset_path.parent))
+    backend.load_model(asset.default_model)  # before the clock
     try:
-        first = [agent.run_turn(line) for line in lines]
-        agent.rewind(REWIND_TO)
-        sessions = backend.sessions()
-        held = {key: list(session.tokens) for key, session in sessions.items()}
-        held_canonical = {key: session.canonical for key, session in sessions.items()}
-        summaries_after = [r.turn + 1 for r in first[REWIND_TO:] for n in r.diagnostics.nodes if n.summary]
-        t0 = time.perf_counter()
-        again = agent.run_turn(lines[REWIND_TO])
-        replay_ms = (time.perf_counter() - t0) * 1000
-        for diag in again.diagnostics.nodes:
-            if not diag.tokens.prompt or diag.node not in held:
-                continue  # a summarizer that did not call the model on this turn
-            session = backend.sessions()[diag.node]
-            prompt = session.tokens[: diag.tokens.prompt]  # what it read for this call (then generated)
-            prefix = min(common_prefix(held[diag.node], prompt), held_canonical[diag.node], len(prompt) - 1)
-            kept = prefix - prefix % CANONICAL_BLOCK
-            rows.append({
-                "node": diag.node, "prompt": diag.tokens.prompt, "reused": diag.tokens.reused,
-                "evaluated": diag.tokens.evaluated, "common_prefix": prefix,
-                "must_evaluate": diag.tokens.prompt - kept,
-                "evaluates_only_after_the_prefix": diag.tokens.evaluated == diag.tokens.prompt - kept,
-            })
-        same_reply = again.reply == first[REWIND_TO].reply
+        original, original_s = [], []
+        for line in lines:
+            t0 = time.perf_counter()
+            original.append(agent.run_turn(line))
+            original_s.append(time.perf_counter() - t0)
+        leaf = agent.tree.current
+        trimmed = {r.turn: trims(r) for r in original if trims(r)}
+        # a node's ordinary turn: any call after its first, when nothing trimmed
+        ordinary: dict[str, list[int]] = {}
+        seen: set[str] = set()
+        for r in original:
+            for node, read in reading(r).items():
+                if node in seen and not trims(r):
+                    ordinary.setdefault(node, []).append(read)
+                seen.add(node)
+        mean_ordinary = {node: statistics.mean(reads) for node, reads in ordinary.items()}
+        first_rewound = turns - rewound
+
+        def rewind_and_say(index: int) -> dict[str, Any]:
+            agent.rewind(index)
+            t0 = time.perf_counter()
+            again = agent.run_turn(lines[index])
+            seconds = time.perf_counter() - t0
+            before, now = reading(original[index]), reading(again)
+            nodes = {node: {"read": read, "read_first_time": before.get(node),
+                            "mean_ordinary_turn": round(mean_ordinary[node], 1) if node in mean_ordinary else None,
+                            "at_most_the_first_time": before.get(node) is not None and read <= before[node]}
+                     for node, read in now.items()}
+            difference = first_difference(fingerprint(again), fingerprint(original[index]))
+            return {"turn": index + 1, "identical": not difference, "difference": difference, "nodes": nodes,
+                    "turn_s": round(seconds, 2), "turn_s_first_time": round(original_s[index], 2)}
+
+        with StateCalls() as calls:  # set_data calls: the snapshots restored
+            newest_first = [rewind_and_say(i) for i in reversed(range(first_rewound, turns))]
+            restored_newest_first = len(calls.calls["set_data"])
+            agent.select_turn(leaf)
+            oldest_first = [rewind_and_say(i) for i in range(first_rewound, turns)]
+            restored_oldest_first = len(calls.calls["set_data"]) - restored_newest_first
+        snapshots = {"kept": len(backend.snapshots), "bytes": backend.snapshots.bytes,
+                     "taken": backend.snapshots.taken, "set_data_calls": len(calls.calls["set_data"])}
     finally:
         backend.close()
 
-    cold_backend = LlamaBackend()
-    cold = Agent(make_asset(model), cold_backend)
-    try:
-        for line in lines[:REWIND_TO]:
-            cold.run_turn(line)
-        cold_backend.release_all()
-        t0 = time.perf_counter()
-        cold_result = cold.run_turn(lines[REWIND_TO])
-        cold_ms = (time.perf_counter() - t0) * 1000
-        cold_evaluated = {n.node: n.tokens.evaluated for n in cold_result.diagnostics.nodes if n.tokens.prompt}
-    finally:
-        cold_backend.close()
+    def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        calls = [(r["turn"], node, n) for r in rows for node, n in r["nodes"].items()]
+        return {
+            "identical": sum(r["identical"] for r in rows), "of": len(rows),
+            "each_node_at_most_its_first_reading": all(n["at_most_the_first_time"] for _, _, n in calls),
+            "over_the_first_reading": [{"turn": t, "node": node, **n} for t, node, n in calls
+                                       if not n["at_most_the_first_time"]],
+            "read_mean": round(statistics.mean(n["read"] for _, _, n in calls), 1) if calls else None,
+            "read_first_time_mean": round(statistics.mean(n["read_first_time"] or 0 for _, _, n in calls), 1)
+            if calls else None,
+            "turn_s_mean": round(statistics.mean(r["turn_s"] for r in rows), 2),
+            "turn_s_first_time_mean": round(statistics.mean(r["turn_s_first_time"] for r in rows), 2),
+        }
+
+    rewound_span = range(first_rewound, turns)
     summary = {
-        "same_reply_after_rewind": same_reply,
-        # a summary written after the rewind point changed the later system messages the caches hold
-        "summaries_written_in_the_turns_rewound": summaries_after,
-        "every_node_evaluates_only_after_its_common_prefix": all(r["evaluates_only_after_the_prefix"] for r in rows),
-        "replayed_turn": {r["node"]: f"{r['evaluated']} of {r['prompt']} read ({r['reused']} from the cache)"
-                          for r in rows},
-        "cold_turn_evaluated": cold_evaluated,
-        "replayed_turn_ms": round(replay_ms), "cold_turn_ms": round(cold_ms),
+        "asset": str(asset_path.relative_to(ROOT)), "turns": turns, "rewound": f"turns {first_rewound + 1} to {turns}",
+        "trims": {str(t + 1): nodes for t, nodes in trimmed.items()},
+        "trim_in_the_rewound_span": any(t in rewound_span for t in trimmed),
+        "mean_ordinary_turn_read": {node: round(v, 1) for node, v in mean_ordinary.items()},
+        "newest_first": verdict(newest_first), "oldest_first": verdict(oldest_first),
+        "snapshots_restored": {"newest_first": restored_newest_first, "oldest_first": restored_oldest_first},
+        "snapshots": snapshots,
     }
-    return summary, rows
+    summary["pass"] = (not summary["trim_in_the_rewound_span"]
+                       and all(summary[k]["identical"] == summary[k]["of"]
+                               and summary[k]["each_node_at_most_its_first_reading"]
+                               for k in ("newest_first", "oldest_first")))
+    return {"summary": summary, "newest_first": newest_first, "oldest_first": oldest_first}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="5 turns, the last 3 rewound")
+    parser.add_argument("--write", action="store_true", help="write the results of a quick run too")
+    args = parser.parse_args()
+    sample_model()  # fetched if missing
     started = time.perf_counter()
-    lines = player_lines(TURNS, seed=4)
+    plan = {name: (path, 5, 3) if args.quick else (path, turns, REWOUND) for name, (path, turns) in SCENARIOS.items()}
     results = {}
-    for name, make in (("generate", lambda m: single_generate(m, context_size=2048, max_tokens=48)),
-                       ("generate_then_summarize", generate_then_summarize)):
-        summary, rows = scenario(make, lines)
-        results[name] = {"summary": summary, "nodes": rows}
-        print(name, summary)
-    ok = all(r["summary"]["every_node_evaluates_only_after_its_common_prefix"] and r["summary"]["same_reply_after_rewind"]
-             for r in results.values())
-    write_results("rewind", {"turns": TURNS, "rewound_to_before_turn": REWIND_TO + 1, "block": CANONICAL_BLOCK,
-                             "scenarios": results, "pass": ok, "wall_s": round(time.perf_counter() - started, 1)})
+    for name, (path, turns, rewound) in plan.items():
+        results[name] = scenario(path, turns, rewound)
+        print(name, results[name]["summary"], flush=True)
+    ok = all(r["summary"]["pass"] for r in results.values())
+    print("pass" if ok else "FAIL")
+    if not args.quick or args.write:
+        write_results("rewind", {"quick": args.quick, "scenarios": results, "pass": ok,
+                                 "wall_s": round(time.perf_counter() - started, 1)})
     return 0 if ok else 1
 
 

@@ -6,10 +6,12 @@ import json
 import os
 import platform
 import random
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -70,6 +72,76 @@ def single_generate(model: str, *, context_size: int, max_tokens: int, temperatu
     return Asset.model_validate({"name": "bench: one node", "default_model": model, "start_node": "reply", "nodes": [node]})
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def fingerprint(result: Any) -> list[Any]:
+    """What must come out bit for bit the same when a turn is said again: the reply, and every node's
+    prompt (the messages as the model received them) and output, in the order the nodes ran."""
+    nodes = result.diagnostics.nodes if result.diagnostics is not None else []
+    return [result.reply, [(n.node, n.output, [(m.role, m.name, m.content) for m in n.input.prompt]) for n in nodes]]
+
+
+def first_difference(a: list[Any], b: list[Any]) -> str:
+    """Where two fingerprints differ, in words (empty when they are the same)."""
+    if a == b:
+        return ""
+    if a[0] != b[0]:
+        return f"reply {a[0][:60]!r} against {b[0][:60]!r}"
+    for x, y in zip(a[1], b[1]):
+        if x != y:
+            part = "output" if x[1] != y[1] else "prompt"
+            return f"node {x[0]}: its {part} differs"
+    return "another path through the graph"
+
+
+class StateCalls:
+    """Times every ``llama_state_seq_get_data`` / ``set_data`` the backend makes (it calls them through
+    the ``llama_cpp`` module, so wrapping the module's functions sees each one)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[tuple[int, float]]] = {"get_data": [], "set_data": []}
+        self._originals: dict[str, Callable[..., int]] = {}
+
+    def __enter__(self) -> Self:
+        import llama_cpp
+
+        for name in self.calls:
+            original = getattr(llama_cpp, f"llama_state_seq_{name}")
+            self._originals[name] = original
+
+            def timed(ctx: Any, data: Any, size: int, seq: int, _name: str = name, _original=original) -> int:
+                t0 = time.perf_counter()
+                out = _original(ctx, data, size, seq)
+                self.calls[_name].append((int(size), (time.perf_counter() - t0) * 1000))
+                return out
+
+            setattr(llama_cpp, f"llama_state_seq_{name}", timed)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        import llama_cpp
+
+        for name, original in self._originals.items():
+            setattr(llama_cpp, f"llama_state_seq_{name}", original)
+
+    def summary(self) -> dict[str, Any]:
+        out = {}
+        for name, calls in self.calls.items():
+            ms = [m for _, m in calls]
+            out[name] = {"calls": len(calls), "bytes_mean": round(statistics.mean(b for b, _ in calls)) if calls else None,
+                         "ms_median": round(statistics.median(ms), 2) if ms else None,
+                         "ms_max": round(max(ms), 2) if ms else None}
+        return out
+
+
 def rss_mib() -> float:
     """Resident memory of this process (Linux /proc; elsewhere the peak from getrusage)."""
     try:
@@ -82,10 +154,16 @@ def rss_mib() -> float:
         return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def write_results(name: str, data: dict[str, Any]) -> Path:
+def write_results(name: str, data: dict[str, Any], *, merge: bool = False) -> Path:
+    """Write ``bench/results/NAME.json``. ``merge`` keeps the keys of an earlier file that ``data``
+    does not have (a script that runs its parts apart)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     import llama_cpp
 
+    path = RESULTS / f"{name}.json"
+    if merge and path.exists():
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        data = {**{k: v for k, v in earlier.items() if k not in ("benchmark", "when", "machine")}, **data}
     data = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -93,7 +171,6 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
                     "llama_cpp_python": llama_cpp.__version__},
         **data,
     }
-    path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
     return path
