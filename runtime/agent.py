@@ -181,7 +181,7 @@ class Agent:
 
     def _state(self) -> AgentState:
         return AgentState(tuple(self.history.summaries), dict(self.windows), dict(self.variables),
-                          dict(self.system_prompts), dict(self.journals))
+                          dict(self.system_prompts), dict(self.journals), self.seed_salt)
 
     def _go_to(self, turn_id: int | None) -> None:
         """Make ``turn_id`` the current turn: its path is the history, its state the agent's."""
@@ -193,6 +193,13 @@ class Agent:
         self.variables = {**self.asset.variables, **state.variables}
         self.system_prompts = {k: v for k, v in state.system_prompts.items() if self._has_runtime_system_prompt(k)}
         self.journals = {k: v for k, v in state.journals.items() if k in self._nodes}
+
+    def go_to(self, turn_id: int | None) -> None:
+        """Make ``turn_id`` the current turn (None: before the first), exactly as the agent was after it:
+        its path is the history, its state the agent's (the seed salt stays as it is now)."""
+        if turn_id is not None and turn_id not in self.tree.nodes:
+            raise KeyError(f"no turn {turn_id} in this conversation")
+        self._go_to(turn_id)
 
     def rewind(self, count: int) -> None:
         """Go back to before turn ``count`` (turns count from 0): the history, every node's window

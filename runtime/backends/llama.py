@@ -887,6 +887,16 @@ class LlamaBackend(Backend):
     def count_tokens(self, model: str, text: str) -> int:
         return len(self._model(model).tokenize(text, special=False))
 
+    def token_text(self, model: str, token: int) -> str:
+        """A token's text as the model writes it (``#id`` for an id its vocabulary lacks)."""
+        loaded = self._model(model)
+        if not 0 <= token < loaded.n_vocab:
+            return f"#{token}"
+        try:
+            return loaded.model.detokenize([token], special=True).decode("utf-8", errors="replace")
+        except (AssertionError, OSError, ValueError):  # a piece longer than llama-cpp-python's buffer
+            return f"#{token}"
+
     def tokenize(self, model: str, text: str) -> list[int]:
         return self._model(model).tokenize(text, special=False)
 

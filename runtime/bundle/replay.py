@@ -148,16 +148,6 @@ class ReplayBackend(LlamaBackend):
         pinned = self._files.get(model)
         return pinned if pinned is not None else super().model_path(model)
 
-    def token_text(self, model: str, token: int) -> str:
-        """A token's text as the model writes it (``#id`` for an id the vocabulary lacks)."""
-        loaded = self._model(model)
-        if not 0 <= token < loaded.n_vocab:
-            return f"#{token}"
-        try:
-            return loaded.model.detokenize([token], special=True).decode("utf-8", errors="replace")
-        except (AssertionError, OSError, ValueError):  # a piece longer than llama-cpp-python's buffer
-            return f"#{token}"
-
 
 def model_files(bundle: Bundle, given: Sequence[str | Path] = (), force: bool = False
                 ) -> tuple[dict[str, Path], list[str]]:
@@ -295,15 +285,6 @@ def _parents_first(tree: ConversationTree) -> list[int]:
     return order
 
 
-def go_to(agent: Agent, turn_id: int | None) -> None:
-    """Make ``turn_id`` the agent's current turn (None: before the first), exactly as it was then."""
-    if turn_id is None:
-        agent.rewind(0)
-        return
-    agent.select_turn(turn_id)  # the branch through it, to where it was left
-    agent.rewind(agent.tree.depth(turn_id) + 1)
-
-
 def _replay_turn(agent: Agent, backend: ReplayBackend, tree: ConversationTree, node: TurnNode,
                  cancel: threading.Event | None) -> TurnReplay:
     index = tree.depth(node.id)
@@ -317,7 +298,8 @@ def _replay_turn(agent: Agent, backend: ReplayBackend, tree: ConversationTree, n
         return outcome("skipped", reason="its state was reconstructed from a history that kept no tree")
     if node.edited and node.after.journals == before.journals:
         return outcome("skipped", reason="written by the designer; no model read it")
-    go_to(agent, node.parent)
+    agent.go_to(node.parent)
+    agent.reroll_seeds(node.after.seed_salt)  # the salt the turn was generated with
     try:
         result = agent.run_turn(node.turn.player, tool_result=_recorded_results(node.turn), cancel=cancel)
     except TurnCancelled:

@@ -161,6 +161,8 @@ class StateChangeInFile(_Strict):
     system_prompts: dict[NodeKey, str] | None = None
     journals: dict[NodeKey, JournalChangeInFile] | None = Field(
         None, description="Version 4: the nodes whose decode journal changed in the turn, and how.")
+    seed_salt: int | None = Field(None, ge=0, lt=2**31, description="Version 4: the seed salt the turn was "
+                                  "generated with, when it differs from the turn before it.")
 
 
 class BranchTurnInFile(TurnInFile):
@@ -323,6 +325,8 @@ def _dumps(saved: SavedDialog) -> str:
             journals.update({k: {"keep": 0} for k in before.journals if k not in after.journals})
             if journals:
                 change["journals"] = journals
+        if after.seed_salt != before.seed_salt:
+            change["seed_salt"] = after.seed_salt
         if change:
             record["state"] = change
         followed = tree.followed.get(turn_id)
@@ -503,7 +507,7 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
     def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, position: int | None
                    ) -> AgentState:
         if (s.summaries is None and s.windows is None and s.variables is None and s.system_prompts is None
-                and getattr(s, "journals", None) is None):
+                and getattr(s, "journals", None) is None and getattr(s, "seed_salt", None) is None):
             return before  # nothing changed in the turn (the common case among alternatives)
         # The field's name is made only for a problem: a large history has none, and many turns.
         field = f"{where}start" if position is None else f"{where}turns.{position}.state"
@@ -531,7 +535,9 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
         changed = getattr(s, "journals", None)
         if changed is not None:
             journals = _journals(before.journals, changed, f"{field}.journals", source, problems)
-        return AgentState(chosen, windows, variables, prompts, journals)
+        salt = getattr(s, "seed_salt", None)
+        return AgentState(chosen, windows, variables, prompts, journals,
+                          before.seed_salt if salt is None else salt)
 
     empty = AgentState()
     tree = ConversationTree(full_state(start, empty, 0, None))

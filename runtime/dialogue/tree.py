@@ -34,6 +34,9 @@ class AgentState:
     system_prompts: Mapping[str, str] = field(default_factory=dict)  # node id -> system prompt set at runtime
     # node id -> how its KV cache was read up to here (a cache rebuilt this way reads on exactly as it did)
     journals: Mapping[str, DecodeJournal] = field(default_factory=dict)
+    # The seed salt the turn was generated with (re-rolling seeds changes it for later turns only):
+    # going back to a turn does not restore it, but a replay of the turn uses it.
+    seed_salt: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ def approximate_state(final: AgentState, count: int) -> AgentState:
         {k: min(v, count) for k, v in final.windows.items()},
         dict(final.variables),
         dict(final.system_prompts),
+        seed_salt=final.seed_salt,
     )
 
 
@@ -183,7 +187,7 @@ def keep_nodes(saved: SavedDialog, node_ids: Collection[str]) -> SavedDialog:
             return state
         return AgentState(state.summaries, {k: v for k, v in state.windows.items() if k in keep}, state.variables,
                           {k: v for k, v in state.system_prompts.items() if k in keep},
-                          {k: v for k, v in state.journals.items() if k in keep})
+                          {k: v for k, v in state.journals.items() if k in keep}, state.seed_salt)
 
     tree = None
     if saved.tree is not None:

@@ -42,7 +42,7 @@ def test_round_trip_is_exact(tmp_path):
     assert loaded == replace(saved, tree=written_tree(saved))
     assert dumps_history(loaded) == path.read_text(encoding="utf-8")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    assert raw["format"] == "parley-dialog" and raw["version"] == 3 and raw["summaries"][0]["text"] == "They met."
+    assert raw["format"] == "parley-dialog" and raw["version"] == 4 and raw["summaries"][0]["text"] == "They met."
 
 
 def test_a_seeded_file_needs_only_turns():
@@ -62,7 +62,7 @@ def test_a_seeded_file_needs_only_turns():
      "summaries.0.covered_through", "0 turns lead to here"),
     ('{"turns": [{"player": "a"}], "windows": {"npc": 5}}', "windows.npc", "starts at turn 5, but 1 turn leads to here"),
     ('{"format": "something-else"}', "format", "not a Parley dialog history"),
-    ('{"version": 9}', "version", "reads up to version 3"),
+    ('{"version": 9}', "version", "reads up to version 4"),
     ('{"turns": [], "tunrs": []}', "tunrs", "unknown key"),
     ('{"turns": [{"player": "a", "entries": [{"kind": "reply", "node": "bad id!", "text": "x"}]}]}',
      "turns.0.entries.0.node", "pattern"),
