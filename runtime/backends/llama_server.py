@@ -2,7 +2,8 @@
 
 The server keeps one KV cache per slot. Each node of a conversation is pinned to a slot of its
 own (``id_slot``) and sends ``cache_prompt``, so the server keeps the longest common prefix of
-that node's previous prompt, exactly as the embedded backend keeps one context per node. Start
+that node's previous prompt, as the embedded backend keeps one context per node (but not read the
+same way on a replay: ``LlamaServerBackend(cache_prompt=False)`` is the exact, slower choice). Start
 the server with at least as many slots (``--parallel N``) as the agent has nodes that call the
 model; with fewer, nodes share slots and re-read more (the Turn Inspector shows it).
 
@@ -27,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from runtime.backends.base import Backend, ChatMessage, GenerationRequest, GenerationResult, TokenCallback
+from runtime.backends.base import (
+    Backend,
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    Reproducibility,
+    TokenCallback,
+)
 from runtime.backends.grammars import choices_grammar
 from runtime.backends.http import (
     Cancelled,
@@ -53,6 +61,18 @@ from runtime.problems import BackendError
 
 TOKEN_CACHE_SIZE = 20_000  # texts whose tokens are kept (history messages are tokenized every turn)
 TOKEN_CACHE_TOKENS = 2_000_000  # token ids kept in all (8 MB); a longer text's ids are not kept
+
+# What a replay can promise on llama.cpp's server (``LlamaServerBackend.reproducibility``).
+CACHED_PROMPTS_NOTE = (
+    "llama.cpp's server with cache_prompt reads only the part of a prompt its slot does not hold, so a "
+    "regenerated or replayed turn reads its tokens in other batches than the first time, and its README says "
+    "the logits are then \"not guaranteed to be bit-for-bit identical\" (tools/server/README.md, cache_prompt): "
+    "a replayed reply may change with the same graph and seed. Turn cache_prompt off for exact replays")
+WHOLE_PROMPTS_NOTE = (
+    "llama.cpp's server without cache_prompt reads every prompt again from position 0 in its own batches, so "
+    "a call made again at the same point reads the same way and a replay with the same seed is exact (parley "
+    "doctor measured every replay case the same on llama.cpp's server with the sample model), at the server's own "
+    "thread count and flash attention; each call reads its whole prompt")
 
 
 @dataclass
@@ -125,12 +145,18 @@ def _pool(url: str, total: int) -> SlotPool:
 
 class LlamaServerBackend(Backend):
     """Every model call goes to the llama.cpp server at ``url``. The asset's model names are not
-    used to pick a model: the server serves the one it was started with (``label`` names it)."""
+    used to pick a model: the server serves the one it was started with (``label`` names it).
+
+    ``cache_prompt`` (llama.cpp's request option, on by default there and here) lets a slot keep the
+    common prefix of its last prompt and read only the rest. Off, every request reads its whole
+    prompt again from position 0: slower, and the way to exact replays (``reproducibility``)."""
 
     kind = "llama.cpp server"
 
-    def __init__(self, url: str, name: str = "", *, api_key: str = "", timeout: float = 120.0) -> None:
+    def __init__(self, url: str, name: str = "", *, api_key: str = "", timeout: float = 120.0,
+                 cache_prompt: bool = True) -> None:
         self.server = ServerConnection(url, name, api_key=api_key, timeout=timeout)
+        self.cache_prompt = cache_prompt
         self._props: Props | None = None
         self._props_lock = threading.Lock()
         self._tokens: OrderedDict[tuple[str, bool], array[int]] = OrderedDict()  # 4 bytes an id
@@ -171,6 +197,11 @@ class LlamaServerBackend(Backend):
         except BackendError:
             model = "not reachable"
         return f"{self.server.label} · {self.kind} · {model}"
+
+    def reproducibility(self) -> Reproducibility:
+        if self.cache_prompt:
+            return Reproducibility(False, False, CACHED_PROMPTS_NOTE)
+        return Reproducibility(True, False, WHOLE_PROMPTS_NOTE)
 
     def load_model(self, model: str, progress=None, cancel=None) -> None:
         self.props()  # reachable, and really a llama.cpp server
@@ -307,7 +338,7 @@ class ServerNodeSession(ServerSession):
             "prompt": prompt,
             "n_predict": max_tokens,
             "stream": True,
-            "cache_prompt": True,
+            "cache_prompt": backend.cache_prompt,
             "temperature": max(request.temperature, 0.0),
             "top_k": 40,
             "top_p": request.top_p,

@@ -28,7 +28,14 @@ from contextlib import closing
 from pathlib import PurePath
 from typing import Any, Literal
 
-from runtime.backends.base import Backend, ChatMessage, GenerationRequest, GenerationResult, TokenCallback
+from runtime.backends.base import (
+    Backend,
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    Reproducibility,
+    TokenCallback,
+)
 from runtime.backends.http import (
     Cancelled,
     ServerConnection,
@@ -56,6 +63,11 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 BYTES_PER_TOKEN_ESTIMATE = 4
 TOKEN_COUNT_CACHE_SIZE = 20_000  # texts whose token counts are kept
 MODELS_LISTED = 10  # model names an error lists of those a server serves
+# What a replay can promise here (``OpenAIBackend.reproducibility``): nothing this backend can ask for.
+UNKNOWN_REPLAYS_NOTE = (
+    "an OpenAI-compatible server does not say how it batches and caches prompts, so whether a replayed call "
+    "reads the same numbers is not known, and the API has no request option that makes it exact: there is no "
+    "exact alternative to offer (parley doctor measures what this server did, which promises nothing)")
 
 
 class OpenAIBackend(Backend):
@@ -143,6 +155,9 @@ class OpenAIBackend(Backend):
         estimate = " · token counts estimated" if self._counter == "" else ""
         shown = self.root.redacted(PurePath(model).name or model, MAX_MODEL_NAME_CHARS)  # the server's text
         return f"{self.root.label} · {self.kind} · {shown}{estimate}"
+
+    def reproducibility(self) -> Reproducibility:
+        return Reproducibility(False, False, UNKNOWN_REPLAYS_NOTE)
 
     def load_model(self, model: str, progress=None, cancel=None) -> None:
         self.served_model()

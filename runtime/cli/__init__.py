@@ -1,5 +1,5 @@
 """The ``parley`` command line: ``parley validate``, ``parley chat``, ``parley estimate``, ``parley models``,
-``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``.
+``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``, ``parley doctor``.
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds
 its parser and sets ``func`` to a function taking the parsed arguments and
@@ -22,6 +22,7 @@ COMMANDS = [
     "runtime.cli.test",
     "runtime.cli.backends",
     "runtime.cli.bundle",  # bundle and replay
+    "runtime.cli.doctor",
 ]
 
 
