@@ -71,8 +71,10 @@ def test_chat_example_streams_speaks_and_reuses_the_cache(model, backend):
         assert d.tokens.budget == 2048 - 40
         # The budget's arithmetic (tokenizer + 8 per message) covers the real chat template.
         assert d.tokens.prompt <= d.tokens.counted + 8
-        if previous is not None:  # the whole common prefix is reused, the last reply's own tokens included
-            assert not d.tokens.cold and d.tokens.reused >= previous.prompt + previous.generated // 2
+        if previous is not None:
+            # The last user message carries this turn's context line, so the prompts part after the
+            # system prompt: it (50 tokens, less than the 64-token blocks of old) comes from the cache.
+            assert not d.tokens.cold and d.tokens.reused >= 40
         previous = d.tokens
         assert d.input.prompt[-1].content.endswith(line)
         assert d.input.prompt[-1].content.startswith("It is evening. The player's name is Traveller.")
