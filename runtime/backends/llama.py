@@ -497,6 +497,10 @@ class LlamaNodeSession(NodeSession):
         prompt, then the rest of the prompt in ``n_batch`` chunks, the first ending at ``head`` (the
         end of the first message). The last prompt token is always read: sampling needs its logits."""
         before = journal if journal is not None else self.journal
+        if before.largest_token >= self.model.n_vocab or before.extent > self._n_ctx:
+            # another model's journal (a history loaded into a changed graph): nothing of it can be rebuilt here
+            log.info("node %s: its decode journal does not fit %s; the prompt is read afresh", self.key, self.model.name)
+            before = EMPTY
         held = before.tokens()
         n = 0
         limit = min(len(held), len(prompt) - 1)

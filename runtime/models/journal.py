@@ -53,6 +53,17 @@ class DecodeJournal:
         """Cells the cache holds."""
         return sum(c.kept for c in self.chunks)
 
+    @cached_property
+    def largest_token(self) -> int:
+        """The largest token id in it (-1 when empty): a journal from a model with a larger vocabulary
+        holds ids this model cannot read."""
+        return max((max(c.tokens) for c in self.chunks), default=-1)
+
+    @cached_property
+    def extent(self) -> int:
+        """How many cells a cache needs to rebuild it (whole chunks are read, then cut)."""
+        return max((at + len(c.tokens) for at, c in zip(self.starts(), self.chunks)), default=0)
+
     def tokens(self) -> list[int]:
         """The tokens the cache holds, in order."""
         out: list[int] = []

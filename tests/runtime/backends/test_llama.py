@@ -863,3 +863,17 @@ def test_snapshots_stay_within_their_budget(model):
         assert len(backend.snapshots) == 0
     finally:
         backend.close()
+
+
+def test_a_journal_this_model_cannot_rebuild_is_read_afresh_not_a_failed_turn(backend, model):
+    """A history saved with another model (a larger vocabulary, a longer context) must not fail turns."""
+    from runtime.models.journal import Chunk, DecodeJournal
+
+    s = backend.session("foreign", model, 512)
+    prompt = s.prompt_tokens([BLACKSMITH, TURNS[0]])
+    foreign = DecodeJournal((Chunk((*prompt[:10], 10**6), 11),))  # an id past this vocabulary, in a chunk kept whole
+    result = s.generate(GenerationRequest([BLACKSMITH, TURNS[0]], max_tokens=4, temperature=0, journal=foreign))
+    assert result.text and result.reused == 0
+    too_long = DecodeJournal((Chunk(tuple(prompt[:10]) + (1,) * 600, 10),))  # rebuilding it needs 610 cells
+    again = s.generate(GenerationRequest([BLACKSMITH, TURNS[0]], max_tokens=4, temperature=0, journal=too_long))
+    assert again.text == result.text
