@@ -315,17 +315,20 @@ class _LoadedModel:
         # Llama 3, Qwen) split anyway, so ordinary prompts get the same tokens as the whole
         # string would. SentencePiece vocabularies that add a leading space (Llama 2, Mistral
         # v0.1) get that space at the start of each piece.
-        return self.prompt_tokens_and_head(messages)[0]
+        return self.prompt_tokens_and_edges(messages)[0]
 
-    def prompt_tokens_and_head(self, messages: Sequence[ChatMessage]) -> tuple[list[int], int]:
-        """The prompt's tokens, and how many of them end with the first message's content."""
+    def prompt_tokens_and_edges(self, messages: Sequence[ChatMessage]) -> tuple[list[int], list[int]]:
+        """The prompt's tokens, and where its reading should end a chunk: after the first message's
+        content (the system prompt), and before the last message's content."""
         tokens: list[int] = []
-        head = 0
+        head = last = 0
         for text, is_markup in self.prompt_parts(messages):
+            if not is_markup:
+                last = len(tokens)
             tokens += self.tokenize(text, special=is_markup)
             if not is_markup and not head:
                 head = len(tokens)
-        return tokens, head
+        return tokens, sorted({head, last} - {0})
 
     def tokenize(self, text: str, special: bool) -> list[int]:
         if not text:
@@ -420,7 +423,7 @@ class LlamaNodeSession(NodeSession):
     def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
         # Everything that can fail on bad input happens before the cache is touched.
-        prompt, head = self.model.prompt_tokens_and_head(request.messages)
+        prompt, edges = self.model.prompt_tokens_and_edges(request.messages)
         if not prompt:
             raise BackendError(f"node {self.key!r}: the prompt is empty")
         grammar = None
@@ -442,7 +445,7 @@ class LlamaNodeSession(NodeSession):
         with self.model.lock:
             self._backend._busy(+1)
             try:
-                return self._generate_locked(request, prompt, head, grammar, max_tokens, on_token, cancel)
+                return self._generate_locked(request, prompt, edges, grammar, max_tokens, on_token, cancel)
             finally:
                 self._backend._busy(-1)
 
@@ -450,7 +453,7 @@ class LlamaNodeSession(NodeSession):
         self,
         request: GenerationRequest,
         prompt: list[int],
-        head: int,
+        edges: list[int],
         grammar: str | None,
         max_tokens: int,
         on_token: TokenCallback | None,
@@ -463,7 +466,7 @@ class LlamaNodeSession(NodeSession):
         sampler = self._sampler(request, grammar)
         try:
             t0 = time.perf_counter()
-            wanted = self.reading(request.journal, prompt, head)
+            wanted = self.reading(request.journal, prompt, edges)
             reused, evaluated, cancelled = self._hold(context, wanted, cancel)
             t1 = time.perf_counter()
             if cancelled:
@@ -491,11 +494,11 @@ class LlamaNodeSession(NodeSession):
             journal=self.journal,
         )
 
-    def reading(self, journal: DecodeJournal | None, prompt: list[int], head: int = 0) -> DecodeJournal:
+    def reading(self, journal: DecodeJournal | None, prompt: list[int], edges: Sequence[int] = ()) -> DecodeJournal:
         """What the cache holds once ``prompt`` is read: the journal the node had at this point of its
         conversation (``journal``, else the cache's own), cut to its longest common prefix with the
-        prompt, then the rest of the prompt in ``n_batch`` chunks, the first ending at ``head`` (the
-        end of the first message). The last prompt token is always read: sampling needs its logits."""
+        prompt, then the rest of the prompt in ``n_batch`` chunks that also end at ``edges``. The last
+        prompt token is always read: sampling needs its logits."""
         before = journal if journal is not None else self.journal
         if before.largest_token >= self.model.n_vocab or before.extent > self._n_ctx:
             # another model's journal (a history loaded into a changed graph): nothing of it can be rebuilt here
@@ -508,8 +511,11 @@ class LlamaNodeSession(NodeSession):
             n += 1
         n_batch = self._backend.context_params(self._n_ctx).n_batch
         # The first message (the system prompt) ends a chunk of its own, so a new conversation with
-        # the same system prompt finds it in the cache whatever the last conversation said.
-        edges = [head] if n < head < len(prompt) else []
+        # the same system prompt finds it in the cache whatever the last conversation said. The last
+        # message's content starts one, so the next prompt, which parts from this one there (a
+        # classifier's new line, a context line that moved), keeps whole chunks: a turn gone back to
+        # then needs no chunk read again that it only partly keeps.
+        edges = [e for e in edges if n < e < len(prompt)]
         chunks = []
         at = n
         while at < len(prompt):
@@ -571,6 +577,7 @@ class LlamaNodeSession(NodeSession):
             log.warning("node %s: a cache snapshot could not be restored", self.key)
             return
         self.journal = snapshot.journal
+        self._backend.snapshots.restored += 1
 
     def _decode(self, context: internals.LlamaContext, chunk: Sequence[int], singles: bool = False) -> int:
         assert self._batch is not None
@@ -756,7 +763,6 @@ class TurnSnapshots:
             if shared == 0:
                 return None
             self._kept.move_to_end(index)
-            self.restored += 1
             return self._kept[index]
 
     def forget(self, key: str | None = None) -> None:

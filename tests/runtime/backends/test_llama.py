@@ -766,10 +766,11 @@ def test_a_forward_call_reuses_the_whole_common_prefix_generated_tokens_included
     history = [system(" ".join([BLACKSMITH.content] * 4)), user("Good morning! Can you fix my sword?")]
     first = s.generate(GenerationRequest(history, max_tokens=24, temperature=0))
     chunks = first.journal.chunks
-    # the system prompt is a chunk of its own, then the rest of the prompt, then the generated tokens one by one
-    assert [c.singles for c in chunks] == [False, False, True]
-    assert len(chunks[0].tokens) + len(chunks[1].tokens) == first.prompt_tokens
-    assert len(chunks[2].tokens) == first.generated - 1  # the last sampled token is never read
+    # the system prompt is a chunk of its own, then the markup up to the last message's content, then
+    # the rest of the prompt, then the generated tokens one by one
+    assert [c.singles for c in chunks] == [False, False, False, True]
+    assert sum(len(c.tokens) for c in chunks[:3]) == first.prompt_tokens
+    assert len(chunks[3].tokens) == first.generated - 1  # the last sampled token is never read
     assert first.journal == s.journal and held_positions(s) == first.journal.length
     history += [assistant(first.text), user("How much will that cost me?")]
     second = s.generate(GenerationRequest(history, max_tokens=24, temperature=0, journal=first.journal))
