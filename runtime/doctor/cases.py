@@ -12,8 +12,8 @@ way and passes when every turn's reply, and every node's prompt and output, are 
 - the same conversation at other thread counts (embedded llama.cpp only: with 1 thread generating and
   2 reading prompts, the other run has 2 generating and 1 reading, so both counts change).
 
-The reply node's system prompt holds the inn's lore, so its prompts pass 512 tokens: one query
-over that many cached cells is where flash attention's numbers depend on the thread count.
+The reply node's system prompt holds the inn's lore, so its prompts pass 256 tokens: one query over
+more cached cells than that is where flash attention's numbers depend on the thread count.
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.dialogue.dialog_file import dumps_history, history_from_dict
 from runtime.dialogue.history import Reply
-from runtime.doctor.numerics import TEXT
+from runtime.doctor.numerics import INN
 from runtime.nodes.running import TurnCancelled, TurnError
 from runtime.problems import BackendError, InputError
 
 LINES = (
     "Good evening! Is there a room free tonight?",
     "What is on the stove for supper?",
-    "Thank you. Is the ford safe after rain?",
+    "Thank you. Which room looks over the water?",
 )
 EDITED_REPLY = "We have one room left, over the river. It costs four coppers."
-REPLY_TOKENS = 16  # each reply is short: the cases compare numbers, not prose
+REPLY_TOKENS = 12  # each reply is short: the cases compare numbers, not prose
 RESUME_TURN = 1  # the cases that go back go to before this turn (turns count from 0)
 
 RULES = (
@@ -65,7 +65,7 @@ def doctor_asset(model: str) -> Asset:
                          {"name": "ask_food", "description": "asks about food or drink", "exit": "reply"}],
              "fallback_exit": "reply"},
             {"id": "reply", "type": "GenerateAndSpeak", "context_size": 1024, "max_tokens": REPLY_TOKENS,
-             "system_prompt": f"You are Mira, the innkeeper of the Wayside Inn.\n\n{TEXT}\n\n{RULES}",
+             "system_prompt": f"You are Mira, the innkeeper of the Wayside Inn.\n\n{INN}\n\n{RULES}",
              "history_role": "assistant", "history_mode": "full", "temperature": 0.9, "top_p": 0.95,
              "seed": 7},
         ],
