@@ -46,6 +46,7 @@ from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
+from editor.doctor_dialog import DoctorDialog, open_doctor_dialog
 from editor.document import Document
 from editor.garbage import collect_on_the_ui_thread
 from editor.node_types import categories
@@ -357,6 +358,10 @@ class MainWindow(QMainWindow):
         self.snapshot_budget_action.setStatusTip("How much RAM the embedded backend's cache snapshots may take "
                                                  "(rewinds across a trim or a summary restore them)")
         self.snapshot_budget_action.triggered.connect(lambda _c=False: self.edit_snapshot_budget())
+        self.self_test_action = QAction("Reproducibility Self-&Test\u2026", self)
+        self.self_test_action.setStatusTip("Check that the chosen backend and model replay a conversation bit for "
+                                           "bit, and which settings do (parley doctor)")
+        self.self_test_action.triggered.connect(lambda _c=False: self.run_self_test())
         self._fill_backend_menu()
 
         view = bar.addMenu("&View")
@@ -456,6 +461,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.backends_action)
         menu.addAction(self.snapshot_budget_action)
+        menu.addAction(self.self_test_action)
 
     def choose_backend(self, spec: str) -> bool:
         problem = self.backends.choose(spec)
@@ -473,6 +479,10 @@ class MainWindow(QMainWindow):
         windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
         conversations = [w.conversation for w in dict.fromkeys([self, *windows])]
         return SnapshotBudgetDialog(self.conversation, self, conversations)
+
+    def run_self_test(self) -> DoctorDialog:
+        """Backend → Reproducibility Self-Test…: the chosen backend on the open asset's model."""
+        return open_doctor_dialog(self.backends, self.document.asset.default_model, self.document.asset_dir, self)
 
     def edit_snapshot_budget(self) -> bool:
         return self.snapshot_budget_dialog().exec() == SnapshotBudgetDialog.DialogCode.Accepted
@@ -802,6 +812,8 @@ class MainWindow(QMainWindow):
         self.conversation.shutdown()
         self.download.shutdown()
         self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread
+        for dialog in self.findChildren(DoctorDialog):
+            dialog.run.shutdown()  # a self-test stops with its window
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()
