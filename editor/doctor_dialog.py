@@ -31,12 +31,18 @@ from PySide6.QtWidgets import (
 from editor.backend_choice import BackendChoice
 from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
-from runtime.doctor.self_test import VERDICT_TEXT, Report, SelfTestCancelled, embedded_report, server_report
+from runtime.doctor.self_test import (
+    VERDICT_TEXT,
+    SelfTestCancelled,
+    SelfTestReport,
+    embedded_report,
+    server_report,
+)
 from runtime.models.folder import default_model_name
 from runtime.problems import BackendError, InputError
 
 # A self-test job: given where to say what it does and the stop flag, the report.
-SelfTestJob = Callable[[Callable[[str], None], threading.Event], Report]
+SelfTestJob = Callable[[Callable[[str], None], threading.Event], SelfTestReport]
 
 PASS_COLOR = "#6fcf7f"
 FAIL_COLOR = "#ff8080"
@@ -49,7 +55,7 @@ def self_test_job(backend_maker: Callable[[], Backend] | None, model: str, asset
     """The job for a window: the embedded backend (``backend_maker`` None) on ``model`` (else the sample
     model), or the server ``backend_maker`` makes."""
 
-    def job(progress: Callable[[str], None], cancel: threading.Event) -> Report:
+    def job(progress: Callable[[str], None], cancel: threading.Event) -> SelfTestReport:
         if backend_maker is not None:
             return server_report(backend_maker, progress=progress, cancel=cancel)
         return embedded_report(model or default_model_name(), asset_dir=asset_dir, progress=progress, cancel=cancel)
@@ -59,7 +65,7 @@ def self_test_job(backend_maker: Callable[[], Backend] | None, model: str, asset
 
 class _SelfTestWorker(QObject):
     progress = Signal(str)
-    finished = Signal(object)  # the Report
+    finished = Signal(object)  # the SelfTestReport
     failed = Signal(str)
 
     def __init__(self, job: SelfTestJob, cancel: threading.Event) -> None:
@@ -87,7 +93,7 @@ class SelfTestRun(OneRunService):
     """Runs one self-test at a time on a thread of its own; its signals come on the UI thread."""
 
     progress = Signal(str)
-    finished = Signal(object)  # the Report
+    finished = Signal(object)  # the SelfTestReport
     failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -113,7 +119,7 @@ class SelfTestRun(OneRunService):
         if not self.closed:
             self.progress.emit(text)
 
-    def _on_finished(self, report: Report) -> None:
+    def _on_finished(self, report: SelfTestReport) -> None:
         if self.closed:
             return
         self._end()
@@ -156,7 +162,7 @@ class DoctorDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Reproducibility Self-Test")
         self.job = job
-        self.report: Report | None = None
+        self.report: SelfTestReport | None = None
         self.run = SelfTestRun(self)
         self.run.progress.connect(self._progress)
         self.run.finished.connect(self._show_report)
@@ -226,7 +232,7 @@ class DoctorDialog(QDialog):
 
     # --- the report ------------------------------------------------------------------------------
 
-    def _show_report(self, report: Report) -> None:
+    def _show_report(self, report: SelfTestReport) -> None:
         self.report = report
         self.copy.setEnabled(True)
         self._set_status(f"{report.backend} \u00b7 {report.model} \u00b7 {report.seconds:.1f} s")
@@ -312,7 +318,7 @@ def open_doctor_dialog(choice: BackendChoice, model: str, asset_dir: str | Path 
     except BackendError as exc:  # the chosen profile cannot be made any more (its key variable is gone)
         failure = str(exc)
 
-        def job(_progress: Callable[[str], None], _cancel: threading.Event) -> Report:
+        def job(_progress: Callable[[str], None], _cancel: threading.Event) -> SelfTestReport:
             raise BackendError(failure)
     else:
         job = self_test_job(maker, model, asset_dir)

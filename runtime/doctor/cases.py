@@ -80,20 +80,20 @@ class NodeCall:
 
 
 @dataclass(frozen=True)
-class TurnRecord:
+class TurnOutput:
     reply: str
     nodes: tuple[NodeCall, ...]
 
 
-def record(result: TurnResult) -> TurnRecord:
+def record(result: TurnResult) -> TurnOutput:
     diagnostics = result.diagnostics
     nodes = () if diagnostics is None else tuple(
         NodeCall(n.node, tuple((m.role, m.content, m.name) for m in n.input.prompt), n.output)
         for n in diagnostics.nodes)
-    return TurnRecord(result.reply, nodes)
+    return TurnOutput(result.reply, nodes)
 
 
-def difference(expected: Sequence[TurnRecord], got: Sequence[TurnRecord], first_turn: int = 0) -> str:
+def difference(expected: Sequence[TurnOutput], got: Sequence[TurnOutput], first_turn: int = 0) -> str:
     """Where ``got`` first differs from ``expected`` (turn numbers from 1), or "" when it is the same."""
     for offset, (want, have) in enumerate(zip(expected, got)):
         turn = f"turn {first_turn + offset + 1}"
@@ -122,7 +122,7 @@ def _texts(want: str, have: str) -> str:
 
 
 @dataclass
-class CaseResult:
+class ReplayCaseResult:
     name: str
     passed: bool | None  # None: skipped (``detail`` says why)
     detail: str = ""
@@ -147,14 +147,14 @@ class CaseRun:
     asset: Asset
     make_backend: BackendMaker
     agent: Agent
-    reference: list[TurnRecord]
+    reference: list[TurnOutput]
     reference_ids: list[int]
     # A backend at other thread counts, and what they are ("2 threads generating, 1 reading"); None for
     # a backend whose thread counts are not this process's to set (a server's).
     other_threads: tuple[str, BackendMaker] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
-    def talk(self, agent: Agent, lines: Sequence[str]) -> list[TurnRecord]:
+    def talk(self, agent: Agent, lines: Sequence[str]) -> list[TurnOutput]:
         return [record(agent.run_turn(line, cancel=self.cancel)) for line in lines]
 
 
@@ -231,15 +231,15 @@ CASES: list[tuple[str, Case]] = [
 
 
 def run_cases(make_backend: BackendMaker, model: str, *, other_threads: tuple[str, BackendMaker] | None = None,
-              cases: Sequence[tuple[str, Case]] = CASES, on_case: Callable[[CaseResult], None] | None = None,
-              cancel: threading.Event | None = None) -> list[CaseResult]:
+              cases: Sequence[tuple[str, Case]] = CASES, on_case: Callable[[ReplayCaseResult], None] | None = None,
+              cancel: threading.Event | None = None) -> list[ReplayCaseResult]:
     """Talk the reference conversation on a backend from ``make_backend``, then run each case. A case
     that raises fails with the error. Raises BackendError when the reference conversation fails (nothing
     can be compared), ``TurnCancelled`` once ``cancel`` is set."""
     asset = doctor_asset(model)
-    results: list[CaseResult] = []
+    results: list[ReplayCaseResult] = []
 
-    def done(result: CaseResult) -> None:
+    def done(result: ReplayCaseResult) -> None:
         results.append(result)
         if on_case is not None:
             on_case(result)
@@ -257,7 +257,7 @@ def run_cases(make_backend: BackendMaker, model: str, *, other_threads: tuple[st
                       other_threads, cancel or threading.Event())
         for name, case in cases:
             if case is threads and other_threads is None:
-                done(CaseResult(name, None, "a server's thread count is set when it starts (--threads); run the "
+                done(ReplayCaseResult(name, None, "a server's thread count is set when it starts (--threads); run the "
                                 "self-test on servers started with other counts to compare them"))
                 continue
             started = time.perf_counter()
@@ -267,7 +267,7 @@ def run_cases(make_backend: BackendMaker, model: str, *, other_threads: tuple[st
                 raise
             except (BackendError, InputError, TurnError) as exc:
                 found = f"{type(exc).__name__}: {exc}"
-            done(CaseResult(name, not found, found, time.perf_counter() - started))
+            done(ReplayCaseResult(name, not found, found, time.perf_counter() - started))
     finally:
         backend.close()
     return results

@@ -3,7 +3,7 @@
 On the embedded engine, the layout probes (``numerics``) say for each flash attention mode and KV
 type whether a token's numbers hold at another thread count, then the cases (``cases``) run through
 an agent on the chosen settings. On llama.cpp's server the cases run twice, with ``cache_prompt`` on
-and off; on any other server once. ``Report.passed`` is whether the chosen settings' cases all passed.
+and off; on any other server once. ``SelfTestReport.passed`` is whether the chosen settings' cases all passed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal
 from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.llama import LlamaBackend
 from runtime.backends.llama_server import CACHED_PROMPTS_NOTE, LlamaServerBackend
-from runtime.doctor.cases import CASES, Case, CaseResult, run_cases
+from runtime.doctor.cases import CASES, Case, ReplayCaseResult, run_cases
 from runtime.doctor.numerics import SETTINGS, NumericsProbe, SelfTestCancelled, probe_numerics
 from runtime.models.context_settings import FLASH_ATTN, KV_TYPE, FlashAttention, KVType, context_params
 from runtime.models.folder import resolve_model
@@ -32,7 +32,7 @@ VERDICT_TEXT: dict[str, str] = {"yes": "yes", "same threads": "at one thread cou
                                 "not allowed": "not allowed", "not known": "not known"}
 Progress = Callable[[str], None]
 
-__all__ = ["CaseSet", "Report", "SelfTestCancelled", "SettingRow", "embedded_report", "server_report"]
+__all__ = ["CaseSet", "SelfTestCancelled", "SelfTestReport", "SettingRow", "embedded_report", "server_report"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class CaseSet:
 
     configuration: str
     chosen: bool
-    cases: list[CaseResult]
+    cases: list[ReplayCaseResult]
     seconds: float = 0.0
 
     @property
@@ -61,7 +61,7 @@ class CaseSet:
         return any(c.passed for c in self.cases) and all(c.passed is not False for c in self.cases)
 
     @property
-    def failed(self) -> list[CaseResult]:
+    def failed(self) -> list[ReplayCaseResult]:
         return [c for c in self.cases if c.passed is False]
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class CaseSet:
 
 
 @dataclass
-class Report:
+class SelfTestReport:
     backend: str  # the chosen backend's label
     model: str
     promise: Reproducibility  # what the chosen backend says of itself
@@ -110,8 +110,8 @@ def _say(progress: Progress | None, text: str) -> None:
         progress(text)
 
 
-def _case_said(progress: Progress | None) -> Callable[[CaseResult], None]:
-    def said(result: CaseResult) -> None:
+def _case_said(progress: Progress | None) -> Callable[[ReplayCaseResult], None]:
+    def said(result: ReplayCaseResult) -> None:
         _say(progress, f"{result.status} {result.name}" + (f": {result.detail}" if result.detail else ""))
 
     return said
@@ -136,7 +136,7 @@ def _run(configuration: str, chosen: bool, make: Callable[[], Backend], model: s
 def embedded_report(model: str, *, asset_dir: str | os.PathLike[str] | None = None, threads: int | None = None,
                     flash_attn: FlashAttention = FLASH_ATTN, kv_type: KVType = KV_TYPE,
                     cases: Sequence[tuple[str, Case]] = CASES, probe: Sequence[tuple[FlashAttention, KVType]] = SETTINGS,
-                    progress: Progress | None = None, cancel: threading.Event | None = None) -> Report:
+                    progress: Progress | None = None, cancel: threading.Event | None = None) -> SelfTestReport:
     """The self-test of embedded llama.cpp on ``model`` (a path, or a name in the models folder or
     beside ``asset_dir``) at these settings (``threads``: to generate and to read prompts; None: the
     backend's defaults): the settings in ``probe`` and the chosen one are probed, then ``cases`` run.
@@ -181,7 +181,7 @@ def embedded_report(model: str, *, asset_dir: str | os.PathLike[str] | None = No
         alternative = (f"exact at any thread count: {exact.name} (--flash-attn {exact.flash_attn} "
                        f"--kv-type {exact.kv_type})" if exact is not None else
                        "none of the settings probed gives the same numbers at another thread count")
-    return Report(label, path.name, promise, rows, [run], alternative, time.perf_counter() - started, probes)
+    return SelfTestReport(label, path.name, promise, rows, [run], alternative, time.perf_counter() - started, probes)
 
 
 def _threads(generating: int, reading: int) -> str:
@@ -195,7 +195,7 @@ def _threads(generating: int, reading: int) -> str:
 
 def server_report(make_backend: Callable[[], Backend], *, cache_prompt: bool | None = None,
                   cases: Sequence[tuple[str, Case]] = CASES, progress: Progress | None = None,
-                  cancel: threading.Event | None = None) -> Report:
+                  cancel: threading.Event | None = None) -> SelfTestReport:
     """The self-test of a server backend. On llama.cpp's server the cases run with ``cache_prompt`` on
     and off; ``cache_prompt`` says which one is chosen (None: the backend's own). On any other server
     they run once. Raises BackendError when the server cannot be reached."""
@@ -217,7 +217,7 @@ def server_report(make_backend: Callable[[], Backend], *, cache_prompt: bool | N
         row = SettingRow("the server's own prompt caching", "not known", f"{promise.note}; {measured}", chosen=True)
         alternative = ("none to offer: an OpenAI-compatible server has no request option that makes a replay exact "
                        "(a batch-invariant mode, where a server has one, is a setting of the server itself)")
-        return Report(label, served, promise, [row], [run], alternative, time.perf_counter() - started)
+        return SelfTestReport(label, served, promise, [row], [run], alternative, time.perf_counter() - started)
 
     wanted = own if cache_prompt is None else cache_prompt
     runs = []
@@ -244,7 +244,7 @@ def server_report(make_backend: Callable[[], Backend], *, cache_prompt: bool | N
         alternative = ("cache_prompt off (every call reads its whole prompt again: the cases took "
                        f"{whole.seconds:.1f} s against {cached.seconds:.1f} s with it on)" if whole.passed else
                        "none: even without cache_prompt this server did not repeat itself")
-    return Report(label, served, chosen_promise, rows, runs, alternative, time.perf_counter() - started)
+    return SelfTestReport(label, served, chosen_promise, rows, runs, alternative, time.perf_counter() - started)
 
 
 def _promise(make_backend: Callable[[], Backend], cache_prompt: bool) -> Reproducibility:

@@ -11,19 +11,19 @@ from PySide6.QtGui import QGuiApplication
 
 from editor.doctor_dialog import DoctorDialog, self_test_job
 from runtime.backends.base import Reproducibility
-from runtime.doctor.cases import CASES, CaseResult, regenerate
-from runtime.doctor.self_test import CaseSet, Report, SettingRow, embedded_report
+from runtime.doctor.cases import CASES, ReplayCaseResult, regenerate
+from runtime.doctor.self_test import CaseSet, SelfTestReport, SettingRow, embedded_report
 from runtime.problems import BackendError
 from runtime.resources import examples_dir
 
 
-def _report(passed: bool) -> Report:
-    cases = [CaseResult("regenerate the last turn with the same seed", True, "", 1.5),
-             CaseResult("the same conversation at other thread counts", passed,
+def _report(passed: bool) -> SelfTestReport:
+    cases = [ReplayCaseResult("regenerate the last turn with the same seed", True, "", 1.5),
+             ReplayCaseResult("the same conversation at other thread counts", passed,
                         "" if passed else "at 2 threads: turn 1, node reply: output differs at character 3", 2.0)]
     rows = [SettingRow("flash attention off, f16 KV cache", "yes", "the same numbers at 1 and 2 threads", True),
             SettingRow("flash attention on, f16 KV cache", "same threads", "other numbers at 1 than at 2 threads")]
-    return Report("embedded (llama.cpp on this computer)", "SmolLM2-135M-Instruct.Q4_1.gguf",
+    return SelfTestReport("embedded (llama.cpp on this computer)", "SmolLM2-135M-Instruct.Q4_1.gguf",
                   Reproducibility(True, True, "a replay with the same seed is exact"), rows,
                   [CaseSet("flash attention off, f16 KV cache, 1 thread", True, cases, 3.5)],
                   "" if passed else "exact at any thread count: flash attention off", 4.0)

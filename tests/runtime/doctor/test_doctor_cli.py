@@ -10,8 +10,8 @@ import pytest
 from runtime.backends.base import Reproducibility
 from runtime.cli import main as parley
 from runtime.cli.doctor import report_text
-from runtime.doctor.cases import CaseResult
-from runtime.doctor.self_test import CaseSet, Report, SettingRow
+from runtime.doctor.cases import ReplayCaseResult
+from runtime.doctor.self_test import CaseSet, SelfTestReport, SettingRow
 
 
 def _parley(*args: str) -> tuple[int, str, str]:
@@ -59,10 +59,10 @@ def test_a_server_that_does_not_answer_is_named() -> None:
 def test_the_table_marks_the_chosen_setting_and_says_each_case_and_the_result() -> None:
     rows = [SettingRow("flash attention off, f16 KV cache", "yes", "the same numbers at 1 and 2 threads", True),
             SettingRow("flash attention on, f16 KV cache", "same threads", "other numbers at 1 than at 2 threads")]
-    cases = [CaseResult("regenerate the last turn with the same seed", True, "", 1.25),
-             CaseResult("the same conversation at other thread counts", False, "at 2 threads: turn 1 differs", 2.0),
-             CaseResult("a server thing", None, "not for this backend", 0.0)]
-    report = Report("embedded", "model.gguf", Reproducibility(True, True, "exact"), rows,
+    cases = [ReplayCaseResult("regenerate the last turn with the same seed", True, "", 1.25),
+             ReplayCaseResult("the same conversation at other thread counts", False, "at 2 threads: turn 1 differs", 2.0),
+             ReplayCaseResult("a server thing", None, "not for this backend", 0.0)]
+    report = SelfTestReport("embedded", "model.gguf", Reproducibility(True, True, "exact"), rows,
                     [CaseSet("flash attention off, 1 thread", True, cases, 3.25)], "flash attention off", 5.0)
     text = report_text(report)
     lines = text.splitlines()
