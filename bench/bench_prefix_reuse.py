@@ -10,7 +10,7 @@ For each ordinary turn of the Generate node (no trim, no new summary since its p
 ``read_ratio_vs_growth`` divides by how much the prompt grew instead (the measure issue 21 quotes:
 1.46x mean and 1.94x max with the old 64-token blocks, which re-read the last block and the reply).
 
-    python bench/bench_prefix_reuse.py                  # 40 turns, ~4 min: bench/results/prefix_reuse.json
+    python bench/bench_prefix_reuse.py                  # 40 turns, ~1 min: bench/results/prefix_reuse.json
     python bench/bench_prefix_reuse.py --turns 8        # a smoke run (not written unless --write)
     python bench/bench_prefix_reuse.py --flash-attn auto  # the same with flash attention: prefix_reuse_flash_attn_auto.json
 

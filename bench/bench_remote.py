@@ -1,7 +1,7 @@
 """Remote backends: the embedded engine against llama.cpp's server on the same asset and script, 1
 against 2 servers on one suite, and how soon Stop closes a streaming request.
 
-    python bench/bench_remote.py --part engines   # issue 21's comparison, ~8 min: remote.json "engines"
+    python bench/bench_remote.py --part engines   # issue 21's comparison, ~5 min: remote.json "engines"
     python bench/bench_remote.py --part fleet     # ~4 min: remote.json "fleet"
     python bench/bench_remote.py --part stop      # ~10 s: remote.json "stop_ms_*"
     python bench/bench_remote.py                  # all three (each part keeps the others' keys in the file)
@@ -11,14 +11,22 @@ against 2 servers on one suite, and how soon Stop closes a streaming request.
    default ``LlamaBackend()`` (flash attention off: reproducible at any thread count), on the fastest
    settings that are not reproducible across thread counts (``flash_attn="auto"``, which llama.cpp
    turns on on the CPU; ``"on"`` too when ``auto`` does not resolve to it, or with ``--flash-attn-on``),
-   and on a llama.cpp server with ``cache_prompt`` and a slot per node (4 slots; 1 thread to generate,
-   2 to read prompts, as the embedded engine uses here). The configurations take turns: turn 1 on each,
-   then turn 2 on each, the order rotating every turn, so a busy moment of the machine falls on all of
-   them; the script runs ``--repeat`` times (fresh backends, a fresh server) and each turn's median
-   counts. Per node: the reused share of its prompts after its first call. Per configuration: seconds
-   per turn (the first turn, which loads nothing but is cold, included). Goals (issue 21): the default
-   reuses per node at least what the server reuses, within 1 point; its time per turn is at most 1.05x
-   the fastest non-reproducible configuration's.
+   and on llama.cpp's server with ``cache_prompt`` and a slot per node (4 slots; 1 thread to generate,
+   2 to read prompts, as the embedded engine uses here), twice: as shipped (its flash attention
+   ``auto``: on), and with ``--flash-attn off``, which computes what the default computes, so it writes
+   the same replies and gets the same prompts. The configurations take turns: turn 1 on each, then
+   turn 2 on each, the order rotating every turn, so a busy moment of the machine falls on all of them;
+   the script runs ``--repeat`` times (fresh backends and servers; ``--server-repeat`` keeps the servers,
+   whose reuse does not change, to the first repetitions) and each turn's median counts. Per node: the reused share of its prompts
+   after its first call. Per configuration: seconds per turn, and milliseconds per token read and
+   generated (the replies differ between flash attention on and off, and so does a turn's work).
+   Goals (issue 21): the default reuses per node at least what the server reuses, within 1 point
+   (judged on the same conversation, against the server with flash attention off; the as-shipped
+   server's numbers are reported beside it); its time per turn is at most 1.05x the fastest
+   non-reproducible configuration's (mean of the turns' medians). Before the script, ``kernels``: each
+   embedded configuration's fastest cold read of prompts of about 100, 350 and 800 tokens and its
+   generation speed after them, which tells a time ratio that comes from the engine from one that
+   comes from the replies.
 2. **1 vs 2 servers.** bench_suites.py's suite (20 cases x 6 turns on the chat example), each server with one
    thread: one server with ``--jobs 1``, then two servers with ``--jobs 2`` (a fleet). Wall-time ratio.
 3. **Stop.** 10 long replies stopped at their first token: milliseconds from ``cancel.set()`` until
@@ -71,6 +79,9 @@ SERVER = "llama_server"  # flash attention as the server chooses (auto: on, on t
 SERVER_FA_OFF = "llama_server_flash_attn_off"  # the default's numerics: the same replies, so the same prompts
 FLASH_ATTN_ENV = "LLAMA_ARG_FLASH_ATTN"  # llama-server's --flash-attn
 SERVER_THREADS = {"threads": 1, "threads_batch": 2}
+KERNEL_PROMPT_WORDS = (60, 250, 600)  # prompts of about 100, 350 and 800 tokens
+KERNEL_TRIALS = 5
+KERNEL_TEXT = "The old mill stands by the river and the miller tells stories of bandits on the north road"
 
 
 class ScriptRun:
@@ -132,6 +143,34 @@ def auto_flash_attention(model: str) -> str:
     return "enabled" if "enabled" in found else "disabled" if "disabled" in found else "unknown"
 
 
+def kernels(model: str, embedded: dict[str, Callable[[], Backend]], trials: int) -> dict[str, Any]:
+    """The engines' own speed, apart from what their replies make a turn do: a cold read of a prompt of
+    each size (in the script's range) and 32 generated tokens after it, the fastest of ``trials``
+    tries, the configurations taking turns. A cancel event is passed, as the agent passes one."""
+    words = KERNEL_TEXT.split(" ")
+    backends = {name: make() for name, make in embedded.items()}
+    best: dict[str, dict[int, list[float]]] = {name: {} for name in backends}
+    try:
+        for trial in range(trials):
+            for words_count in KERNEL_PROMPT_WORDS:
+                text = " ".join(words[i % len(words)] for i in range(words_count))
+                names = list(backends)
+                shift = trial % len(names)
+                for name in names[shift:] + names[:shift]:
+                    session = backends[name].session("kernel", model, 1024)
+                    session.release()  # a cold cache: the whole prompt is read
+                    result = session.generate(GenerationRequest([ChatMessage("user", text)], 32, seed=1),
+                                              cancel=threading.Event())
+                    row = best[name].setdefault(result.prompt_tokens, [float("inf"), float("inf")])
+                    row[0] = min(row[0], result.prompt_ms)
+                    row[1] = min(row[1], result.generate_ms / max(result.generated, 1))
+    finally:
+        for backend in backends.values():
+            backend.close()
+    return {name: {str(tokens): {"read_ms": round(read, 1), "generate_ms_per_token": round(gen, 2)}
+                   for tokens, (read, gen) in sorted(rows.items())} for name, rows in best.items()}
+
+
 @contextlib.contextmanager
 def router_server(model: Path, folder: Path, flash_attn: str | None) -> Iterator[Any]:
     """llama-server for the router: a slot per node; ``flash_attn`` None keeps the server's own default."""
@@ -148,8 +187,8 @@ def router_server(model: Path, folder: Path, flash_attn: str | None) -> Iterator
             os.environ[FLASH_ATTN_ENV] = saved
 
 
-def engines(model: Path, folder: Path, turns: int, repeat: int, server_repeat: int, flash_attn_on: bool
-            ) -> dict[str, Any]:
+def engines(model: Path, folder: Path, turns: int, repeat: int, server_repeat: int, flash_attn_on: bool,
+            kernel_trials: int = KERNEL_TRIALS) -> dict[str, Any]:
     lines = ROUTER_LINES[:turns]
     auto = auto_flash_attention(str(model))
     embedded: dict[str, Callable[[], Backend]] = {
@@ -159,6 +198,8 @@ def engines(model: Path, folder: Path, turns: int, repeat: int, server_repeat: i
     if flash_attn_on or auto != "enabled":
         embedded["flash_attn_on"] = lambda: LlamaBackend(flash_attn="on")
     servers = {SERVER: None, SERVER_FA_OFF: "off"}
+    speed = kernels(str(model), embedded, kernel_trials)
+    print("kernels:", speed, flush=True)
     reps: list[dict[str, ScriptRun]] = []
     for rep in range(repeat):
         with contextlib.ExitStack() as stack:
@@ -188,7 +229,7 @@ def engines(model: Path, folder: Path, turns: int, repeat: int, server_repeat: i
         "server_repetitions": min(server_repeat, repeat),
         "auto_flash_attention_resolves_to": auto,
         "flash_attn_on_measured": "flash_attn_on" in embedded,
-        "configurations": {}, "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "configurations": {}, "kernels": speed, "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     for name in [*embedded, *servers]:
         ran = [r[name] for r in reps if name in r]
@@ -239,6 +280,11 @@ def engines(model: Path, folder: Path, turns: int, repeat: int, server_repeat: i
         "time_ratio_max": MAX_TIME_RATIO,
     })
     goals["pass_time"] = goals["time_ratio_mean"] <= MAX_TIME_RATIO
+    # the same ratio for the engines alone (not a goal: it says whether a time ratio comes from the kernels)
+    goals["kernel_ratios"] = {
+        tokens: {"read": round(row["read_ms"] / speed[fastest][tokens]["read_ms"], 3),
+                 "generate": round(row["generate_ms_per_token"] / speed[fastest][tokens]["generate_ms_per_token"], 3)}
+        for tokens, row in speed["default"].items() if tokens in speed[fastest]}
     # reuse is judged on the server that computes as the default does (the same replies, so the
     # same prompts); against the server's own flash attention the conversations differ
     goals["pass_reuse"] = goals.get(f"pass_reuse_vs_{SERVER_FA_OFF}", False)
@@ -271,7 +317,8 @@ def stops(model: Path, folder: Path) -> dict[str, Any]:
         for name, backend in (("stop_ms_llama_server", LlamaServerBackend(server.url, "bench")),
                               ("stop_ms_openai_backend", OpenAIBackend(server.url, "bench"))):
             ms = stop_latency(backend.session("stop", "", 0))
-            out[name] = {"max": round(max(ms), 1), "median": round(statistics.median(ms), 1)}
+            out[name] = {"max": round(max(ms), 1), "median": round(statistics.median(ms), 1),
+                         "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
     return out
 
 
@@ -290,7 +337,7 @@ def fleet(model: Path, folder: Path) -> dict[str, Any]:
             print(count, runs[count])
     return {"suite": "20 cases x 6 turns on chat.json (bench_suites.py's suite)",
             "one_server_jobs_1": runs[1], "two_servers_jobs_2": runs[2],
-            "wall_ratio": round(runs[1]["wall_s"] / runs[2]["wall_s"], 2)}
+            "wall_ratio": round(runs[1]["wall_s"] / runs[2]["wall_s"], 2), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def main() -> int:
@@ -298,8 +345,8 @@ def main() -> int:
     parser.add_argument("--part", choices=["engines", "fleet", "stop", "all"], default="all")
     parser.add_argument("--turns", type=int, default=len(ROUTER_LINES), help="lines of the script (engines)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the script; each turn's median counts")
-    parser.add_argument("--server-repeat", type=int, default=1,
-                        help="repetitions the two servers take part in (their reuse does not change)")
+    parser.add_argument("--server-repeat", type=int, default=None,
+                        help="repetitions the two servers take part in (default: all; their reuse does not change)")
     parser.add_argument("--flash-attn-on", action="store_true",
                         help='also measure flash_attn="on" when "auto" already resolves to it')
     parser.add_argument("--quick", action="store_true", help="a smoke run: 4 turns, 1 repetition")
@@ -307,6 +354,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.turns, args.repeat = min(args.turns, 4), 1
+    if args.server_repeat is None:
+        args.server_repeat = args.repeat
     if not 1 <= args.turns <= len(ROUTER_LINES) or args.repeat < 1:
         parser.error(f"--turns must be 1 to {len(ROUTER_LINES)} and --repeat at least 1")
     model = Path(sample_model())
@@ -316,7 +365,7 @@ def main() -> int:
         folder = Path(tmp)
         if args.part in ("engines", "all"):
             results["engines"] = engines(model, folder, args.turns, args.repeat, args.server_repeat,
-                                          args.flash_attn_on)
+                                          args.flash_attn_on, 1 if args.quick else KERNEL_TRIALS)
             results["engines"]["quick"] = args.quick
             for name, row in results["engines"]["configurations"].items():
                 print(f"{name}: {row['turn_s_mean']} s per turn (median {row['turn_s_median']}), reuse "
