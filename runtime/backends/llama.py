@@ -83,6 +83,8 @@ ABORTABLE_PROMPT_TOKENS = 48
 # Snapshots of a node's cache are taken before a cut that throws away cells read by earlier calls
 # (a rewind, a trim, a new summary), when at least this many cells go:
 SNAPSHOT_MIN_TOKENS = 32
+# A prompt chunk the next prompt parts from within its first this many tokens is not kept in part.
+PARTIAL_CHUNK_TOKENS = 32
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------
@@ -509,6 +511,7 @@ class LlamaNodeSession(NodeSession):
         limit = min(len(held), len(prompt) - 1)
         while n < limit and held[n] == prompt[n]:
             n += 1
+        n = self._whole_chunks(before, n)
         n_batch = self._backend.context_params(self._n_ctx).n_batch
         # The first message (the system prompt) ends a chunk of its own, so a new conversation with
         # the same system prompt finds it in the cache whatever the last conversation said. The last
@@ -523,6 +526,18 @@ class LlamaNodeSession(NodeSession):
             chunks.append(Chunk(tuple(prompt[at:end]), end - at))
             at = end
         return before.cut(n).then(chunks)
+
+    @staticmethod
+    def _whole_chunks(journal: DecodeJournal, n: int) -> int:
+        """``n``, or the start of the prompt chunk it cuts through when it would keep only a few of
+        its cells: a cache that lacks that chunk (a turn gone back to) would read it whole again to
+        keep them, where reading those few afresh costs nothing (two lines that start alike)."""
+        at = 0
+        for c in journal.chunks:
+            if at + c.kept > n:
+                return at if not c.singles and n - at <= PARTIAL_CHUNK_TOKENS else n
+            at += c.kept
+        return n
 
     def _hold(self, context: internals.LlamaContext, wanted: DecodeJournal, cancel: threading.Event | None
               ) -> tuple[int, int, bool]:
