@@ -86,7 +86,9 @@ def test_a_changed_generated_token_is_named_by_turn_node_and_token(recorded, tmp
 def test_another_seed_salt_changes_the_first_turn_and_says_where(recorded):
     path, _replies = recorded
     raw = json.loads(path.read_text(encoding="utf-8"))
-    raw["settings"]["seed_salt"] = raw["conversation"]["seed_salt"] = 12345
+    # each turn records the salt it was generated with (version 4): claim the first ran with another
+    first_turn = next(t for t in raw["conversation"]["turns"] if t["id"] == 0)
+    first_turn.setdefault("state", {})["seed_salt"] = 12345
     report = replay_bundle(bundle_from_dict(raw, "salted.parley-bundle"), stop_at_first=True)
     first = report.first_difference
     assert not report.identical and report.stopped_early and first is not None

@@ -177,8 +177,8 @@ def test_a_bad_budget_in_the_settings_file_falls_back_to_the_default_and_says_wh
 
 @pytest.mark.model
 def test_turns_on_the_sample_model_bring_their_snapshots_and_reproducibility(make_window, qtbot):
-    """Two turns, a rewind to the start and another line on the real backend: the rewind cuts cells the
-    second turn's call read, so the backend takes a snapshot first, whose bytes arrive with the turn;
+    """Three turns, a rewind to the start and another line on the real backend: the rewind cuts cells
+    the second and third turns' calls read, so the backend takes a snapshot first, whose bytes arrive with the turn;
     the embedded backend is exact, so no line says otherwise."""
     app_settings.set_snapshot_budget_mib(64)
     window = make_window()
@@ -191,6 +191,9 @@ def test_turns_on_the_sample_model_bring_their_snapshots_and_reproducibility(mak
     assert first.snapshots is not None and first.snapshots.budget == 64 * MIB, "the setting reached the backend"
     assert inspector.repro_label.isHidden()
     talk(qtbot, conversation, "What is the best dish on the menu?")
+    # the third turn reads from past the second's reading, so going back to the start cuts cells
+    # earlier calls read (the second turn's alone would cost one turn to read again: no snapshot)
+    talk(qtbot, conversation, "And how much is a bowl of stew?")
 
     with qtbot.waitSignal(conversation.history_changed, timeout=TURN_TIMEOUT_MS):
         assert conversation.rewind(0)
