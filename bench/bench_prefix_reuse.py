@@ -26,10 +26,11 @@ import statistics
 import time
 from typing import Any
 
-from conversation import common_prefix, generate_then_summarize, player_lines, sample_model, write_results
+from conversation import generate_then_summarize, player_lines, sample_model, write_results
 
 from runtime.agent import Agent
 from runtime.backends.llama import LlamaBackend
+from runtime.models.journal import common_prefix
 
 MAX_READ_RATIO = 1.1
 MIN_REUSED_SHARE = 0.90

@@ -72,16 +72,6 @@ def single_generate(model: str, *, context_size: int, max_tokens: int, temperatu
     return Asset.model_validate({"name": "bench: one node", "default_model": model, "start_node": "reply", "nodes": [node]})
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def fingerprint(result: Any) -> list[Any]:
     """What must come out bit for bit the same when a turn is said again: the reply, and every node's
     prompt (the messages as the model received them) and output, in the order the nodes ran."""

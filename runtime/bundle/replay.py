@@ -31,7 +31,7 @@ from runtime.dialogue.dialog_file import HistoryError
 from runtime.dialogue.history import Entry, Reply, ToolExchange, Turn
 from runtime.dialogue.tree import ConversationTree, TurnNode
 from runtime.models.folder import ModelFileError, models_dir, resolve_model
-from runtime.models.journal import EMPTY, Chunk, DecodeJournal
+from runtime.models.journal import EMPTY, Chunk, DecodeJournal, common_prefix
 from runtime.nodes.running import TurnCancelled
 from runtime.problems import BackendError, InputError, Problem
 
@@ -261,7 +261,7 @@ def replay_bundle(bundle: Bundle, models: Sequence[str | Path] = (), *, force: b
             raise BundleError([Problem(p.severity, p.message, bundle.source, field=".".join(
                 x for x in ("conversation", p.node_id, p.field) if x)) for p in exc.problems]) from None
         tree = agent.tree.copy()  # the recorded tree: replayed turns are added to the agent's, not to it
-        for turn_id in _parents_first(tree):
+        for turn_id in tree.parents_first():
             replayed = _replay_turn(agent, backend, tree, tree.nodes[turn_id], cancel)
             report.turns.append(replayed)
             if on_turn is not None:
@@ -272,17 +272,6 @@ def replay_bundle(bundle: Bundle, models: Sequence[str | Path] = (), *, force: b
     finally:
         backend.close()
     return report
-
-
-def _parents_first(tree: ConversationTree) -> list[int]:
-    """Every turn id, each after its parent: depth first, alternatives in their order."""
-    order: list[int] = []
-    stack = list(reversed(tree.children.get(None, [])))
-    while stack:
-        turn_id = stack.pop()
-        order.append(turn_id)
-        stack.extend(reversed(tree.children.get(turn_id, [])))
-    return order
 
 
 def _replay_turn(agent: Agent, backend: ReplayBackend, tree: ConversationTree, node: TurnNode,
@@ -380,10 +369,10 @@ def _journal_difference(node: str, recorded: DecodeJournal, mine: DecodeJournal,
             at += a.kept
             continue
         if a.singles and b.singles:
-            k = _common(a.held, b.held)
+            k = common_prefix(a.held, b.held)
             return token("generated token", k, at + k, a.held[k] if k < a.kept else None,
                          b.held[k] if k < b.kept else None)
-        k = _common(a.tokens, b.tokens)
+        k = common_prefix(a.tokens, b.tokens)
         if k < len(a.tokens) and k < len(b.tokens) and not a.singles and not b.singles:
             return token("prompt token", at + k, at + k, a.tokens[k], b.tokens[k])
         return Difference(node, "reading", position=at,
@@ -397,15 +386,6 @@ def _journal_difference(node: str, recorded: DecodeJournal, mine: DecodeJournal,
         return token("generated token", 0, at, a, b)
     return Difference(node, "reading", position=at,
                       detail=f"from cache position {at} only the {who} read on ({_chunk_words(extra)})")
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _entry_words(entry: Entry | None) -> str:
@@ -428,7 +408,7 @@ def _entries_difference(recorded: list[Entry], mine: list[Entry], backend: Repla
                 ours, theirs = backend.tokenize(model, a.text), backend.tokenize(model, b.text)
             except BackendError:
                 ours, theirs = [], []
-            k = _common(ours, theirs)
+            k = common_prefix(ours, theirs)
             if ours or theirs:
                 x = ours[k] if k < len(ours) else None
                 y = theirs[k] if k < len(theirs) else None

@@ -257,19 +257,6 @@ def written_tree(saved: SavedDialog) -> ConversationTree:
     return ConversationTree.from_turns(saved.history.turns, final)
 
 
-def _tree_order(tree: ConversationTree) -> list[int]:
-    """Every turn id, each after its parent, alternatives in their order: depth first, so a
-    branch reads from top to bottom. (Ids say nothing of the order: a file may give a turn a
-    smaller id than its parent's.)"""
-    order: list[int] = []
-    stack = list(reversed(tree.children.get(None, [])))
-    while stack:
-        turn_id = stack.pop()
-        order.append(turn_id)
-        stack.extend(reversed(tree.children.get(turn_id, [])))
-    return order
-
-
 def dumps_history(saved: SavedDialog) -> str:
     """The file's text (version 3): every turn of the tree once, on a line of its own, with its
     state as what changed in it. The history's turns, summaries and window starts are the current
@@ -297,7 +284,7 @@ def _dumps(saved: SavedDialog) -> str:
                   "variables": dict(start.variables), "system_prompts": dict(sorted(start.system_prompts.items()))},
     }
     turns: list[str] = []
-    for turn_id in _tree_order(tree):
+    for turn_id in tree.parents_first():
         node = tree.nodes[turn_id]
         before = tree.state_after(node.parent)
         after = node.after

@@ -95,6 +95,18 @@ class ConversationTree:
             else:
                 return node
 
+    def parents_first(self) -> list[int]:
+        """Every turn id, each after its parent, alternatives in their order: depth first, so a branch
+        reads from top to bottom. (Ids say nothing of the order: a file may give a turn a smaller id
+        than its parent's.)"""
+        order: list[int] = []
+        stack = list(reversed(self.children.get(None, [])))
+        while stack:
+            turn_id = stack.pop()
+            order.append(turn_id)
+            stack.extend(reversed(self.children.get(turn_id, [])))
+        return order
+
     def depth(self, turn_id: int) -> int:
         return len(self.path(turn_id)) - 1
 

@@ -113,7 +113,7 @@ class DecodeJournal:
             if mine.singles != theirs.singles:
                 return at
             if mine.singles:
-                n = _common_prefix(mine.held, theirs.held)
+                n = common_prefix(mine.held, theirs.held)
                 at += n
                 if n < mine.kept or mine.kept != theirs.kept:
                     return at
@@ -183,7 +183,8 @@ def chunk_json(c: Chunk) -> dict[str, Any]:
     return out
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
