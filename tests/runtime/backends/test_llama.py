@@ -226,13 +226,16 @@ def test_changed_start_of_prompt_is_read_again(backend, model):
     assert first.prompt_tokens > 0
 
 
-def test_identical_prompt_evaluates_one_token(backend, model):
+def test_identical_prompt_reads_only_its_last_chunk_again(backend, model):
+    """Sampling needs the last token's logits, so the prompt's last chunk (from the last message's
+    content on: a few tokens here) is read again, the same way; everything before it is kept."""
     s = backend.session("same", model, 1024)
     req = GenerationRequest([BLACKSMITH, user("Hello.")], max_tokens=6, temperature=0)
     a = s.generate(req)
+    last = a.journal.chunks[-2]  # the chunk before the generated tokens
     b = s.generate(req)
-    assert b.evaluated == 1 and b.reused == b.prompt_tokens - 1
-    assert a.text == b.text
+    assert b.evaluated == len(last.tokens) < 16 and b.reused == b.prompt_tokens - b.evaluated
+    assert a.text == b.text and b.journal == a.journal
 
 
 # --- streaming, sampling, stops --------------------------------------------------------------
@@ -603,7 +606,7 @@ def test_template_that_fails_to_render(backend, strict_template_model):
     assert "strict-template.gguf" in message and "chat template" in message and "does not know the role tool" in message
     assert s.tokens == held  # nothing in the node's cache changed
     again = s.generate(GenerationRequest([BLACKSMITH, user("Hi")], max_tokens=4, temperature=0))
-    assert again.text == ok.text and again.evaluated == 1
+    assert again.text == ok.text and again.evaluated == len(ok.journal.chunks[-2].tokens)  # only its last chunk
 
 
 # --- message contents are data ----------------------------------------------------------------
