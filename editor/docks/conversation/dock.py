@@ -792,15 +792,7 @@ class ConversationDock(QDockWidget):
         return self.start_bundle_export(path) and self.wait_for_history_file()
 
     def _bundle_exported(self, path: str, count: int, size: object, error: object) -> bool:
-        if isinstance(error, InputError):
-            self.show_error("Could not write the repro bundle; the conversation is unchanged.\n" + "\n".join(
-                str(p) for p in error.problems[:5]))
-            return False
-        if isinstance(error, OSError):
-            self.show_error(f"Could not write {path}: {error.strerror or error}. The conversation is unchanged.")
-            return False
-        if error is not None:
-            self.show_error(f"Could not write the repro bundle to {path}: {error}. The conversation is unchanged.")
+        if self._export_failed(path, error, InputError, "write the repro bundle"):
             return False
         kb = f" ({int(size) / 1000:,.0f} kB)" if isinstance(size, int) else ""
         self.set_status(f"Wrote a repro bundle of {count} turn{'s' if count != 1 else ''} to {path}{kb}: "
@@ -867,16 +859,19 @@ class ConversationDock(QDockWidget):
         self.export_bundle_action.setEnabled(idle and not self.conversation.busy)
         self.import_button.setEnabled(idle and not self.conversation.busy)
 
-    def _exported(self, path: str, count: int, error: object) -> bool:
-        if isinstance(error, HistoryError):
-            self.show_error("Could not export; the conversation is unchanged.\n" + "\n".join(
+    def _export_failed(self, path: str, error: object, refused: type[InputError], what: str) -> bool:
+        """Say why an export to ``path`` failed (``refused``: problems found in what was to be written)."""
+        if isinstance(error, refused):
+            self.show_error(f"Could not {what}; the conversation is unchanged.\n" + "\n".join(
                 str(p) for p in error.problems[:5]))
-            return False
-        if isinstance(error, OSError):
+        elif isinstance(error, OSError):
             self.show_error(f"Could not write {path}: {error.strerror or error}. The conversation is unchanged.")
-            return False
-        if error is not None:
-            self.show_error(f"Could not export to {path}: {error}. The conversation is unchanged.")
+        elif error is not None:
+            self.show_error(f"Could not {what} to {path}: {error}. The conversation is unchanged.")
+        return error is not None
+
+    def _exported(self, path: str, count: int, error: object) -> bool:
+        if self._export_failed(path, error, HistoryError, "export"):
             return False
         self.set_status(f"Exported {count} turns to {path}")
         return True
