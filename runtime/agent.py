@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend, CallCancelled
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
@@ -58,8 +60,20 @@ log = logging.getLogger("parley.runtime")
 # first: clearing them all at once made the next turn recount every message of a long history.
 TOKEN_COUNT_CACHE = 200_000
 MAX_PORT_CHARS = 64  # of an exit a node took but does not have, quoted in the error
+# What ``change_params`` may change between turns; every other field of a node is the graph's.
+RUNTIME_PARAMETERS = ("system_prompt", "temperature", "top_p", "seed", "max_tokens")
 
-__all__ = ["Agent", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
+
+class StructuralChange(ValueError):
+    """A change to what a session cannot change while it runs: the graph, a node's model or context,
+    its tools or its exits."""
+
+    def __init__(self, node_id: str, name: str) -> None:
+        self.node_id, self.field = node_id, name
+        super().__init__(f"{node_id}.{name} is part of the agent's graph, not a parameter; change it in the "
+                         "asset and start a new session")
+
+__all__ = ["Agent", "StructuralChange", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
 
 
 @dataclass
@@ -76,8 +90,11 @@ class TurnResult:
 
 
 class Agent:
-    def __init__(self, asset: Asset, backend: Backend, asset_dir: str | None = None) -> None:
+    def __init__(self, asset: Asset, backend: Backend, asset_dir: str | None = None, session_id: str = "") -> None:
         self.asset = asset
+        # Many agents on one backend (``parley serve``'s NPCs) each name their own node caches
+        # "SESSION/NODE"; an agent alone on its backend (the editor's) keys them by node id.
+        self.session_id = session_id
         self.backend = backend
         self.asset_dir = asset_dir
         self.history = DialogHistory()
@@ -116,6 +133,41 @@ class Agent:
 
     def set_variable(self, name: str, value: VariableValue) -> None:
         self.variables[name] = value
+
+    def change_params(self, node_id: str, changes: dict[str, Any]) -> None:
+        """Change a node's parameters for the turns to come: its system prompt and sampling
+        (``RUNTIME_PARAMETERS``). Raises ``KeyError`` for an unknown node, ``StructuralChange`` for
+        any other field of the node (the graph, its model and context, its tools and exits are the
+        asset's), and ``ValueError`` for a bad value; on any error nothing changes."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise KeyError(f"no node with id {node_id!r}")
+        fields = type(node).model_fields
+        for name in changes:
+            if name in RUNTIME_PARAMETERS and (name in fields or name == "system_prompt"):
+                continue
+            if name in fields or name in ("type", "exits"):
+                raise StructuralChange(node_id, name)
+            raise ValueError(f"{node_id}.{name}: the {node.type_name} node has no such parameter "
+                             f"(parameters: {', '.join(p for p in RUNTIME_PARAMETERS if p in fields)})")
+        prompt = changes.get("system_prompt")
+        if prompt is not None and not self._has_runtime_system_prompt(node_id):
+            raise StructuralChange(node_id, "system_prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise ValueError(f"{node_id}.system_prompt: a text, not {type(prompt).__name__}")
+        sampling = {k: v for k, v in changes.items() if k != "system_prompt"}
+        if sampling:
+            try:
+                changed = type(node).model_validate({**node.model_dump(), **sampling})
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(f"{node_id}.{where}: {first['msg']}") from None
+            nodes = [changed if n.id == node_id else n for n in self.asset.nodes]
+            self.asset = self.asset.model_copy(update={"nodes": nodes})
+            self._nodes[node_id] = changed
+        if prompt is not None:
+            self.system_prompts[node_id] = prompt
 
     # --- history ------------------------------------------------------------------------------
 
@@ -271,21 +323,24 @@ class Agent:
         cancel: threading.Event | None = None,
         tool_result: ToolResultFunction | None = None,
         edited: bool = False,
+        mock_tools: bool = True,
     ) -> TurnResult:
         """Run the graph once for ``player_line``, after the current turn (a new branch when the
         current turn already has later turns). Raises ``TurnError``, ``BackendError`` or
-        ``TemplateError``/``InputError``; on any failure the agent is unchanged."""
+        ``TemplateError``/``InputError``; on any failure the agent is unchanged. ``mock_tools=False``
+        asks ``tool_result`` for every tool call, mocked or not."""
         if not self._running.acquire(blocking=False):
             raise TurnError("a turn is already running for this agent")
         try:
             return self._run_turn(player_line, instructions, on_event, cancel or threading.Event(), tool_result,
-                                  edited)
+                                  edited, mock_tools)
         finally:
             self._running.release()
 
-    def _run_turn(self, player_line, instructions, on_event, cancel, tool_result, edited=False) -> TurnResult:
+    def _run_turn(self, player_line, instructions, on_event, cancel, tool_result, edited=False,
+                  mock_tools=True) -> TurnResult:
         started = time.perf_counter()
-        run = TurnState(player_line, instructions, on_event, cancel, tool_result)
+        run = TurnState(player_line, instructions, on_event, cancel, tool_result, mock_tools=mock_tools)
         before = (list(self.history.summaries), dict(self.windows), dict(self.variables), dict(self.journals))
         try:
             with self.backend.stopping(cancel):

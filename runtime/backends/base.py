@@ -50,6 +50,10 @@ class GenerationRequest:
     # backend that keeps its own cache rebuilds exactly this before reading, so a call made again at
     # the same point (a regenerated, rewound or replayed turn, a cold process) reads the same way.
     journal: DecodeJournal | None = None
+    # The conversation the call belongs to (``Agent.session_id``; "" in the editor): a server backend
+    # sends it as ``X-Session-ID`` and the ``user`` field, so a router with session affinity keeps a
+    # conversation on the server that caches its prompts.
+    session_id: str = ""
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The ``parley`` command line: ``parley validate``, ``parley chat``, ``parley estimate``, ``parley models``,
-``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``, ``parley doctor``.
+``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``, ``parley doctor``, ``parley serve``.
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds
 its parser and sets ``func`` to a function taking the parsed arguments and
@@ -23,6 +23,7 @@ COMMANDS = [
     "runtime.cli.backends",
     "runtime.cli.bundle",  # bundle and replay
     "runtime.cli.doctor",
+    "runtime.cli.serve",
 ]
 
 

@@ -69,6 +69,9 @@ class TurnState:
     path: list[str] = field(default_factory=list)
     nodes: list[NodeDiagnostics] = field(default_factory=list)
     prompts: dict[str, RecordedPrompt] = field(default_factory=dict)  # node id -> its prompt's parts
+    # False: a tool with a mock_result is still asked of ``tool_result`` (a game serving the agent
+    # implements its tools; the mocks are for testing in the editor).
+    mock_tools: bool = True
 
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -84,6 +87,7 @@ class AgentAccess(Protocol):
     variables: dict[str, Any]
     windows: dict[str, int]
     journals: dict[str, DecodeJournal]
+    session_id: str
 
     @property
     def asset_name(self) -> str: ...
@@ -198,8 +202,10 @@ class NodeRun:
         point of the conversation (its decode journal), so the call reads as it did or would the
         first time. Raises ``TurnCancelled``."""
         uses = self.node.model_uses()
-        session = self.backend.session(self.node.id, model, uses[0].context_size if uses else 0)
+        key = f"{self._agent.session_id}/{self.node.id}" if self._agent.session_id else self.node.id
+        session = self.backend.session(key, model, uses[0].context_size if uses else 0)
         request.journal = self._agent.journals.get(self.node.id, EMPTY)
+        request.session_id = self._agent.session_id
         result = session.generate(request, on_token, self.turn.cancel)
         if result.cancelled:
             raise TurnCancelled("the turn was cancelled", self.node.id)

@@ -109,7 +109,7 @@ class ToolCall(GeneratingNode):
             return
         tool = tools[call["name"]]
         arguments = dict(call.get("arguments", {}))
-        if tool.mock_result is not None:
+        if tool.mock_result is not None and (run.turn.mock_tools or run.turn.tool_result is None):
             outcome = tool.mock_result
         elif run.turn.tool_result is not None:
             outcome = str(run.turn.tool_result(self.id, tool.name, arguments))

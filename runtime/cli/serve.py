@@ -1,0 +1,88 @@
+"""``parley serve``: run agents for a game over HTTP (see docs/serving.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from runtime.problems import BackendError, InputError
+
+MIB_PER_GB = 1024
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from runtime.serve.npcs import Limits
+    from runtime.serve.server import TOKEN_ENV
+
+    d = Limits()
+    p = sub.add_parser("serve", help="run agents as a local server for a game (HTTP + Server-Sent Events)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer "
+                   "only; any other needs a token)")
+    p.add_argument("--port", type=int, default=8765, help="port (0: any free one; the address is printed)")
+    p.add_argument("--backend", default="embedded", metavar="NAME|URL",
+                   help="where the models run: embedded (default), a backend profile's name, a server's address "
+                   "(llama+http://... or openai+http://...), or scripted (deterministic test replies)")
+    p.add_argument("--assets", action="append", metavar="DIR", default=[],
+                   help="a folder of workflow assets the server may load (repeat for more); nothing else is loaded")
+    p.add_argument("--kv-budget", type=float, metavar="GB", help="embedded backend: the KV cache memory all NPCs' "
+                   "contexts may take; the least recently used are parked in RAM snapshots and restored on their "
+                   "next turn")
+    p.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
+                   help=f"environment variable holding the token every request must carry (default {TOKEN_ENV})")
+    p.add_argument("--max-body", type=int, default=d.max_body, metavar="BYTES", help="largest request body")
+    p.add_argument("--max-line", type=int, default=d.max_line, metavar="CHARS", help="longest player line")
+    p.add_argument("--max-sessions", type=int, default=d.max_sessions, metavar="N", help="most sessions at once")
+    p.add_argument("--max-stream-events", type=int, default=d.max_stream_events, metavar="N",
+                   help="most events one turn may stream")
+    p.add_argument("--tool-timeout", type=float, default=d.tool_timeout, metavar="SECONDS",
+                   help="how long a turn waits for the client's tool result")
+    p.add_argument("--workers", type=int, default=8, metavar="N", help="turns run at once (others wait)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runtime.serve.npcs import Limits
+    from runtime.serve.server import ServeConfig, ServeConfigError, check_config, serve_forever, token_from
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for name in ("max_body", "max_line", "max_sessions", "max_stream_events", "workers"):
+        if getattr(args, name) < 1:
+            print(f"parley serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return 2
+    if args.tool_timeout <= 0 or (args.kv_budget is not None and args.kv_budget <= 0):
+        print("parley serve: --tool-timeout and --kv-budget must be positive", file=sys.stderr)
+        return 2
+    limits = Limits(args.max_body, args.max_line, args.max_sessions, args.max_stream_events, args.tool_timeout)
+    config = ServeConfig(args.host, args.port, [Path(a) for a in args.assets], token_from(args.token_env), limits,
+                         args.workers)
+    try:
+        check_config(config)
+        backend = _backend(args, config.asset_dirs[0])
+    except (ServeConfigError, BackendError, InputError) as exc:
+        print(f"parley serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve_forever(config, backend)
+    except OSError as exc:
+        print(f"parley serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    finally:
+        backend.close()
+    return 0
+
+
+def _backend(args: argparse.Namespace, asset_dir: Path):
+    from runtime.backends.profiles import backend_factory
+
+    if args.kv_budget is not None:
+        if args.backend != "embedded":
+            raise BackendError("--kv-budget sizes the embedded backend's caches; a server backend manages its own")
+        from runtime.backends.llama import LlamaBackend
+
+        try:
+            return LlamaBackend(asset_dir, kv_budget_mib=args.kv_budget * MIB_PER_GB)
+        except TypeError:  # an engine without KV budgets
+            raise BackendError("this build's embedded backend has no KV budget") from None
+    return backend_factory(args.backend, asset_dir)()

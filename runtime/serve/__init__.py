@@ -1,0 +1,10 @@
+"""``parley serve``: the runtime as a local HTTP server, so a game runs the agents made in the editor.
+
+- ``protocol``: the versioned API's requests, answers, events and typed errors (its OpenAPI schema is
+  generated into ``resources/schemas/serve-openapi.json``).
+- ``npcs``: the sessions (one ``Agent`` per NPC, all on one backend) and the turns they run on worker
+  threads, streamed back as events.
+- ``app``: the ASGI app (FastAPI on Starlette): routes, the token check, the request limits.
+- ``server``: running it on uvicorn (``parley serve``, and in-process for tests).
+- ``client``: a small typed Python client on httpx.
+"""

@@ -1,0 +1,281 @@
+"""The ASGI app of ``parley serve``: FastAPI on Starlette (FastAPI generates the OpenAPI schema from
+the protocol's pydantic models, and validates requests with them).
+
+Every handler is ``async`` and quick, so they all run on the event loop, one at a time: a session's
+busy check and the start of its turn cannot interleave with another request's change to it. Turns
+run on worker threads (``NPCs``); their events come back as Server-Sent Events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runtime.serve.npcs import NPCs, Stream
+from runtime.serve.protocol import (
+    API_VERSION,
+    PREFIX,
+    AssetOut,
+    Assets,
+    Cancelled,
+    ErrorOut,
+    Health,
+    NewSession,
+    ParamsIn,
+    RegenerateIn,
+    RewindIn,
+    ServeError,
+    SessionOut,
+    Sessions,
+    ToolResultIn,
+    TurnDetail,
+    TurnIn,
+    TurnLine,
+    TurnLines,
+    VariablesIn,
+)
+
+log = logging.getLogger("parley.serve")
+
+KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
+SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events: `event: KIND` and one line "
+             "of JSON `data:` each; the last is turn_finished or turn_failed."}}
+ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422, 429)}
+
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
+                   Awaitable[None]]
+
+
+def error_response(error: ServeError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def _send_error(send: Callable[[dict[str, Any]], Awaitable[None]], error: ServeError) -> None:
+    body = json.dumps(error.body()).encode()
+    await send({"type": "http.response.start", "status": error.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    """The token check and the request size limit, before any route runs. The token is compared in
+    constant time and never logged; a body past ``max_body`` is refused as it arrives, unread."""
+
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+        self.app, self.token, self.max_body = app, token, max_body
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if self.token is not None:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, b"Bearer " + self.token.encode()):
+                return await _send_error(send, ServeError("unauthorized", "give the server's token as "
+                                                          "'Authorization: Bearer TOKEN'"))
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            return await _send_error(send, ServeError("too_large", f"the request body is over {self.max_body} bytes "
+                                                      "(--max-body)"))
+        seen = 0
+        too_large = False
+
+        async def limited() -> dict[str, Any]:
+            nonlocal seen, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    too_large = True
+                    raise ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except ServeError as error:
+            if not too_large:
+                raise
+            await _send_error(send, error)
+
+
+def create_app(npcs: NPCs, token: str | None = None) -> Any:
+    app = FastAPI(title="Parley Studio runtime server", version=API_VERSION, openapi_url=f"{PREFIX}/openapi.json",
+                  docs_url=None, redoc_url=None,
+                  description="Runs Parley Studio agents for a game: NPC sessions, turns streamed as Server-Sent "
+                  "Events, tool calls answered by the client. See docs/serving.md.")
+    app.state.npcs = npcs
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_request: Request, error: ServeError) -> JSONResponse:
+        return error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error_response(ServeError("bad_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg"))))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "bad_request")
+        return error_response(ServeError(code, str(error.detail)))
+
+    @app.exception_handler(Exception)
+    async def _internal(_request: Request, error: Exception) -> JSONResponse:
+        log.error("a request failed", exc_info=error)
+        return error_response(ServeError("internal", f"the server failed ({type(error).__name__}); its log says more"))
+
+    @app.get(f"{PREFIX}/health", response_model=Health, responses=ERRORS)
+    async def health() -> Health:
+        return Health(backend=npcs.backend.label, sessions=len(npcs.sessions))
+
+    @app.get(f"{PREFIX}/assets", response_model=Assets, responses=ERRORS)
+    async def assets() -> Assets:
+        return Assets(assets=[AssetOut(path=name, name=path.stem) for name, path in npcs.assets()])
+
+    @app.post(f"{PREFIX}/sessions", response_model=SessionOut, status_code=201, responses=ERRORS)
+    async def create_session(body: NewSession) -> SessionOut:
+        return npcs.create(body.asset, body.variables, body.id).out()
+
+    @app.get(f"{PREFIX}/sessions", response_model=Sessions, responses=ERRORS)
+    async def list_sessions() -> Sessions:
+        return Sessions(sessions=[npc.out() for npc in list(npcs.sessions.values())])
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}", response_model=SessionOut, responses=ERRORS)
+    async def get_session(session_id: str) -> SessionOut:
+        return npcs.get(session_id).out()
+
+    @app.delete(f"{PREFIX}/sessions/{{session_id}}", status_code=204, responses=ERRORS)
+    async def delete_session(session_id: str) -> Response:
+        npcs.delete(session_id)
+        return Response(status_code=204)
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/history", responses=ERRORS)
+    async def export_history(session_id: str) -> dict[str, Any]:
+        return npcs.export_history(session_id)
+
+    @app.put(f"{PREFIX}/sessions/{{session_id}}/history", response_model=SessionOut, responses=ERRORS)
+    async def import_history(session_id: str, request: Request) -> SessionOut:
+        try:
+            raw = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ServeError("bad_history", f"the body is not JSON: {exc}") from None
+        return npcs.import_history(session_id, raw).out()
+
+    @app.patch(f"{PREFIX}/sessions/{{session_id}}/variables", response_model=SessionOut, responses=ERRORS)
+    async def set_variables(session_id: str, body: VariablesIn) -> SessionOut:
+        return npcs.set_variables(session_id, body.variables).out()
+
+    @app.patch(f"{PREFIX}/sessions/{{session_id}}/params", response_model=SessionOut, responses=ERRORS)
+    async def change_params(session_id: str, body: ParamsIn) -> SessionOut:
+        return npcs.change_params(session_id, body.nodes).out()
+
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/rewind", response_model=SessionOut, responses=ERRORS)
+    async def rewind(session_id: str, body: RewindIn) -> SessionOut:
+        return npcs.rewind(session_id, body.turns).out()
+
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/turns", responses={**SSE, **ERRORS})
+    async def turn(session_id: str, body: TurnIn) -> StreamingResponse:
+        return _events(npcs, npcs.turn(session_id, body.line, body.instructions, body.mock_tools))
+
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/regenerate", responses={**SSE, **ERRORS})
+    async def regenerate(session_id: str, body: RegenerateIn) -> StreamingResponse:
+        return _events(npcs, npcs.turn(session_id, "", body.instructions, body.mock_tools, body.turn))
+
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/cancel", response_model=Cancelled, responses=ERRORS)
+    async def cancel(session_id: str) -> Cancelled:
+        return Cancelled(cancelled=npcs.cancel(session_id))
+
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/tool_results", status_code=204, responses=ERRORS)
+    async def tool_result(session_id: str, body: ToolResultIn) -> Response:
+        npcs.tool_result(session_id, body.call_id, body.result)
+        return Response(status_code=204)
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/turns", response_model=TurnLines, responses=ERRORS)
+    async def turns(session_id: str) -> TurnLines:
+        npc = npcs.get(session_id)
+        tree = npc.agent.tree
+        from runtime.agent import turn_reply
+
+        return TurnLines(turns=[TurnLine(turn_id=tid, index=i, line=tree.nodes[tid].turn.player,
+                                         reply=turn_reply(npc.agent.asset, tree.nodes[tid].turn))
+                                for i, tid in enumerate(tree.path())])
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/turns/{{turn_id}}", response_model=TurnDetail, responses=ERRORS)
+    async def turn_detail(session_id: str, turn_id: int) -> TurnDetail:
+        npc = npcs.get(session_id)
+        tree = npc.agent.tree
+        if turn_id not in tree.nodes:
+            raise ServeError("unknown_turn", f"session {session_id!r} has no turn {turn_id}")
+        from runtime.agent import turn_reply
+
+        node = tree.nodes[turn_id]
+        index = len(tree.path(turn_id)) - 1
+        record = npc.details.get(turn_id)
+        return TurnDetail(turn_id=turn_id, index=record.index if record else index, line=node.turn.player,
+                          reply=turn_reply(npc.agent.asset, node.turn), path=record.path if record else [],
+                          diagnostics=record.diagnostics if record else None,
+                          prompts=record.prompts if record else None)
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/events", responses={**SSE, **ERRORS})
+    async def watch(session_id: str) -> StreamingResponse:
+        queue = npcs.watch(session_id)
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield b": watching\n\n"
+                while True:
+                    try:
+                        item = await asyncio.wait_for(queue.get(), KEEP_ALIVE_SECONDS)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if item is None:
+                        return
+                    yield _frame(item.kind, item.data)
+            finally:
+                npcs.unwatch(session_id, queue)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    return Guard(app, token, npcs.limits.max_body) if token is not None or npcs.limits.max_body else app
+
+
+def fastapi_app(app: Any) -> FastAPI:
+    """The FastAPI app inside ``create_app``'s guard (for its OpenAPI schema)."""
+    return app.app if isinstance(app, Guard) else app
+
+
+def _frame(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+def _events(npcs: NPCs, stream: Stream) -> StreamingResponse:
+    async def events() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(stream.queue.get(), KEEP_ALIVE_SECONDS)
+                except TimeoutError:
+                    yield b": keep-alive\n\n"
+                    continue
+                if item is None:
+                    finished = True
+                    return
+                yield _frame(item.kind, item.data)
+        finally:
+            if not finished and stream.running is not None:
+                npcs.stop(stream.running)  # the client went away mid-turn: cancelled, the session as it was
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,431 @@
+"""The NPC sessions a server runs: one ``Agent`` each, all on one backend (one load of the weights),
+their turns on worker threads, each turn's events handed to the event loop as they happen.
+
+A session runs one turn at a time; anything that changes it (variables, parameters, history, rewind)
+is refused with ``busy`` while a turn runs. A turn that fails or is cancelled leaves the session
+exactly as it was (``Agent.run_turn`` rolls back), and its stream ends with ``turn_failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnError, TurnResult
+from runtime.asset.file import load_asset
+from runtime.asset.validation import validate_asset
+from runtime.backends.base import Backend
+from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
+from runtime.events import Event, TurnFinished
+from runtime.problems import BackendError, InputError, Problem
+from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
+
+log = logging.getLogger("parley.serve")
+
+KEPT_TURN_DETAILS = 64  # per session: the diagnostics and prompts of its latest turns, for an attached editor
+WATCH_QUEUE = 4096  # events an observer may fall behind by before it is dropped
+
+
+@dataclass
+class Limits:
+    max_body: int = 1 << 20  # bytes of one request
+    max_line: int = 4000  # characters of a player line (and of instructions)
+    max_sessions: int = 1000
+    max_stream_events: int = 20_000  # events of one turn's stream
+    tool_timeout: float = 30.0  # seconds a turn waits for the client's tool result
+    max_watchers: int = 16  # observers of one session
+
+
+@dataclass
+class Item:
+    """One event of a turn's stream: ``kind`` is the SSE event's name."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+class Stream:
+    """A running turn's events, from the worker thread to the event loop. The worker never blocks on
+    a slow client: past ``limit`` events the turn is cancelled and the stream ends with stream_limit."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, on_item: Callable[[Item], None]) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Item | None] = asyncio.Queue()
+        self.limit = limit
+        self.count = 0
+        self.overflowed = False
+        self.running: RunningTurn | None = None  # the turn whose events these are
+        self._on_item = on_item
+
+    def put(self, item: Item, last: bool = False) -> None:  # any thread
+        self.count += 1
+        if self.count > self.limit and not last:
+            self.overflowed = True
+            return
+        self.loop.call_soon_threadsafe(self._deliver, item)
+
+    def _deliver(self, item: Item) -> None:  # the loop
+        self.queue.put_nowait(item)
+        self._on_item(item)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+
+
+@dataclass
+class RunningTurn:
+    cancel: threading.Event = field(default_factory=threading.Event)
+    calls: dict[str, tuple[threading.Event, list[str]]] = field(default_factory=dict)  # call id -> (answered, result)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ToolTimeout(TurnError):
+    """The client did not answer a tool call in time."""
+
+
+@dataclass
+class TurnRecord:
+    turn_id: int
+    index: int
+    line: str
+    reply: str
+    path: list[str]
+    diagnostics: dict[str, Any] | None
+    prompts: dict[str, Any]
+
+
+class NPC:
+    """One session: an agent, the turn it is running (if any), who watches it, and its latest turns' details."""
+
+    def __init__(self, session_id: str, asset_path: str, agent: Agent) -> None:
+        self.id = session_id
+        self.asset_path = asset_path
+        self.agent = agent
+        self.running: RunningTurn | None = None
+        self.watchers: set[asyncio.Queue[Item | None]] = set()
+        self.details: OrderedDict[int, TurnRecord] = OrderedDict()
+
+    def out(self) -> SessionOut:
+        return SessionOut(id=self.id, asset=self.asset_path, asset_name=self.agent.asset.name,
+                          turns=len(self.agent.history.turns), busy=self.running is not None,
+                          variables=dict(self.agent.variables), backend=self.agent.backend.label)
+
+    def notify(self, item: Item) -> None:  # the loop
+        for queue in list(self.watchers):
+            if queue.qsize() >= WATCH_QUEUE:
+                self.watchers.discard(queue)  # fallen too far behind: its stream ends
+                queue.put_nowait(None)
+            else:
+                queue.put_nowait(item)
+
+
+class NPCs:
+    """Every session of one server. Methods named ``*_now`` run on the event loop and never block;
+    ``turn`` starts a turn on a worker thread."""
+
+    def __init__(self, backend: Backend, asset_dirs: list[Path], limits: Limits, workers: int = 8) -> None:
+        self.backend = backend
+        self.asset_dirs = [d.resolve() for d in asset_dirs]
+        self.limits = limits
+        self.sessions: dict[str, NPC] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parley-turn")
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        for npc in list(self.sessions.values()):
+            if npc.running is not None:
+                self.stop(npc.running)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- assets -------------------------------------------------------------------------------
+
+    def assets(self) -> list[tuple[str, Path]]:
+        found = []
+        for folder in self.asset_dirs:
+            for path in sorted(folder.glob("*.json")):
+                if path.is_file():
+                    found.append((path.name if len(self.asset_dirs) == 1 else f"{folder.name}/{path.name}", path))
+        return found
+
+    def resolve_asset(self, name: str) -> Path:
+        """``name`` inside one of the asset folders (never outside one, whatever ``..`` or links it holds)."""
+        if not name or "\x00" in name or len(name) > 512:
+            raise ServeError("bad_request", "asset: give the asset's path inside one of the server's asset folders")
+        for folder in self.asset_dirs:
+            candidates = [folder / name]
+            if len(self.asset_dirs) > 1 and "/" in name:
+                head, _, rest = name.partition("/")
+                if head == folder.name:
+                    candidates.append(folder / rest)
+            for candidate in candidates:
+                try:
+                    path = candidate.resolve()
+                except (OSError, RuntimeError, ValueError):
+                    continue
+                if path.is_relative_to(folder) and path.suffix == ".json" and path.is_file():
+                    return path
+        raise ServeError("unknown_asset", f"asset {name!r}: no such .json file in the served folders (GET "
+                         "/v1/assets lists them)")
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    def create(self, asset: str, variables: dict[str, Any], session_id: str | None) -> NPC:
+        if session_id is not None and not SESSION_ID.fullmatch(session_id):
+            raise ServeError("bad_request", "id: 1 to 64 letters, digits, '_', '.' or '-'")
+        path = self.resolve_asset(asset)
+        try:
+            loaded = load_asset(path)
+        except InputError as exc:
+            raise ServeError("bad_asset", f"asset {asset!r} cannot be loaded", exc.problems) from None
+        errors = [p for p in validate_asset(loaded) if p.severity == "error"]
+        if errors:
+            raise ServeError("bad_asset", f"asset {asset!r} has {len(errors)} error(s)", errors)
+        unknown = sorted(set(variables) - set(loaded.variables))
+        if unknown:
+            raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r} "
+                             f"(it has: {', '.join(loaded.variables) or 'none'})")
+        with self._lock:
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise ServeError("limit_reached", f"the server holds {self.limits.max_sessions} sessions, its "
+                                 "limit (--max-sessions); delete one first")
+            if session_id is None:
+                session_id = f"npc-{next(self._ids)}-{secrets.token_hex(3)}"
+            if session_id in self.sessions:
+                raise ServeError("exists", f"a session {session_id!r} exists already")
+            agent = Agent(loaded, self.backend, asset_dir=str(path.parent), session_id=session_id)
+            for name, value in variables.items():
+                agent.set_variable(name, value)
+            npc = self.sessions[session_id] = NPC(session_id, str(asset), agent)
+        log.info("session %s: %s", session_id, asset)
+        return npc
+
+    def get(self, session_id: str) -> NPC:
+        npc = self.sessions.get(session_id)
+        if npc is None:
+            raise ServeError("unknown_session", f"no session {session_id[:80]!r} (GET /v1/sessions lists them)")
+        return npc
+
+    def idle(self, session_id: str) -> NPC:
+        npc = self.get(session_id)
+        if npc.running is not None:
+            raise ServeError("busy", f"session {session_id!r} is running a turn; wait for it or cancel it")
+        return npc
+
+    def delete(self, session_id: str) -> None:
+        npc = self.get(session_id)
+        with self._lock:
+            self.sessions.pop(session_id, None)
+        if npc.running is not None:
+            self.stop(npc.running)
+        for queue in list(npc.watchers):
+            queue.put_nowait(None)
+        npc.watchers.clear()
+        # its node caches: the server names them "SESSION/NODE"
+        release = getattr(self.backend, "release", None)
+        sessions = getattr(self.backend, "sessions", None)
+        if callable(release) and callable(sessions):
+            for key in [k for k in sessions() if k.startswith(f"{session_id}/")]:
+                release(key)
+        log.info("session %s deleted", session_id)
+
+    def set_variables(self, session_id: str, variables: dict[str, Any]) -> NPC:
+        npc = self.idle(session_id)
+        unknown = sorted(set(variables) - set(npc.agent.asset.variables))
+        if unknown:
+            raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r}")
+        for name, value in variables.items():
+            npc.agent.set_variable(name, value)
+        return npc
+
+    def change_params(self, session_id: str, nodes: dict[str, dict[str, Any]]) -> NPC:
+        npc = self.idle(session_id)
+        agent = npc.agent
+        before = (agent.asset, dict(agent._nodes), dict(agent.system_prompts))
+        try:
+            for node_id, changes in nodes.items():
+                agent.change_params(node_id, changes)
+        except BaseException as exc:
+            agent.asset, agent._nodes, agent.system_prompts = before[0], before[1], before[2]
+            if isinstance(exc, KeyError):
+                raise ServeError("unknown_node", str(exc.args[0])) from None
+            if isinstance(exc, StructuralChange):
+                raise ServeError("structural_change", str(exc),
+                                 [Problem("error", str(exc), npc.asset_path, exc.node_id, exc.field)]) from None
+            if isinstance(exc, ValueError):
+                raise ServeError("bad_request", str(exc)) from None
+            raise
+        return npc
+
+    def export_history(self, session_id: str) -> dict[str, Any]:
+        return history_to_dict(self.idle(session_id).agent.export_dialog())
+
+    def import_history(self, session_id: str, raw: Any) -> NPC:
+        npc = self.idle(session_id)
+        source = f"history for session {session_id}"
+        try:
+            npc.agent.import_dialog(history_from_dict(raw, source), source)
+        except InputError as exc:
+            raise ServeError("bad_history", "the history does not fit this session's asset", exc.problems) from None
+        npc.details.clear()
+        return npc
+
+    def rewind(self, session_id: str, turns: int) -> NPC:
+        npc = self.idle(session_id)
+        try:
+            npc.agent.rewind(turns)
+        except IndexError as exc:
+            raise ServeError("bad_request", str(exc)) from None
+        return npc
+
+    # --- turns --------------------------------------------------------------------------------
+
+    def check_line(self, line: str, instructions: str) -> None:
+        for name, text in (("line", line), ("instructions", instructions)):
+            if len(text) > self.limits.max_line:
+                raise ServeError("too_large", f"{name}: {len(text)} characters; the limit is {self.limits.max_line} "
+                                 "(--max-line)")
+
+    def turn(self, session_id: str, line: str, instructions: str, mock_tools: bool,
+             regenerate: int | None = None) -> Stream:
+        """Start a turn; its events arrive on the returned stream, the last one turn_finished or turn_failed."""
+        self.check_line(line, instructions)
+        with self._lock:
+            npc = self.idle(session_id)
+            if regenerate is not None and not 0 <= regenerate < len(npc.agent.history.turns):
+                raise ServeError("unknown_turn", f"turn {regenerate}: the session has {len(npc.agent.history.turns)} "
+                                 "turns (they count from 0)")
+            running = npc.running = RunningTurn()
+        loop = asyncio.get_running_loop()
+        stream = Stream(loop, self.limits.max_stream_events, npc.notify)
+        stream.running = running
+        index = regenerate if regenerate is not None else len(npc.agent.history.turns)
+        if regenerate is not None:
+            line = npc.agent.history.turns[regenerate].player
+        stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": line}))
+        self._pool.submit(self._run, npc, running, stream, line, instructions, mock_tools, regenerate)
+        return stream
+
+    def _run(self, npc: NPC, running: RunningTurn, stream: Stream, line: str, instructions: str,
+             mock_tools: bool, regenerate: int | None) -> None:
+        def on_event(event: Event) -> None:
+            if isinstance(event, TurnFinished):
+                return  # the stream's own turn_finished follows, with the turn's id and diagnostics
+            stream.put(Item(event.kind, event_data(event)))
+            if stream.overflowed:
+                running.cancel.set()
+
+        def tool_result(node: str, tool: str, arguments: dict[str, Any]) -> str:
+            call_id = secrets.token_hex(8)
+            answered, result = threading.Event(), []
+            with running.lock:
+                running.calls[call_id] = (answered, result)
+            stream.put(Item("tool_request", {"node": node, "tool": tool, "arguments": arguments, "call_id": call_id}))
+            if not answered.wait(self.limits.tool_timeout):
+                raise ToolTimeout(f"the client did not answer the {tool!r} call within {self.limits.tool_timeout:g} s "
+                                  "(--tool-timeout)", node)
+            with running.lock:
+                running.calls.pop(call_id, None)
+            if running.cancel.is_set():
+                raise TurnCancelled("the turn was cancelled", node)
+            return result[0]
+
+        run = {"instructions": instructions, "on_event": on_event, "cancel": running.cancel,
+               "tool_result": tool_result, "mock_tools": mock_tools}
+        try:
+            if regenerate is not None:
+                result = npc.agent.regenerate(regenerate, **run)
+            else:
+                result = npc.agent.run_turn(line, **run)
+        except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
+            stream.put(Item("turn_failed", {"error": self._failure(exc, stream)}), last=True)
+        else:
+            record = self._record(npc, line, result)
+            stream.put(Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
+                                              "path": result.path, "diagnostics": record.diagnostics}), last=True)
+        finally:
+            with self._lock:
+                npc.running = None
+            stream.close()
+
+    def _failure(self, exc: BaseException, stream: Stream) -> dict[str, str]:
+        node = getattr(exc, "node_id", "") or ""
+        field_ = getattr(exc, "field", "") or ""
+        if stream.overflowed:
+            code, message = "stream_limit", (f"the turn's stream passed {stream.limit} events (--max-stream-events) "
+                                             "and was stopped")
+        elif isinstance(exc, ToolTimeout):
+            code, message = "tool_timeout", exc.reason
+        elif isinstance(exc, TurnCancelled):
+            code, message = "cancelled", "the turn was cancelled; the session is as it was before it"
+        elif isinstance(exc, TurnError):
+            code, message = "turn_error", str(exc)
+        elif isinstance(exc, BackendError):
+            code, message = "backend_error", str(exc)
+        elif isinstance(exc, InputError):
+            code, message = "bad_input", str(exc)
+        else:
+            log.error("a turn failed unexpectedly", exc_info=exc)
+            code, message = "turn_error", f"the turn failed: {type(exc).__name__}"
+        return {"code": code, "message": message, "node": node, "field": field_}
+
+    def _record(self, npc: NPC, line: str, result: TurnResult) -> TurnRecord:
+        diagnostics = result.diagnostics.model_dump(mode="json") if result.diagnostics is not None else None
+        prompts = {node: {"context_size": p.context_size, "parts": [asdict(part) for part in p.parts]}
+                   for node, p in result.prompts.items()}
+        record = TurnRecord(result.turn_id, result.turn, line, result.reply, list(result.path), diagnostics, prompts)
+        npc.details[result.turn_id] = record
+        while len(npc.details) > KEPT_TURN_DETAILS:
+            npc.details.popitem(last=False)
+        return record
+
+    def cancel(self, session_id: str) -> bool:
+        running = self.get(session_id).running
+        if running is None:
+            return False
+        self.stop(running)
+        return True
+
+    @staticmethod
+    def stop(running: RunningTurn) -> None:
+        running.cancel.set()
+        with running.lock:
+            for answered, _ in running.calls.values():
+                answered.set()  # a turn waiting for a tool result stops waiting
+
+    def tool_result(self, session_id: str, call_id: str, result: str) -> None:
+        running = self.get(session_id).running
+        if len(result) > self.limits.max_body:
+            raise ServeError("too_large", "result: longer than the request limit")
+        call = None
+        if running is not None and CALL_ID.fullmatch(call_id):
+            with running.lock:
+                call = running.calls.get(call_id)
+        if call is None or call[0].is_set():
+            raise ServeError("unknown_call", f"no tool call {call_id[:80]!r} is waiting in session {session_id!r}")
+        answered, slot = call
+        slot.append(result)
+        answered.set()
+
+    def watch(self, session_id: str) -> asyncio.Queue[Item | None]:
+        npc = self.get(session_id)
+        if len(npc.watchers) >= self.limits.max_watchers:
+            raise ServeError("limit_reached", f"session {session_id!r} has {self.limits.max_watchers} observers, "
+                             "the limit")
+        queue: asyncio.Queue[Item | None] = asyncio.Queue()
+        npc.watchers.add(queue)
+        return queue
+
+    def unwatch(self, session_id: str, queue: asyncio.Queue[Item | None]) -> None:
+        npc = self.sessions.get(session_id)
+        if npc is not None:
+            npc.watchers.discard(queue)

@@ -1,0 +1,191 @@
+"""The wire protocol of ``parley serve``, version 1: what each route takes and answers, the events a
+turn streams, and the typed errors. Everything here is JSON; no answer ever holds a traceback."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.events import Event
+
+API_VERSION = "1"
+PREFIX = "/v1"
+SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# code -> HTTP status. A client dispatches on the code, never on the message.
+ERROR_STATUS: dict[str, int] = {
+    "bad_request": 400,
+    "unauthorized": 401,
+    "unknown_session": 404,
+    "unknown_turn": 404,
+    "unknown_call": 404,
+    "unknown_node": 404,
+    "unknown_asset": 404,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "busy": 409,
+    "structural_change": 409,
+    "exists": 409,
+    "too_large": 413,
+    "bad_asset": 422,
+    "bad_history": 422,
+    "limit_reached": 429,
+    "internal": 500,
+}
+# What ends a failed turn's stream (``turn_failed``'s code).
+TURN_FAILURES = ("cancelled", "turn_error", "backend_error", "tool_timeout", "stream_limit", "bad_input")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProblemOut(BaseModel):
+    severity: str
+    message: str
+    file: str = ""
+    node_id: str = ""
+    field: str = ""
+    line: int = 0
+    column: int = 0
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="What went wrong, for a program: " + ", ".join(ERROR_STATUS))
+    message: str
+    problems: list[ProblemOut] = Field(default_factory=list)
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+class ServeError(Exception):
+    """An error answered as ``ErrorOut`` with ``code``'s HTTP status."""
+
+    def __init__(self, code: str, message: str, problems: list[Any] | None = None) -> None:
+        assert code in ERROR_STATUS, code
+        self.code, self.message = code, message
+        self.problems = [p if isinstance(p, ProblemOut) else ProblemOut(**asdict(p)) for p in problems or []]
+        super().__init__(f"{code}: {message}")
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.code]
+
+    def body(self) -> dict[str, Any]:
+        return ErrorOut(error=ErrorBody(code=self.code, message=self.message, problems=self.problems)).model_dump()
+
+
+# --- requests -----------------------------------------------------------------------------------
+
+Variable = str | int | float | bool
+
+
+class NewSession(_Strict):
+    asset: str = Field(description="The asset's path relative to one of the server's --assets folders.")
+    variables: dict[str, Variable] = Field(default_factory=dict, description="Agent variables to start with.")
+    id: str | None = Field(None, description="The session's id (letters, digits, _ . -; up to 64); the server "
+                           "makes one when it is left out.")
+
+
+class TurnIn(_Strict):
+    line: str = Field(description="What the player said.")
+    instructions: str = Field("", description="This turn's instructions ({{instructions}} in templates).")
+    mock_tools: bool = Field(False, description="Answer tools that have a mock_result with it; by default the "
+                             "client answers every tool call (tool_request events).")
+
+
+class RegenerateIn(_Strict):
+    turn: int = Field(ge=0, description="The turn to run again (turns count from 0); later turns stay on the old branch.")
+    instructions: str = ""
+    mock_tools: bool = False
+
+
+class ToolResultIn(_Strict):
+    call_id: str
+    result: str
+
+
+class VariablesIn(_Strict):
+    variables: dict[str, Variable]
+
+
+class ParamsIn(_Strict):
+    nodes: dict[str, dict[str, Any]] = Field(description="node id -> parameters to change: system_prompt, "
+                                             "temperature, top_p, seed, max_tokens.")
+
+
+class RewindIn(_Strict):
+    turns: int = Field(ge=0, description="How many turns of the current branch to keep.")
+
+
+# --- answers ------------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    api: str = API_VERSION
+    backend: str
+    sessions: int
+
+
+class AssetOut(BaseModel):
+    path: str
+    name: str
+
+
+class Assets(BaseModel):
+    assets: list[AssetOut]
+
+
+class SessionOut(BaseModel):
+    id: str
+    asset: str
+    asset_name: str
+    turns: int = Field(description="Turns on the current branch.")
+    busy: bool = Field(description="A turn is running.")
+    variables: dict[str, Variable]
+    backend: str
+
+
+class Sessions(BaseModel):
+    sessions: list[SessionOut]
+
+
+class Cancelled(BaseModel):
+    cancelled: bool = Field(description="False: no turn was running.")
+
+
+class TurnLine(BaseModel):
+    turn_id: int
+    index: int
+    line: str
+    reply: str
+
+
+class TurnLines(BaseModel):
+    turns: list[TurnLine]
+
+
+class TurnDetail(TurnLine):
+    path: list[str] = Field(default_factory=list)
+    diagnostics: dict[str, Any] | None = Field(None, description="The turn's diagnostics, for turns this server ran "
+                                               "with enable_diagnostics on.")
+    prompts: dict[str, Any] | None = Field(None, description="node id -> its prompt's parts, for turns this server ran.")
+
+
+# --- events -------------------------------------------------------------------------------------
+
+EVENT_KINDS = ("turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
+               "warning", "node_finished", "turn_finished", "turn_failed")
+
+
+def event_data(event: Event) -> dict[str, Any]:
+    """A runtime event as an SSE event's data (its fields; ``kind`` is the SSE event's name)."""
+    assert is_dataclass(event)
+    return {f.name: getattr(event, f.name) for f in fields(event)}
