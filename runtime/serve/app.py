@@ -233,7 +233,7 @@ def create_app(npcs: NPCs, token: str | None = None) -> Any:
 
         async def events() -> AsyncIterator[bytes]:
             try:
-                yield b": watching\n\n"
+                yield _frame("watching", {"session": session_id})  # subscribed: turns from now on are seen
                 while True:
                     try:
                         item = await asyncio.wait_for(queue.get(), KEEP_ALIVE_SECONDS)

@@ -181,7 +181,7 @@ class TurnDetail(TurnLine):
 
 # --- events -------------------------------------------------------------------------------------
 
-EVENT_KINDS = ("turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
+EVENT_KINDS = ("watching", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
                "warning", "node_finished", "turn_finished", "turn_failed")
 
 

@@ -1,0 +1,272 @@
+"""A small typed Python client of ``parley serve`` (httpx, and httpx-sse for the event streams).
+
+    client = ParleyClient("http://127.0.0.1:8765")
+    npc = client.create_session("tool_calling.json")
+    outcome = client.turn(npc.id, "How many arrows are there?", tools=lambda call: "240")
+    print(outcome.reply)
+
+Every error the server answers is raised as ``ParleyError`` with its ``code`` (``unknown_session``,
+``busy``, ...); a turn that fails raises ``TurnFailed`` (a ``ParleyError``) with the code its
+``turn_failed`` event gave (``cancelled``, ``tool_timeout``, ...). One client may be used from
+several threads: each turn's stream has a connection of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import httpx
+from httpx_sse import SSEError, connect_sse
+
+from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnDetail, TurnLine
+
+DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
+
+
+class ParleyError(Exception):
+    """An error the server answered (or could not be reached: code ``unavailable``)."""
+
+    def __init__(self, code: str, message: str, status: int = 0, problems: list[ProblemOut] | None = None) -> None:
+        self.code, self.message, self.status = code, message, status
+        self.problems = problems or []
+        super().__init__(f"{code}: {message}")
+
+
+class TurnFailed(ParleyError):
+    """A turn ended with ``turn_failed``; the session is as it was before it. ``node`` and ``field``
+    name where it failed, when the server said."""
+
+    def __init__(self, code: str, message: str, node: str = "", field: str = "") -> None:
+        super().__init__(code, message)
+        self.node, self.field = node, field
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    kind: str  # turn_started, node_started, token, speak, tool_request, tool_call, summarized, ...
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """A Tool Call node asks the game for a tool's result."""
+
+    session: str
+    node: str
+    tool: str
+    arguments: dict[str, Any]
+    call_id: str
+
+
+@dataclass
+class TurnOutcome:
+    turn: int
+    turn_id: int
+    reply: str
+    path: list[str]
+    diagnostics: dict[str, Any] | None
+    events: list[ServerEvent] = field(default_factory=list)
+
+
+ToolFunction = Callable[[ToolRequest], str]
+EventFunction = Callable[[ServerEvent], None]
+
+
+class Watch:
+    """An observer's stream of a session's events; iterate it, and ``close`` it (from any thread) to stop."""
+
+    def __init__(self, client: ParleyClient, session_id: str) -> None:
+        self._client = client
+        self._session = session_id
+        self._response: httpx.Response | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[ServerEvent]:
+        with connect_sse(self._client.http, "GET", f"{PREFIX}/sessions/{self._session}/events",
+                         timeout=httpx.Timeout(DEFAULT_TIMEOUT, read=None)) as source:
+            _raise_for(source.response)
+            with self._lock:
+                self._response = source.response
+            if self._closed.is_set():
+                return
+            try:
+                for sse in source.iter_sse():
+                    yield ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
+            except (httpx.HTTPError, SSEError):
+                if not self._closed.is_set():
+                    raise
+            except RuntimeError:  # the response was closed from another thread while read
+                if not self._closed.is_set():
+                    raise
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            # Closing an httpx response does not wake a read blocked in another thread; shutting the
+            # socket down does (the iterator then ends).
+            network = response.extensions.get("network_stream")
+            sock = network.get_extra_info("socket") if network is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class ParleyClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- plain requests -----------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            response = self.http.request(method, PREFIX + path, json=body)
+        except httpx.HTTPError as exc:
+            raise ParleyError("unavailable", f"{self.http.base_url}: {exc}") from None
+        _raise_for(response)
+        return response.json() if response.content else None
+
+    def health(self) -> Health:
+        return Health(**self._call("GET", "/health"))
+
+    def assets(self) -> list[AssetOut]:
+        return [AssetOut(**a) for a in self._call("GET", "/assets")["assets"]]
+
+    def create_session(self, asset: str, variables: dict[str, Any] | None = None, id: str | None = None) -> SessionOut:
+        body: dict[str, Any] = {"asset": asset, "variables": variables or {}}
+        if id is not None:
+            body["id"] = id
+        return SessionOut(**self._call("POST", "/sessions", body))
+
+    def sessions(self) -> list[SessionOut]:
+        return [SessionOut(**s) for s in self._call("GET", "/sessions")["sessions"]]
+
+    def session(self, session_id: str) -> SessionOut:
+        return SessionOut(**self._call("GET", f"/sessions/{session_id}"))
+
+    def delete_session(self, session_id: str) -> None:
+        self._call("DELETE", f"/sessions/{session_id}")
+
+    def export_history(self, session_id: str) -> dict[str, Any]:
+        """The session's dialog history, as ``parley chat --history-out`` writes it."""
+        return self._call("GET", f"/sessions/{session_id}/history")
+
+    def import_history(self, session_id: str, history: dict[str, Any]) -> SessionOut:
+        return SessionOut(**self._call("PUT", f"/sessions/{session_id}/history", history))
+
+    def set_variables(self, session_id: str, variables: dict[str, Any]) -> SessionOut:
+        return SessionOut(**self._call("PATCH", f"/sessions/{session_id}/variables", {"variables": variables}))
+
+    def change_params(self, session_id: str, nodes: dict[str, dict[str, Any]]) -> SessionOut:
+        """Change nodes' system prompts and sampling (``{"reply": {"temperature": 0.3}}``)."""
+        return SessionOut(**self._call("PATCH", f"/sessions/{session_id}/params", {"nodes": nodes}))
+
+    def rewind(self, session_id: str, turns: int) -> SessionOut:
+        return SessionOut(**self._call("POST", f"/sessions/{session_id}/rewind", {"turns": turns}))
+
+    def cancel(self, session_id: str) -> bool:
+        return bool(self._call("POST", f"/sessions/{session_id}/cancel")["cancelled"])
+
+    def tool_result(self, session_id: str, call_id: str, result: str) -> None:
+        self._call("POST", f"/sessions/{session_id}/tool_results", {"call_id": call_id, "result": result})
+
+    def turns(self, session_id: str) -> list[TurnLine]:
+        return [TurnLine(**t) for t in self._call("GET", f"/sessions/{session_id}/turns")["turns"]]
+
+    def turn_detail(self, session_id: str, turn_id: int) -> TurnDetail:
+        return TurnDetail(**self._call("GET", f"/sessions/{session_id}/turns/{turn_id}"))
+
+    # --- turns --------------------------------------------------------------------------------
+
+    def stream_turn(self, session_id: str, line: str, instructions: str = "", tools: ToolFunction | None = None,
+                    mock_tools: bool = False) -> Iterator[ServerEvent]:
+        """The turn's events as they come; tool requests are answered with ``tools`` when given."""
+        body = {"line": line, "instructions": instructions, "mock_tools": mock_tools}
+        return self._stream(session_id, "turns", body, tools)
+
+    def turn(self, session_id: str, line: str, instructions: str = "", tools: ToolFunction | None = None,
+             on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnOutcome:
+        """Run a turn to its end. Raises ``TurnFailed`` when it fails (the session is as it was)."""
+        return _outcome(self.stream_turn(session_id, line, instructions, tools, mock_tools), on_event)
+
+    def regenerate(self, session_id: str, turn: int, tools: ToolFunction | None = None,
+                   on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnOutcome:
+        """Run turn ``turn`` again with its line: a new alternative; later turns stay on the old branch."""
+        events = self._stream(session_id, "regenerate", {"turn": turn, "mock_tools": mock_tools}, tools)
+        return _outcome(events, on_event)
+
+    def watch(self, session_id: str) -> Watch:
+        """Every event of every turn ``session_id`` runs from now on (an observer's view)."""
+        return Watch(self, session_id)
+
+    def _stream(self, session_id: str, route: str, body: dict[str, Any], tools: ToolFunction | None
+                ) -> Iterator[ServerEvent]:
+        try:
+            with connect_sse(self.http, "POST", f"{PREFIX}/sessions/{session_id}/{route}", json=body) as source:
+                _raise_for(source.response)
+                for sse in source.iter_sse():
+                    event = ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
+                    yield event
+                    if event.kind == "tool_request" and tools is not None:
+                        d = event.data
+                        result = tools(ToolRequest(session_id, d["node"], d["tool"], d["arguments"], d["call_id"]))
+                        try:
+                            self.tool_result(session_id, d["call_id"], str(result))
+                        except ParleyError as exc:
+                            if exc.code != "unknown_call":  # the turn stopped waiting meanwhile (cancelled)
+                                raise
+        except httpx.HTTPError as exc:
+            raise ParleyError("unavailable", f"{self.http.base_url}: {exc}") from None
+
+
+def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> TurnOutcome:
+    seen: list[ServerEvent] = []
+    for event in events:
+        seen.append(event)
+        if on_event is not None:
+            on_event(event)
+        if event.kind == "turn_finished":
+            d = event.data
+            return TurnOutcome(d["turn"], d["turn_id"], d["reply"], list(d["path"]), d.get("diagnostics"), seen)
+        if event.kind == "turn_failed":
+            e = event.data["error"]
+            raise TurnFailed(e["code"], e["message"], e.get("node", ""), e.get("field", ""))
+    raise ParleyError("truncated", "the turn's stream ended before turn_finished or turn_failed")
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    response.read()
+    try:
+        error = response.json()["error"]
+        raise ParleyError(error["code"], error["message"], response.status_code,
+                          [ProblemOut(**p) for p in error.get("problems", [])])
+    except (ValueError, KeyError, TypeError):
+        raise ParleyError("http_error", f"HTTP {response.status_code}: {response.text[:200]}",
+                          response.status_code) from None
