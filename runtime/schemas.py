@@ -29,10 +29,17 @@ def test_suite_schema() -> dict[str, Any]:
     return suite_schema()
 
 
+def serve_openapi_schema() -> dict[str, Any]:
+    from runtime.serve.app import openapi_schema
+
+    return openapi_schema()
+
+
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "workflow-asset.schema.json": workflow_asset_schema,
     "turn-diagnostics.schema.json": turn_diagnostics_schema,
     "test-suite.schema.json": test_suite_schema,
+    "serve-openapi.json": serve_openapi_schema,  # parley serve's API (docs/serving.md)
 }
 
 

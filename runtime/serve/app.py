@@ -108,7 +108,17 @@ class Guard:
             await _send_error(send, error)
 
 
-def create_app(npcs: NPCs, token: str | None = None) -> Any:
+def create_app(npcs: NPCs, token: str | None = None) -> Guard:
+    """The app to serve: the API behind the token check and the body limit."""
+    return Guard(build_api(npcs), token, npcs.limits.max_body)
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The API's OpenAPI schema (``runtime.schemas`` writes it to resources/schemas/serve-openapi.json)."""
+    return build_api(None).openapi()  # type: ignore[arg-type]  # the routes never run
+
+
+def build_api(npcs: NPCs) -> FastAPI:
     app = FastAPI(title="Parley Studio runtime server", version=API_VERSION, openapi_url=f"{PREFIX}/openapi.json",
                   docs_url=None, redoc_url=None,
                   description="Runs Parley Studio agents for a game: NPC sessions, turns streamed as Server-Sent "
@@ -248,12 +258,7 @@ def create_app(npcs: NPCs, token: str | None = None) -> Any:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
-    return Guard(app, token, npcs.limits.max_body) if token is not None or npcs.limits.max_body else app
-
-
-def fastapi_app(app: Any) -> FastAPI:
-    """The FastAPI app inside ``create_app``'s guard (for its OpenAPI schema)."""
-    return app.app if isinstance(app, Guard) else app
+    return app
 
 
 def _frame(kind: str, data: dict[str, Any]) -> bytes:
