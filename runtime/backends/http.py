@@ -20,6 +20,14 @@ reading a body, streaming) returns at once and the server sees the client leave 
 server then frees the slot). A request is cancelled by the ``cancel`` it is given, or else by the
 one of the innermost :func:`cancel_scope` around the call.
 
+Sessions. A request made inside a :func:`session_scope` (a node's call for a conversation with an
+id, ``GenerationRequest.session_id``) carries the ``X-Session-ID`` header, and the backends put the
+same key in the generation request's ``user`` field (OpenAI's field for who is asking), so a router
+with session affinity in front of several servers keeps a conversation on the one caching its
+prompts. Concurrency. Nothing here is locked across a request: a plain request uses its thread's
+kept-alive socket and a stream a socket of its own, so calls from several threads (several
+conversations) go out at once and the server batches them in its slots.
+
 Text from a server quoted in an error goes through :meth:`ServerConnection.quoted`: the API key and
 any password of the address are redacted, control characters escaped (:func:`printable`), the
 length cut. Addresses in messages go through :func:`display_url` (no ``user:password@``).
@@ -42,7 +50,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from runtime.backends.base import (
     CallCancelled,
@@ -62,6 +70,8 @@ CONNECT_TIMEOUT = 5.0  # s: the longest wait for the server to accept the connec
 CANCEL_POLL_SECONDS = 0.02  # how often the watchdog looks at cancel events and deadlines (Stop is this quick)
 MAX_ERROR_BODY = 4000  # characters of an error answer quoted in a message
 ERROR_BODY_BYTES = 64 * 1024  # bytes of an error answer read (the rest is not needed to say what went wrong)
+SESSION_HEADER = "X-Session-ID"  # the conversation's key on every request of its calls (session affinity)
+MAX_SESSION_KEY_CHARS = 256  # a session key as sent (parley serve's ids are at most 64 of [A-Za-z0-9_.-])
 
 
 class ServerUnavailable(BackendError):
@@ -131,6 +141,37 @@ def cancel_scope(cancel: threading.Event | None) -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
+
+
+_SESSION: contextvars.ContextVar[str] = contextvars.ContextVar("parley_http_session", default="")
+
+
+def session_key(session_id: str) -> str:
+    """``session_id`` as a header and the ``user`` field carry it: unchanged when it is letters,
+    digits, ``_``, ``.``, ``-`` and ``~`` (every id ``parley serve`` gives), else percent-encoded (the same
+    id always the same key, and never a CR, LF or other byte that could end the header). A
+    BackendError when even that is longer than :data:`MAX_SESSION_KEY_CHARS`."""
+    key = quote(session_id, safe="")
+    if len(key) > MAX_SESSION_KEY_CHARS:
+        raise BackendError(f"the session id {printable(session_id[:40])!r}... is too long to send to a server "
+                           f"({len(key)} characters as sent; at most {MAX_SESSION_KEY_CHARS})")
+    return key
+
+
+@contextlib.contextmanager
+def session_scope(session_id: str) -> Iterator[None]:
+    """Every request made inside (in this thread) carries ``X-Session-ID`` with ``session_id``'s
+    :func:`session_key`; "" sends none. :func:`current_session_key` gives the key for a body."""
+    token = _SESSION.set(session_key(session_id) if session_id else "")
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+
+
+def current_session_key() -> str:
+    """The key of the innermost :func:`session_scope` ("" outside one, or for a call without a session)."""
+    return _SESSION.get()
 
 
 class _Watch:
@@ -501,6 +542,9 @@ class ServerConnection:
                 "Accept-Encoding: identity", "User-Agent: parley-studio"]
         if self._auth:
             head.append(f"Authorization: {self._auth}")
+        session = _SESSION.get()
+        if session:
+            head.append(f"{SESSION_HEADER}: {session}")
         payload = b""
         if body is not None:
             payload = json.dumps(body, ensure_ascii=True).encode("ascii")  # lone surrogates survive as \ud800
@@ -632,12 +676,13 @@ def wait_until_ready(connection: ServerConnection, path: str, seconds: float) ->
 class ServerSession(NodeSession):
     """A node's context on a server: ``generate`` runs the subclass's ``_generate`` in the cancel's
     scope, so Stop ends every request of the call (the template, the tokenizer, the model list, the
-    stream), and a call stopped before the reply began is a cancelled result."""
+    stream), and a call stopped before the reply began is a cancelled result. It runs in the
+    request's :func:`session_scope` too: every request of the call names the conversation."""
 
     def generate(self, request: GenerationRequest, on_token: TokenCallback | None = None,
                  cancel: threading.Event | None = None) -> GenerationResult:
         started = time.perf_counter()
-        with cancel_scope(cancel):
+        with cancel_scope(cancel), session_scope(request.session_id):
             try:
                 return self._generate(request, on_token, cancel)
             except Cancelled:  # before the reply began

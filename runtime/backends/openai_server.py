@@ -13,6 +13,9 @@ What such servers differ in, and what this does about it:
   ``json_schema`` (OpenAI, vLLM, llama.cpp), else ``json_object`` with a ``schema``
   (llama-cpp-python); a choice of labels is sent as a JSON schema of one string from the labels.
   A server that accepts neither fails that node with an error saying so; plain replies still work.
+- **Sessions.** A call for a conversation with an id sends it as ``user`` (OpenAI's field for who
+  asks) and ``X-Session-ID``, for a router with session affinity; calls of several conversations
+  go out at once (nothing here is locked across a request).
 - **Prompt reuse.** The server's prefix cache, reported from ``usage.prompt_tokens_details.cached_tokens``
   where the server gives it (vLLM with ``--enable-prompt-tokens-details``); 0 otherwise.
 """
@@ -43,6 +46,7 @@ from runtime.backends.http import (
     ServerSession,
     ServerUnavailable,
     cancel_scope,
+    current_session_key,
 )
 from runtime.backends.server_answers import (
     MAX_CONTEXT_TOKENS,
@@ -92,6 +96,7 @@ class OpenAIBackend(Backend):
         self._counter: str | None = None  # which tokenize route works ("" = none: estimate)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._counts_lock = threading.Lock()  # several conversations count tokens at once
         self.warnings: list[str] = []
 
     # --- what the server is ------------------------------------------------------------------
@@ -172,13 +177,15 @@ class OpenAIBackend(Backend):
     def count_tokens(self, model: str, text: str) -> int:
         if not text:
             return 0
-        cached = self._counts.get(text)
+        with self._counts_lock:
+            cached = self._counts.get(text)
         if cached is not None:
             return cached
-        count = self._count(text)
-        if len(self._counts) > TOKEN_COUNT_CACHE_SIZE:
-            self._counts.pop(next(iter(self._counts)))
-        self._counts[text] = count
+        count = self._count(text)  # (not under the lock: the other conversations' counts go on meanwhile)
+        with self._counts_lock:
+            if len(self._counts) > TOKEN_COUNT_CACHE_SIZE:
+                self._counts.pop(next(iter(self._counts)))
+            self._counts[text] = count
         return count
 
     def _count(self, text: str) -> int:
@@ -257,6 +264,9 @@ class OpenAISession(ServerSession):
         }
         if request.seed >= 0:
             body["seed"] = request.seed
+        session = current_session_key()
+        if session:
+            body["user"] = session
         stops = [s for s in request.stop if s]
         if stops:
             body["stop"] = stops[:4]  # OpenAI's limit
