@@ -7,6 +7,13 @@ same way on a replay: ``LlamaServerBackend(cache_prompt=False)`` is the exact, s
 the server with at least as many slots (``--parallel N``) as the agent has nodes that call the
 model; with fewer, nodes share slots and re-read more (the Turn Inspector shows it).
 
+Several conversations (``parley serve``'s NPCs on one backend) call at once: nothing here holds a
+lock across a request, so their calls reach the server together and it batches them in its slots
+(continuous batching). Once every slot is leased, a node without one sends ``id_slot`` -1 and the
+server picks an idle slot itself. A call for a conversation with an id carries it as
+``X-Session-ID`` and ``user`` (``runtime.backends.http.session_scope``), for a router with
+session affinity in front of several servers.
+
 Prompts are built here as the embedded backend builds them: the server's chat template
 (``/apply-template``) renders the messages around placeholders, and the pieces are tokenized by
 the server's tokenizer (``/tokenize``) with control tokens parsed in the template's markup only,
@@ -44,6 +51,7 @@ from runtime.backends.http import (
     ServerSession,
     ServerUnavailable,
     cancel_scope,
+    current_session_key,
 )
 from runtime.backends.placeholders import content_marks, split_at_marks
 from runtime.backends.server_answers import (
@@ -116,8 +124,11 @@ class SlotPool:
             return slot.index, True
 
     def used(self, index: int, owner: tuple[int, str]) -> bool:
-        """Record that ``owner`` sent a prompt to slot ``index``; True when another node had used it last."""
+        """Record that ``owner`` sent a prompt to slot ``index``; True when another node had used it last
+        (or the slot was never leased here: what it holds is not known)."""
         with self.lock:
+            if not 0 <= index < len(self.slots):
+                return True
             slot = self.slots[index]
             other = slot.last_user is not None and slot.last_user != owner
             slot.last_user, slot.last_used = owner, time.monotonic()
@@ -297,6 +308,18 @@ class LlamaServerBackend(Backend):
     def slot_pool(self) -> SlotPool:
         return _pool(self.server.url, self.total_slots)
 
+    def sessions(self) -> dict[str, ServerNodeSession]:
+        with self._lock:
+            return dict(self._sessions)
+
+    def release(self, key: str) -> None:
+        """Give back node ``key``'s slot and forget the node (``parley serve`` does this for each node of
+        a conversation it deletes, so the slots go to the conversations still talking)."""
+        with self._lock:
+            session = self._sessions.pop(key, None)
+        if session is not None:
+            session.release()
+
     def release_all(self) -> None:
         """The next conversation starts fresh: give the slots back (their caches stay on the server
         and are overwritten by whoever leases them next)."""
@@ -354,14 +377,27 @@ class ServerNodeSession(ServerSession):
             body["n_predict"] = max(body["n_predict"], longest)
         elif request.json_schema is not None:
             body["json_schema"] = request.json_schema
+        session = current_session_key()
+        if session:
+            body["user"] = session  # OpenAI's field for who asks; llama.cpp's server reads past it
         owner = (id(backend), self.key)
         pool = backend.slot_pool()
         slot, shared = pool.lease(owner)
-        body["id_slot"] = slot
-        cold = pool.used(slot, owner) or self.calls == 0
+        if shared:
+            # No free slot (more nodes of the conversations run at once than slots): naming the
+            # least recently used one would queue this call behind whichever call holds it while
+            # other slots sit idle. id_slot -1 lets the server pick an idle slot itself: the one
+            # whose cache is most like this prompt (--slot-prompt-similarity), else the least
+            # recently used; the last event says which (``id_slot``).
+            body["id_slot"] = -1
+            cold = True
+        else:
+            body["id_slot"] = slot
+            cold = pool.used(slot, owner) or self.calls == 0
         self.calls += 1
         limit = body["n_predict"]
         text, final, generated, size, cut = "", None, 0, 0, False
+        picked: int | None = None  # the slot the server says it picked for a shared call
         started = time.perf_counter()
         try:
             with closing(backend.server.stream("/completion", body, cancel)) as events:
@@ -379,22 +415,27 @@ class ServerNodeSession(ServerSession):
                             on_token(piece)
                     if event.stop:
                         final = event
+                        picked = _slot_said(answer, pool.total) if shared else None
+                        if picked is not None:
+                            pool.used(picked, owner)  # its cache holds this node's prompt now
                         break
         except Cancelled:
             return GenerationResult(text=text, prompt_tokens=len(prompt), reused=0, evaluated=0, generated=0,
                                     cold=cold, cancelled=True, finish_reason="cancelled",
                                     prompt_ms=(time.perf_counter() - started) * 1000)
         except BackendError:
-            pool.used(slot, ("", ""))  # what the slot holds now is unknown
+            if not shared:  # (a shared call's slot is the server's pick, not known)
+                pool.used(slot, ("", ""))  # what the slot holds now is unknown
             raise
         warnings = [self.model_warning] if self.model_warning else []
         if shared:
-            cold = True
-            warnings.append(f"no free slot on {label} ({pool.total} slots): this node shares slot {slot} and "
-                            "re-reads its prompt; start the server with a --parallel of at least the number of "
-                            "nodes that call the model (per conversation run at once)")
+            which = f"slot {picked}" if picked is not None else "a slot"
+            warnings.append(f"no free slot on {label} ({pool.total} slots): the server picked {which} for this "
+                            "node, which may re-read its prompt; start the server with a --parallel of at least "
+                            "the number of nodes that call the model (in all the conversations run at once)")
         if cut:
-            pool.used(slot, ("", ""))
+            if not shared:
+                pool.used(slot, ("", ""))
             warnings.append(f"{label} went on sending the reply past its {limit} tokens "
                             f"(max_tokens); the reply was cut there")
             ended = time.perf_counter()
@@ -402,7 +443,8 @@ class ServerNodeSession(ServerSession):
                                     generated=min(generated, limit), cold=cold, finish_reason="length",
                                     prompt_ms=(ended - started) * 1000, warnings=warnings)
         if final is None:
-            pool.used(slot, ("", ""))
+            if not shared:
+                pool.used(slot, ("", ""))
             raise ServerUnavailable(f"{label}: the answer from /completion ended before the reply was complete")
         timings = final.timings or Timings()
         if timings.cache_n is not None:
@@ -420,6 +462,12 @@ class ServerNodeSession(ServerSession):
             prompt_ms=max(timings.prompt_ms or 0.0, 0.0), generate_ms=max(timings.predicted_ms or 0.0, 0.0),
             warnings=warnings,
         )
+
+
+def _slot_said(answer: Any, total: int) -> int | None:
+    """The slot a llama.cpp server says it used (its last event's ``id_slot``), or None."""
+    said = answer.get("id_slot") if isinstance(answer, dict) else None
+    return said if isinstance(said, int) and not isinstance(said, bool) and 0 <= said < total else None
 
 
 def _message_json(message: ChatMessage, content: str) -> dict[str, Any]:
