@@ -1,0 +1,477 @@
+// A client for `parley serve` (API version 1): sessions, turns streamed as Server-Sent Events, tool
+// calls answered while the turn runs, and typed errors. One ES module with no dependencies: it needs
+// only fetch, ReadableStream and TextDecoder, so it runs on Node 18+ and in a browser alike.
+// The protocol is described in docs/serving.md and GET /v1/openapi.json.
+
+/**
+ * @typedef {{severity: string, message: string, file?: string, node_id?: string, field?: string,
+ *   line?: number, column?: number}} Problem
+ * @typedef {{id: string, asset: string, asset_name: string, turns: number, busy: boolean,
+ *   variables: Record<string, string|number|boolean>, backend: string}} Session
+ * @typedef {{status: "ok", api: string, backend: string, sessions: number}} Health
+ * @typedef {{path: string, name: string}} Asset
+ * @typedef {{node: string, tool: string, arguments: Record<string, unknown>, call_id: string}} ToolRequest
+ * @typedef {{turn: number, turn_id: number, reply: string, path: string[],
+ *   diagnostics: Record<string, unknown>|null}} TurnFinished
+ * @typedef {{kind: string, data: any}} ParleyEvent  kind: turn_started, node_started, token, speak,
+ *   tool_request, tool_call, summarized, warning, node_finished, turn_finished, turn_failed
+ * @typedef {{turn_id: number, index: number, line: string, reply: string}} TurnLine
+ * @typedef {{system_prompt?: string, temperature?: number, top_p?: number, max_tokens?: number,
+ *   seed?: number}} NodeParams
+ * @typedef {{
+ *   instructions?: string,
+ *   mockTools?: boolean,
+ *   tools?: (request: ToolRequest) => string | Promise<string>,
+ *   onEvent?: (event: ParleyEvent) => void,
+ *   signal?: AbortSignal,
+ * }} TurnOptions
+ *   tools answers each tool_request (its result is POSTed while the stream goes on); without it the
+ *   caller answers from onEvent with toolResult(). signal stops the turn (the server cancels it).
+ */
+
+/** Every failure the client reports: an error JSON answer, a failed turn, a lost connection. */
+export class ParleyError extends Error {
+  /**
+   * @param {{code: string, message: string, status?: number, problems?: Problem[], node?: string,
+   *   field?: string, cause?: unknown}} details
+   *   code: the server's error code (unknown_session, busy, ...) or a failed turn's (cancelled,
+   *   tool_timeout, ...); the client's own: network, aborted, bad_answer, stream_ended, tool_error,
+   *   handler_error (onEvent threw).
+   *   status: the HTTP status (200 for a turn that failed mid-stream, 0 when no answer came).
+   */
+  constructor({ code, message, status = 0, problems = [], node = "", field = "", cause }) {
+    super(`${code}: ${message}`, cause === undefined ? undefined : { cause });
+    this.name = "ParleyError";
+    this.code = code;
+    this.status = status;
+    this.problems = problems;
+    this.node = node;
+    this.field = field;
+  }
+}
+
+/**
+ * Server-Sent Events parsed as they arrive: feed it text in chunks of any size (an event, a line or a
+ * "\r\n" may be split between chunks); each complete event comes back from feed(). Comments (": ...",
+ * the server's keep-alives) are dropped. Follows the WHATWG event-stream rules for event and data.
+ */
+export class EventStreamParser {
+  constructor() {
+    this.buffer = "";
+    /** @type {string} */ this.kind = "";
+    /** @type {string[]} */ this.data = [];
+  }
+
+  /** @param {string} text @returns {ParleyEvent[]} */
+  feed(text) {
+    this.buffer += text;
+    /** @type {ParleyEvent[]} */
+    const events = [];
+    let start = 0;
+    for (;;) {
+      const lf = this.buffer.indexOf("\n", start);
+      const cr = this.buffer.indexOf("\r", start);
+      let end = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr);
+      if (end === -1) break;
+      let next = end + 1;
+      if (this.buffer[end] === "\r") {
+        // a "\r" last in the buffer may be the first half of a "\r\n": wait for the next chunk
+        if (end + 1 === this.buffer.length) break;
+        if (this.buffer[end + 1] === "\n") next = end + 2;
+      }
+      const event = this.line(this.buffer.slice(start, end));
+      if (event) events.push(event);
+      start = next;
+    }
+    this.buffer = this.buffer.slice(start);
+    return events;
+  }
+
+  /**
+   * The stream ended: a last "\r" ends its line (which may complete an event); an event without its
+   * blank line is dropped, as the spec says. @returns {ParleyEvent[]}
+   */
+  end() {
+    const events = this.buffer.endsWith("\r") ? this.feed("\n") : [];
+    this.buffer = "";
+    this.kind = "";
+    this.data = [];
+    return events;
+  }
+
+  /** @param {string} line @returns {ParleyEvent|null} */
+  line(line) {
+    if (line === "") {
+      if (this.data.length === 0) {
+        this.kind = "";
+        return null;
+      }
+      const raw = this.data.join("\n");
+      const kind = this.kind || "message";
+      this.kind = "";
+      this.data = [];
+      let data;
+      try {
+        data = JSON.parse(raw);
+      } catch (cause) {
+        throw new ParleyError({ code: "bad_answer", message: `event ${kind}: its data is not JSON`, status: 200, cause });
+      }
+      return { kind, data };
+    }
+    if (line.startsWith(":")) return null;
+    const colon = line.indexOf(":");
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "event") this.kind = value;
+    else if (field === "data") this.data.push(value);
+    return null; // id and retry mean nothing here: a turn's stream is never resumed
+  }
+}
+
+/**
+ * Reads an SSE response body to its end, handing each event to onEvent (awaited in order).
+ * @param {ReadableStream<Uint8Array>} body
+ * @param {(event: ParleyEvent) => Promise<void>|void} onEvent
+ */
+async function readEvents(body, onEvent) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder("utf-8");
+  const parser = new EventStreamParser();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      for (const event of parser.feed(decoder.decode(value, { stream: true }))) await onEvent(event);
+    }
+    for (const event of [...parser.feed(decoder.decode()), ...parser.end()]) await onEvent(event);
+  } catch (error) {
+    // stop reading for good: the connection closes, and the server cancels a turn it was running
+    await reader.cancel().catch(() => {});
+    throw error;
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/**
+ * The caller's handler, whose error stops the stream as a ParleyError (handler_error).
+ * @param {((event: ParleyEvent) => void)|undefined} onEvent @param {ParleyEvent} event
+ */
+function handOn(onEvent, event) {
+  try {
+    onEvent?.(event);
+  } catch (cause) {
+    const message = cause instanceof Error ? cause.message : String(cause);
+    throw new ParleyError({ code: "handler_error", message: `onEvent threw on ${event.kind}: ${message}`, status: 200, cause });
+  }
+}
+
+/**
+ * The error an aborted or failed fetch or read becomes.
+ * @param {unknown} cause @param {AbortSignal|undefined} signal @param {number} status
+ */
+function failure(cause, signal, status = 0) {
+  if (cause instanceof ParleyError) return cause;
+  if (signal?.aborted) return new ParleyError({ code: "aborted", message: "stopped by the caller's signal", status, cause });
+  const message = cause instanceof Error ? cause.message : String(cause);
+  return new ParleyError({ code: "network", message: `no answer from the server: ${message}`, status, cause });
+}
+
+/** @param {Response} response @returns {Promise<ParleyError>} */
+async function errorFrom(response) {
+  const text = await response.text().catch(() => "");
+  let body = null;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not the server's error JSON (a proxy's page): say what came
+  }
+  const error = body && typeof body === "object" ? body.error : null;
+  if (error && typeof error.code === "string") {
+    return new ParleyError({
+      code: error.code,
+      message: String(error.message ?? ""),
+      status: response.status,
+      problems: Array.isArray(error.problems) ? error.problems : [],
+    });
+  }
+  return new ParleyError({
+    code: "bad_answer",
+    message: `HTTP ${response.status} without an error JSON: ${text.slice(0, 200)}`,
+    status: response.status,
+  });
+}
+
+/** A client of one `parley serve` server. Every method rejects with a ParleyError. */
+export class ParleyClient {
+  /**
+   * @param {string} baseUrl the server's address, e.g. "http://127.0.0.1:8765" (what it prints)
+   * @param {{token?: string, fetch?: typeof fetch}} [options] token: sent as "Authorization: Bearer"
+   */
+  constructor(baseUrl, { token, fetch: fetchImpl } = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.token = token;
+    this.fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** @param {string} id */
+  static path(id) {
+    return `/v1/sessions/${encodeURIComponent(id)}`;
+  }
+
+  /**
+   * One request; its answer when it succeeds (an error JSON answer rejects).
+   * @param {string} method @param {string} path @param {unknown} [body]
+   * @param {{signal?: AbortSignal, accept?: string}} [options]
+   * @returns {Promise<Response>}
+   */
+  async request(method, path, body, { signal, accept = "application/json" } = {}) {
+    /** @type {Record<string, string>} */
+    const headers = { accept };
+    if (this.token) headers.authorization = `Bearer ${this.token}`;
+    if (body !== undefined) headers["content-type"] = "application/json";
+    let response;
+    try {
+      response = await this.fetch(this.baseUrl + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal,
+      });
+    } catch (cause) {
+      throw failure(cause, signal);
+    }
+    if (!response.ok) throw await errorFrom(response);
+    return response;
+  }
+
+  /**
+   * @param {string} method @param {string} path @param {unknown} [body]
+   * @returns {Promise<any>} the answer's JSON (null for 204)
+   */
+  async json(method, path, body) {
+    const response = await this.request(method, path, body);
+    if (response.status === 204) return null;
+    const text = await response.text();
+    try {
+      return JSON.parse(text);
+    } catch (cause) {
+      throw new ParleyError({ code: "bad_answer", message: `${method} ${path}: the answer is not JSON`, status: response.status, cause });
+    }
+  }
+
+  /** @returns {Promise<Health>} */
+  health() {
+    return this.json("GET", "/v1/health");
+  }
+
+  /** @returns {Promise<Asset[]>} the assets the server may load */
+  async assets() {
+    return (await this.json("GET", "/v1/assets")).assets;
+  }
+
+  /**
+   * @param {string} asset a path relative to one of the server's --assets folders
+   * @param {{variables?: Record<string, string|number|boolean>, id?: string}} [options]
+   * @returns {Promise<Session>}
+   */
+  createSession(asset, { variables = {}, id } = {}) {
+    return this.json("POST", "/v1/sessions", id === undefined ? { asset, variables } : { asset, variables, id });
+  }
+
+  /** @returns {Promise<Session[]>} */
+  async listSessions() {
+    return (await this.json("GET", "/v1/sessions")).sessions;
+  }
+
+  /** @param {string} id @returns {Promise<Session>} */
+  getSession(id) {
+    return this.json("GET", ParleyClient.path(id));
+  }
+
+  /** Deletes a session (a running turn is cancelled first). @param {string} id @returns {Promise<void>} */
+  async deleteSession(id) {
+    await this.json("DELETE", ParleyClient.path(id));
+  }
+
+  /** @param {string} id @returns {Promise<Record<string, unknown>>} the dialog history file's JSON */
+  exportHistory(id) {
+    return this.json("GET", `${ParleyClient.path(id)}/history`);
+  }
+
+  /** @param {string} id @param {Record<string, unknown>} history @returns {Promise<Session>} */
+  importHistory(id, history) {
+    return this.json("PUT", `${ParleyClient.path(id)}/history`, history);
+  }
+
+  /** @param {string} id @param {Record<string, string|number|boolean>} variables @returns {Promise<Session>} */
+  setVariables(id, variables) {
+    return this.json("PATCH", `${ParleyClient.path(id)}/variables`, { variables });
+  }
+
+  /**
+   * Prompts and sampling only; a structural field is refused (structural_change).
+   * @param {string} id @param {Record<string, NodeParams>} nodes node id -> what to change
+   * @returns {Promise<Session>}
+   */
+  changeParams(id, nodes) {
+    return this.json("PATCH", `${ParleyClient.path(id)}/params`, { nodes });
+  }
+
+  /** Keeps the first `turns` turns. @param {string} id @param {number} turns @returns {Promise<Session>} */
+  rewind(id, turns) {
+    return this.json("POST", `${ParleyClient.path(id)}/rewind`, { turns });
+  }
+
+  /** @param {string} id @returns {Promise<boolean>} false: no turn was running */
+  async cancel(id) {
+    return (await this.json("POST", `${ParleyClient.path(id)}/cancel`)).cancelled;
+  }
+
+  /** Answers a tool_request. @param {string} id @param {string} callId @param {string} result @returns {Promise<void>} */
+  async toolResult(id, callId, result) {
+    await this.json("POST", `${ParleyClient.path(id)}/tool_results`, { call_id: callId, result });
+  }
+
+  /** @param {string} id @returns {Promise<TurnLine[]>} the current branch's turns */
+  async listTurns(id) {
+    return (await this.json("GET", `${ParleyClient.path(id)}/turns`)).turns;
+  }
+
+  /** @param {string} id @param {number} turnId @returns {Promise<TurnLine & {path: string[], diagnostics: any, prompts: any}>} */
+  getTurn(id, turnId) {
+    return this.json("GET", `${ParleyClient.path(id)}/turns/${turnId}`);
+  }
+
+  /**
+   * Runs a turn: resolves with turn_finished's data, rejects with a ParleyError (a failed turn's code,
+   * e.g. cancelled; busy before the stream starts; tool_error when `tools` threw).
+   * @param {string} id @param {string} line what the player said @param {TurnOptions} [options]
+   * @returns {Promise<TurnFinished>}
+   */
+  turn(id, line, { instructions = "", mockTools = false, ...options } = {}) {
+    return this.stream(`${ParleyClient.path(id)}/turns`, { line, instructions, mock_tools: mockTools }, id, options);
+  }
+
+  /**
+   * Runs turn `turn` (counted from 0) again; later turns stay on the old branch. Like turn().
+   * @param {string} id @param {number} turn @param {TurnOptions} [options] @returns {Promise<TurnFinished>}
+   */
+  regenerate(id, turn, { instructions = "", mockTools = false, ...options } = {}) {
+    return this.stream(`${ParleyClient.path(id)}/regenerate`, { turn, instructions, mock_tools: mockTools }, id, options);
+  }
+
+  /**
+   * @param {string} path @param {unknown} body @param {string} id
+   * @param {TurnOptions} options
+   * @returns {Promise<TurnFinished>}
+   */
+  async stream(path, body, id, { tools, onEvent, signal }) {
+    const response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
+    if (!response.body) throw new ParleyError({ code: "bad_answer", message: "the turn's answer has no body", status: response.status });
+    /** @type {Promise<void>[]} */
+    const answering = [];
+    /** @type {ParleyError|null} */
+    let toolError = null; // the caller's tools threw: that, not the cancel it causes, is the turn's error
+    /** @type {ParleyError|null} */
+    let postError = null; // posting a result failed (e.g. the turn was cancelled meanwhile): matters only if the stream says nothing
+    /** @type {ParleyEvent|null} */
+    let last = null;
+
+    /** @param {ToolRequest} request */
+    const answer = async (request) => {
+      let result;
+      try {
+        result = await tools?.(request);
+        if (typeof result !== "string") throw new TypeError(`tools gave ${typeof result}, not a string`);
+      } catch (cause) {
+        toolError ??= new ParleyError({
+          code: "tool_error",
+          message: `tool ${request.tool} failed: ${cause instanceof Error ? cause.message : String(cause)}`,
+          node: request.node,
+          cause,
+        });
+        await this.cancel(id).catch(() => {});
+        return;
+      }
+      try {
+        await this.toolResult(id, request.call_id, result);
+      } catch (error) {
+        postError ??= failure(error, signal);
+      }
+    };
+
+    try {
+      await readEvents(response.body, (event) => {
+        last = event;
+        handOn(onEvent, event);
+        if (event.kind === "tool_request" && tools) answering.push(answer(event.data));
+      });
+    } catch (cause) {
+      await Promise.allSettled(answering);
+      throw toolError ?? failure(cause, signal, response.status);
+    }
+    await Promise.allSettled(answering);
+    if (toolError) throw toolError;
+    /** @type {ParleyEvent|null} */
+    const end = last;
+    if (end?.kind === "turn_finished") return end.data;
+    if (end?.kind === "turn_failed") {
+      const error = end.data?.error ?? {};
+      throw new ParleyError({
+        code: String(error.code ?? "turn_error"),
+        message: String(error.message ?? ""),
+        status: response.status,
+        node: error.node ?? "",
+        field: error.field ?? "",
+      });
+    }
+    throw postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
+  }
+
+  /**
+   * Observes a session: every event of every turn it runs from now on (by any client), each turn
+   * opened by turn_started. Resolves once the server says the observer is subscribed (its watching
+   * event, which onEvent also gets), so a turn started after that is seen whole. The returned `done`
+   * settles when the stream ends: it resolves when the session is deleted or the watch is closed
+   * (close() or the signal) and rejects with a ParleyError when the connection is lost.
+   * @param {string} id
+   * @param {{onEvent?: (event: ParleyEvent) => void, signal?: AbortSignal}} [options]
+   * @returns {Promise<{done: Promise<void>, close: () => void}>}
+   */
+  async watch(id, { onEvent, signal } = {}) {
+    const controller = new AbortController();
+    const stop = () => controller.abort(signal?.reason);
+    if (signal?.aborted) stop();
+    signal?.addEventListener("abort", stop, { once: true });
+    const close = () => controller.abort();
+    /** @type {() => void} */
+    let subscribed = () => {};
+    const opened = new Promise((resolve) => (subscribed = () => resolve(undefined)));
+    const done = (async () => {
+      try {
+        const response = await this.request("GET", `${ParleyClient.path(id)}/events`, undefined, {
+          signal: controller.signal,
+          accept: "text/event-stream",
+        });
+        if (!response.body) throw new ParleyError({ code: "bad_answer", message: "the watch stream has no body", status: response.status });
+        try {
+          await readEvents(response.body, (event) => {
+            handOn(onEvent, event);
+            if (event.kind === "watching") subscribed();
+          });
+        } catch (cause) {
+          if (!controller.signal.aborted) throw failure(cause, undefined, response.status);
+        }
+      } catch (error) {
+        if (!(error instanceof ParleyError && error.code === "aborted")) throw error;
+      } finally {
+        signal?.removeEventListener("abort", stop);
+      }
+    })();
+    // the stream may end, or fail, before it says it is subscribed: then watch() settles with it
+    await Promise.race([opened, done]);
+    return { done, close };
+  }
+}
