@@ -1,0 +1,817 @@
+// ParleyClient.cs: a client for `parley serve` (protocol v1, docs/serving.md) in one file, for Unity and
+// any .NET with System.Net.Http. No JSON library: a small reader/writer for the protocol's values is at
+// the end (Unity's JsonUtility cannot read free-form objects such as tool arguments or diagnostics).
+//
+// Objects from the server are Dictionary<string, object>, arrays List<object>, numbers long or double,
+// strings string, true/false bool, null null. C# 7 only, so Mono's mcs and Unity's compiler both take it.
+//
+// Threading: every callback of Turn (onEvent, tools) runs on the caller's synchronization context (Unity's
+// main thread when Turn is awaited from it). Tool results go out on their own requests while the turn's
+// stream is still being read. One client may run turns of several sessions at once.
+
+using System;
+using System.Collections;
+using System.Collections.Generic;
+using System.Globalization;
+using System.IO;
+using System.Net;
+using System.Net.Http;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace Parley
+{
+    /// <summary>An error from the server (its code, e.g. unknown_session, busy, cancelled) or from reaching it.
+    /// Status is the HTTP status; 0 for a turn that failed inside its stream (turn_failed) or no answer at all.</summary>
+    public sealed class ParleyException : Exception
+    {
+        public readonly string Code;
+        public readonly int Status;
+        /// <summary>The error's problems (each a Dictionary: severity, message, file, node_id, field, line, column).</summary>
+        public readonly List<object> Problems;
+        /// <summary>For turn_failed: the node and field it names ("" when none).</summary>
+        public readonly string Node, Field;
+
+        public ParleyException(string code, string message, int status, List<object> problems = null,
+                               string node = "", string field = "", Exception inner = null)
+            : base(code + ": " + message, inner)
+        {
+            Code = code;
+            Status = status;
+            Problems = problems ?? new List<object>();
+            Node = node ?? "";
+            Field = field ?? "";
+        }
+    }
+
+    /// <summary>One event of a turn's stream: its kind (turn_started, node_started, token, speak, tool_request,
+    /// tool_call, summarized, warning, node_finished, turn_finished, turn_failed) and its data.</summary>
+    public sealed class TurnEvent
+    {
+        public readonly string Kind;
+        public readonly Dictionary<string, object> Data;
+        /// <summary>The data as the server sent it (one line of JSON), for JsonUtility and logs.</summary>
+        public readonly string RawData;
+
+        public TurnEvent(string kind, Dictionary<string, object> data, string rawData)
+        {
+            Kind = kind;
+            Data = data;
+            RawData = rawData;
+        }
+
+        /// <summary>A string field of the data ("" when it is missing or not a string), e.g. e.Text("text").</summary>
+        public string Text(string key)
+        {
+            object v;
+            return Data.TryGetValue(key, out v) && v is string ? (string)v : "";
+        }
+    }
+
+    /// <summary>A tool call the turn waits on: answer it by returning the result text from Turn's tools.</summary>
+    public sealed class ToolRequest
+    {
+        public string SessionId, Node, Tool, CallId;
+        public Dictionary<string, object> Arguments;
+        /// <summary>The arguments as JSON, for JsonUtility.FromJson.</summary>
+        public string ArgumentsJson;
+    }
+
+    /// <summary>What turn_finished says: the reply and where the turn sits.</summary>
+    public sealed class TurnResult
+    {
+        public int Turn;
+        public long TurnId;
+        public string Reply;
+        public List<string> Path = new List<string>();
+        /// <summary>The turn's diagnostics when the asset has enable_diagnostics on; else null.</summary>
+        public Dictionary<string, object> Diagnostics;
+        public Dictionary<string, object> Data;
+    }
+
+    public sealed class SessionInfo
+    {
+        public string Id, Asset, AssetName, Backend;
+        public int Turns;
+        public bool Busy;
+        public Dictionary<string, object> Variables;
+
+        internal static SessionInfo From(object json)
+        {
+            var o = Json.Obj(json);
+            return new SessionInfo
+            {
+                Id = Json.Str(o, "id"), Asset = Json.Str(o, "asset"), AssetName = Json.Str(o, "asset_name"),
+                Backend = Json.Str(o, "backend"), Turns = (int)Json.Long(o, "turns"), Busy = Json.Bool(o, "busy"),
+                Variables = Json.Obj(Json.Get(o, "variables")),
+            };
+        }
+    }
+
+    public sealed class HealthInfo
+    {
+        public string Status, Api, Backend;
+        public int Sessions;
+    }
+
+    public sealed class AssetInfo
+    {
+        public string Path, Name;
+    }
+
+    public sealed class TurnLine
+    {
+        public long TurnId;
+        public int Index;
+        public string Line, Reply;
+    }
+
+    public sealed class ParleyClient : IDisposable
+    {
+        readonly HttpClient http;
+        readonly string baseUrl;
+
+        /// <summary>How long an ordinary request may take (a turn's stream has no limit: cancel it instead).</summary>
+        public TimeSpan RequestTimeout = TimeSpan.FromSeconds(30);
+
+        /// <param name="baseUrl">The address `parley serve` printed, e.g. http://127.0.0.1:8765</param>
+        /// <param name="token">The server's token (PARLEY_SERVE_TOKEN) when it has one.</param>
+        public ParleyClient(string baseUrl, string token = null, HttpMessageHandler handler = null)
+        {
+            this.baseUrl = baseUrl.TrimEnd('/') + "/v1";
+            http = handler != null ? new HttpClient(handler) : new HttpClient();
+            http.Timeout = Timeout.InfiniteTimeSpan; // streams are open for as long as a turn runs
+            http.DefaultRequestHeaders.ExpectContinue = false; // Mono's HttpWebRequest would wait for a 100 first
+            if (!string.IsNullOrEmpty(token))
+                http.DefaultRequestHeaders.TryAddWithoutValidation("Authorization", "Bearer " + token);
+            try
+            {
+                // .NET Framework and Mono allow 2 connections per host: a turn's stream, its tool result and
+                // a cancel need 3. (No effect on .NET Core, which has no such limit.)
+                var point = ServicePointManager.FindServicePoint(new Uri(this.baseUrl));
+                point.ConnectionLimit = Math.Max(point.ConnectionLimit, 16);
+            }
+            catch (Exception) { }
+        }
+
+        public void Dispose() { http.Dispose(); }
+
+        // --- routes ------------------------------------------------------------------------------------
+
+        public async Task<HealthInfo> Health()
+        {
+            var o = Json.Obj(await Send("GET", "/health", null));
+            return new HealthInfo { Status = Json.Str(o, "status"), Api = Json.Str(o, "api"),
+                                    Backend = Json.Str(o, "backend"), Sessions = (int)Json.Long(o, "sessions") };
+        }
+
+        public async Task<List<AssetInfo>> Assets()
+        {
+            var list = new List<AssetInfo>();
+            foreach (var item in Json.Arr(Json.Get(Json.Obj(await Send("GET", "/assets", null)), "assets")))
+            {
+                var a = Json.Obj(item);
+                list.Add(new AssetInfo { Path = Json.Str(a, "path"), Name = Json.Str(a, "name") });
+            }
+            return list;
+        }
+
+        /// <param name="asset">A path relative to one of the server's --assets folders, e.g. "chat.json".</param>
+        /// <param name="id">The session's id (letters, digits, _ . -); the server makes one when null.</param>
+        public async Task<SessionInfo> CreateSession(string asset, IDictionary<string, object> variables = null,
+                                                     string id = null)
+        {
+            var body = new Dictionary<string, object> { { "asset", asset } };
+            if (variables != null) body["variables"] = variables;
+            if (id != null) body["id"] = id;
+            return SessionInfo.From(await Send("POST", "/sessions", Json.Write(body)));
+        }
+
+        public async Task<List<SessionInfo>> ListSessions()
+        {
+            var list = new List<SessionInfo>();
+            foreach (var s in Json.Arr(Json.Get(Json.Obj(await Send("GET", "/sessions", null)), "sessions")))
+                list.Add(SessionInfo.From(s));
+            return list;
+        }
+
+        public async Task<SessionInfo> GetSession(string sessionId)
+        {
+            return SessionInfo.From(await Send("GET", S(sessionId), null));
+        }
+
+        /// <summary>Deletes the session (a running turn is cancelled first).</summary>
+        public Task DeleteSession(string sessionId) { return Send("DELETE", S(sessionId), null); }
+
+        /// <summary>The session's dialog history file, as JSON text (keep it to ImportHistory later).</summary>
+        public async Task<string> ExportHistory(string sessionId)
+        {
+            return Json.Write(await Send("GET", S(sessionId) + "/history", null));
+        }
+
+        public async Task<SessionInfo> ImportHistory(string sessionId, string historyJson)
+        {
+            return SessionInfo.From(await Send("PUT", S(sessionId) + "/history", historyJson));
+        }
+
+        /// <summary>Sets agent variables (values: string, bool, long/int or double).</summary>
+        public async Task<SessionInfo> SetVariables(string sessionId, IDictionary<string, object> variables)
+        {
+            var body = new Dictionary<string, object> { { "variables", variables } };
+            return SessionInfo.From(await Send("PATCH", S(sessionId) + "/variables", Json.Write(body)));
+        }
+
+        /// <summary>Changes prompts and sampling: node id -> { system_prompt, temperature, top_p, max_tokens, seed }.</summary>
+        public async Task<SessionInfo> ChangeParams(string sessionId, IDictionary<string, object> nodes)
+        {
+            var body = new Dictionary<string, object> { { "nodes", nodes } };
+            return SessionInfo.From(await Send("PATCH", S(sessionId) + "/params", Json.Write(body)));
+        }
+
+        /// <summary>Keeps the first <paramref name="turns"/> turns of the current branch.</summary>
+        public async Task<SessionInfo> Rewind(string sessionId, int turns)
+        {
+            var body = new Dictionary<string, object> { { "turns", turns } };
+            return SessionInfo.From(await Send("POST", S(sessionId) + "/rewind", Json.Write(body)));
+        }
+
+        /// <summary>Stops the session's running turn (it ends with turn_failed "cancelled"); false when none ran.</summary>
+        public async Task<bool> Cancel(string sessionId)
+        {
+            return Json.Bool(Json.Obj(await Send("POST", S(sessionId) + "/cancel", "{}")), "cancelled");
+        }
+
+        /// <summary>Answers a tool_request by hand (Turn does it for you when you give it tools).</summary>
+        public Task ToolResult(string sessionId, string callId, string result)
+        {
+            var body = new Dictionary<string, object> { { "call_id", callId }, { "result", result ?? "" } };
+            return Send("POST", S(sessionId) + "/tool_results", Json.Write(body));
+        }
+
+        /// <summary>The turns of the current branch.</summary>
+        public async Task<List<TurnLine>> Turns(string sessionId)
+        {
+            var list = new List<TurnLine>();
+            foreach (var item in Json.Arr(Json.Get(Json.Obj(await Send("GET", S(sessionId) + "/turns", null)), "turns")))
+            {
+                var t = Json.Obj(item);
+                list.Add(new TurnLine { TurnId = Json.Long(t, "turn_id"), Index = (int)Json.Long(t, "index"),
+                                        Line = Json.Str(t, "line"), Reply = Json.Str(t, "reply") });
+            }
+            return list;
+        }
+
+        /// <summary>Runs one turn: streams its events to onEvent, answers each tool_request with tools (when
+        /// given; else answer with ToolResult yourself), and returns what turn_finished says. A failed turn
+        /// throws ParleyException with turn_failed's code (cancelled, tool_timeout, turn_error, ...); the session
+        /// is then as it was before. Cancelling the token stops the turn on the server and throws
+        /// OperationCanceledException. A tool that throws stops the turn too, and its exception comes out.</summary>
+        public Task<TurnResult> Turn(string sessionId, string line, Func<ToolRequest, string> tools = null,
+                                     Action<TurnEvent> onEvent = null,
+                                     CancellationToken cancel = default(CancellationToken), string instructions = "")
+        {
+            var body = new Dictionary<string, object> { { "line", line }, { "instructions", instructions ?? "" } };
+            return Stream(sessionId, "/turns", Json.Write(body), tools, onEvent, cancel);
+        }
+
+        /// <summary>Runs turn <paramref name="turn"/> (from 0) again on a new branch; otherwise like Turn.</summary>
+        public Task<TurnResult> Regenerate(string sessionId, int turn, Func<ToolRequest, string> tools = null,
+                                           Action<TurnEvent> onEvent = null,
+                                           CancellationToken cancel = default(CancellationToken))
+        {
+            var body = new Dictionary<string, object> { { "turn", turn } };
+            return Stream(sessionId, "/regenerate", Json.Write(body), tools, onEvent, cancel);
+        }
+
+        // --- the turn's stream -----------------------------------------------------------------------------
+
+        async Task<TurnResult> Stream(string sessionId, string route, string body, Func<ToolRequest, string> tools,
+                                      Action<TurnEvent> onEvent, CancellationToken cancel)
+        {
+            cancel.ThrowIfCancellationRequested();
+            var request = new HttpRequestMessage(HttpMethod.Post, baseUrl + S(sessionId) + route);
+            request.Content = new StringContent(body, Encoding.UTF8, "application/json");
+            request.Headers.Accept.ParseAdd("text/event-stream");
+            // Its own connection, closed after: a stream closed mid-turn (a cancel) must not leave a
+            // half-read connection in the pool for the next request (Mono's handler would reuse it).
+            request.Headers.ConnectionClose = true;
+            HttpResponseMessage response;
+            try
+            {
+                response = await http.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, cancel);
+            }
+            catch (HttpRequestException e)
+            {
+                throw Unreachable(e);
+            }
+            var answers = new List<Task>();
+            using (response)
+            {
+                if (!response.IsSuccessStatusCode)
+                    throw Failure((int)response.StatusCode, await response.Content.ReadAsStringAsync());
+                // A cancelled token asks the server to stop and closes the stream, which stops the turn too
+                // (the server cancels a turn whose client went away) and ends the read below at once.
+                using (cancel.Register(() =>
+                {
+                    Observe(Cancel(sessionId));
+                    response.Dispose();
+                }))
+                {
+                    try
+                    {
+                        var stream = await response.Content.ReadAsStreamAsync();
+                        var reader = new StreamReader(stream, new UTF8Encoding(false));
+                        string kind = "message";
+                        var data = new StringBuilder();
+                        bool hasData = false;
+                        while (true)
+                        {
+                            // No ConfigureAwait(false): the callbacks run on the caller's context (Unity's main thread).
+                            string lineRead = await reader.ReadLineAsync();
+                            cancel.ThrowIfCancellationRequested();
+                            if (lineRead == null)
+                                throw new ParleyException("stream_ended", "the turn's stream ended before turn_finished "
+                                                          + "or turn_failed (did the server stop?)", 0);
+                            if (lineRead.Length == 0)
+                            {
+                                if (hasData)
+                                {
+                                    var e = Dispatch(sessionId, kind, data.ToString(), tools, onEvent, answers);
+                                    if (e != null) return e;
+                                }
+                                kind = "message";
+                                data.Length = 0;
+                                hasData = false;
+                                continue;
+                            }
+                            if (lineRead[0] == ':') continue; // a comment: the server's keep-alive
+                            int colon = lineRead.IndexOf(':');
+                            string field = colon < 0 ? lineRead : lineRead.Substring(0, colon);
+                            string value = colon < 0 ? "" : lineRead.Substring(colon + 1);
+                            if (value.StartsWith(" ")) value = value.Substring(1);
+                            if (field == "event") kind = value;
+                            else if (field == "data")
+                            {
+                                if (hasData) data.Append('\n');
+                                data.Append(value);
+                                hasData = true;
+                            }
+                        }
+                    }
+                    catch (Exception e) when (cancel.IsCancellationRequested && !(e is OperationCanceledException))
+                    {
+                        throw new OperationCanceledException("the turn was cancelled", e, cancel);
+                    }
+                    catch (IOException e)
+                    {
+                        throw new ParleyException("stream_ended", "the turn's stream broke: " + e.Message, 0, null, "", "", e);
+                    }
+                    finally
+                    {
+                        foreach (var t in answers) Observe(t);
+                    }
+                }
+            }
+        }
+
+        // One whole event: to onEvent, then a tool answered or the turn's end. Returns the result on turn_finished.
+        TurnResult Dispatch(string sessionId, string kind, string raw, Func<ToolRequest, string> tools,
+                            Action<TurnEvent> onEvent, List<Task> answers)
+        {
+            Dictionary<string, object> data;
+            try
+            {
+                data = Json.Obj(Json.Parse(raw));
+            }
+            catch (FormatException e)
+            {
+                throw new ParleyException("bad_response", "event " + kind + " has data that is not a JSON object: "
+                                          + e.Message, 0, null, "", "", e);
+            }
+            var ev = new TurnEvent(kind, data, raw);
+            if (onEvent != null) onEvent(ev);
+            if (kind == "tool_request" && tools != null)
+            {
+                var arguments = Json.Get(data, "arguments") as Dictionary<string, object> ?? new Dictionary<string, object>();
+                var request = new ToolRequest
+                {
+                    SessionId = sessionId, Node = Json.Str(data, "node"), Tool = Json.Str(data, "tool"),
+                    CallId = Json.Str(data, "call_id"), Arguments = arguments, ArgumentsJson = Json.Write(arguments),
+                };
+                string result;
+                try
+                {
+                    result = tools(request);
+                }
+                catch (Exception)
+                {
+                    Observe(Cancel(sessionId)); // the turn cannot go on without its result; the exception comes out
+                    throw;
+                }
+                answers.Add(ToolResult(sessionId, request.CallId, result)); // not awaited: the stream reads on
+            }
+            else if (kind == "turn_finished")
+            {
+                var result = new TurnResult
+                {
+                    Turn = (int)Json.Long(data, "turn"), TurnId = Json.Long(data, "turn_id"), Reply = Json.Str(data, "reply"),
+                    Diagnostics = Json.Get(data, "diagnostics") as Dictionary<string, object>, Data = data,
+                };
+                var path = Json.Get(data, "path") as List<object>;
+                if (path != null) foreach (var p in path) result.Path.Add(p as string ?? "");
+                return result;
+            }
+            else if (kind == "turn_failed")
+            {
+                var error = Json.Get(data, "error") as Dictionary<string, object> ?? new Dictionary<string, object>();
+                throw new ParleyException(Json.Str(error, "code"), Json.Str(error, "message"), 0, null,
+                                          Json.Str(error, "node"), Json.Str(error, "field"));
+            }
+            return null;
+        }
+
+        // --- plumbing --------------------------------------------------------------------------------------
+
+        static string S(string sessionId)
+        {
+            if (string.IsNullOrEmpty(sessionId)) throw new ArgumentException("a session id is needed", "sessionId");
+            return "/sessions/" + Uri.EscapeDataString(sessionId);
+        }
+
+        // One ordinary request: its JSON answer (null for 204), or a ParleyException with the server's code.
+        async Task<object> Send(string method, string path, string jsonBody)
+        {
+            var request = new HttpRequestMessage(new HttpMethod(method), baseUrl + path);
+            if (jsonBody != null) request.Content = new StringContent(jsonBody, Encoding.UTF8, "application/json");
+            using (var timeout = new CancellationTokenSource(RequestTimeout))
+            {
+                HttpResponseMessage response;
+                string text;
+                try
+                {
+                    response = await http.SendAsync(request, HttpCompletionOption.ResponseContentRead, timeout.Token)
+                        .ConfigureAwait(false);
+                    text = response.Content == null ? "" : await response.Content.ReadAsStringAsync().ConfigureAwait(false);
+                }
+                catch (HttpRequestException e)
+                {
+                    throw Unreachable(e);
+                }
+                catch (OperationCanceledException e)
+                {
+                    throw new ParleyException("timeout", method + " " + path + " had no answer in "
+                                              + RequestTimeout.TotalSeconds + " s", 0, null, "", "", e);
+                }
+                using (response)
+                {
+                    int status = (int)response.StatusCode;
+                    if (!response.IsSuccessStatusCode) throw Failure(status, text);
+                    if (status == 204 || text.Length == 0) return null;
+                    try
+                    {
+                        return Json.Parse(text);
+                    }
+                    catch (FormatException e)
+                    {
+                        throw new ParleyException("bad_response", method + " " + path + " answered what is not JSON: "
+                                                  + e.Message, status, null, "", "", e);
+                    }
+                }
+            }
+        }
+
+        static ParleyException Failure(int status, string text)
+        {
+            try
+            {
+                var error = Json.Obj(Json.Get(Json.Obj(Json.Parse(text)), "error"));
+                return new ParleyException(Json.Str(error, "code"), Json.Str(error, "message"), status,
+                                           Json.Get(error, "problems") as List<object>);
+            }
+            catch (FormatException)
+            {
+                var shown = text.Length > 200 ? text.Substring(0, 200) + "..." : text;
+                return new ParleyException("http_" + status, "the server answered " + status + ": " + shown, status);
+            }
+        }
+
+        ParleyException Unreachable(Exception e)
+        {
+            return new ParleyException("unreachable", "cannot reach " + baseUrl + ": " + e.Message
+                                       + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : ""),
+                                       0, null, "", "", e);
+        }
+
+        // A request nobody awaits must still have its exception looked at, or it is reported as unobserved.
+        static void Observe(Task task)
+        {
+            task.ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.OnlyOnFaulted);
+        }
+    }
+
+    /// <summary>A small JSON reader and writer for the protocol's values (RFC 8259). Parse gives
+    /// Dictionary&lt;string, object&gt;, List&lt;object&gt;, string, long, double, bool or null; Write takes those,
+    /// any IDictionary with string keys, any IEnumerable, and the other number types. Bad text: FormatException.</summary>
+    public static class Json
+    {
+        public static object Parse(string text)
+        {
+            if (text == null) throw new FormatException("no JSON text (null)");
+            int i = 0;
+            object value = Value(text, ref i, 0);
+            Space(text, ref i);
+            if (i != text.Length) throw Bad(text, i, "more after the JSON value");
+            return value;
+        }
+
+        public static string Write(object value)
+        {
+            var sb = new StringBuilder();
+            Write(sb, value, 0);
+            return sb.ToString();
+        }
+
+        // --- reading a parsed value (missing or of another type: a clear FormatException) ---
+
+        public static Dictionary<string, object> Obj(object value)
+        {
+            var o = value as Dictionary<string, object>;
+            if (o == null) throw new FormatException("expected a JSON object, got " + Describe(value));
+            return o;
+        }
+
+        public static List<object> Arr(object value)
+        {
+            var a = value as List<object>;
+            if (a == null) throw new FormatException("expected a JSON array, got " + Describe(value));
+            return a;
+        }
+
+        public static object Get(Dictionary<string, object> o, string key)
+        {
+            object v;
+            return o.TryGetValue(key, out v) ? v : null;
+        }
+
+        public static string Str(Dictionary<string, object> o, string key)
+        {
+            var v = Get(o, key);
+            return v == null ? "" : v as string ?? Write(v);
+        }
+
+        public static long Long(Dictionary<string, object> o, string key)
+        {
+            var v = Get(o, key);
+            if (v is long) return (long)v;
+            if (v is double && Math.Floor((double)v) == (double)v) return (long)(double)v;
+            throw new FormatException("expected a whole number at \"" + key + "\", got " + Describe(v));
+        }
+
+        public static bool Bool(Dictionary<string, object> o, string key)
+        {
+            var v = Get(o, key);
+            if (v is bool) return (bool)v;
+            throw new FormatException("expected true or false at \"" + key + "\", got " + Describe(v));
+        }
+
+        static string Describe(object v)
+        {
+            return v == null ? "null" : v is string ? "a string" : v is List<object> ? "an array"
+                 : v is Dictionary<string, object> ? "an object" : v.GetType().Name;
+        }
+
+        // --- the reader ---
+
+        const int MaxDepth = 256; // deeper is refused, not a stack overflow
+
+        static FormatException Bad(string s, int i, string what)
+        {
+            return new FormatException("bad JSON at character " + i + ": " + what);
+        }
+
+        static void Space(string s, ref int i)
+        {
+            while (i < s.Length && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+        }
+
+        static object Value(string s, ref int i, int depth)
+        {
+            if (depth > MaxDepth) throw Bad(s, i, "nested deeper than " + MaxDepth);
+            Space(s, ref i);
+            if (i >= s.Length) throw Bad(s, i, "the text ends where a value should be");
+            char c = s[i];
+            if (c == '{')
+            {
+                var o = new Dictionary<string, object>();
+                i++;
+                Space(s, ref i);
+                if (i < s.Length && s[i] == '}') { i++; return o; }
+                while (true)
+                {
+                    Space(s, ref i);
+                    if (i >= s.Length || s[i] != '"') throw Bad(s, i, "expected a key in quotes");
+                    string key = String(s, ref i);
+                    Space(s, ref i);
+                    if (i >= s.Length || s[i] != ':') throw Bad(s, i, "expected ':' after a key");
+                    i++;
+                    o[key] = Value(s, ref i, depth + 1);
+                    Space(s, ref i);
+                    if (i < s.Length && s[i] == ',') { i++; continue; }
+                    if (i < s.Length && s[i] == '}') { i++; return o; }
+                    throw Bad(s, i, "expected ',' or '}'");
+                }
+            }
+            if (c == '[')
+            {
+                var a = new List<object>();
+                i++;
+                Space(s, ref i);
+                if (i < s.Length && s[i] == ']') { i++; return a; }
+                while (true)
+                {
+                    a.Add(Value(s, ref i, depth + 1));
+                    Space(s, ref i);
+                    if (i < s.Length && s[i] == ',') { i++; continue; }
+                    if (i < s.Length && s[i] == ']') { i++; return a; }
+                    throw Bad(s, i, "expected ',' or ']'");
+                }
+            }
+            if (c == '"') return String(s, ref i);
+            if (Word(s, ref i, "true")) return true;
+            if (Word(s, ref i, "false")) return false;
+            if (Word(s, ref i, "null")) return null;
+            if (c == '-' || (c >= '0' && c <= '9')) return Number(s, ref i);
+            throw Bad(s, i, "unexpected '" + c + "'");
+        }
+
+        static bool Word(string s, ref int i, string word)
+        {
+            if (string.CompareOrdinal(s, i, word, 0, word.Length) != 0) return false;
+            i += word.Length;
+            return true;
+        }
+
+        static object Number(string s, ref int i)
+        {
+            int start = i;
+            bool whole = true;
+            if (s[i] == '-') i++;
+            if (i < s.Length && s[i] == '0') i++;
+            else if (i < s.Length && s[i] >= '1' && s[i] <= '9') Digits(s, ref i);
+            else throw Bad(s, i, "a number needs digits");
+            if (i < s.Length && s[i] == '.')
+            {
+                whole = false;
+                i++;
+                if (i >= s.Length || s[i] < '0' || s[i] > '9') throw Bad(s, i, "digits must follow '.'");
+                Digits(s, ref i);
+            }
+            if (i < s.Length && (s[i] == 'e' || s[i] == 'E'))
+            {
+                whole = false;
+                i++;
+                if (i < s.Length && (s[i] == '+' || s[i] == '-')) i++;
+                if (i >= s.Length || s[i] < '0' || s[i] > '9') throw Bad(s, i, "digits must follow the exponent");
+                Digits(s, ref i);
+            }
+            string text = s.Substring(start, i - start);
+            long l;
+            if (whole && long.TryParse(text, NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out l)) return l;
+            return double.Parse(text, NumberStyles.Float, CultureInfo.InvariantCulture);
+        }
+
+        static void Digits(string s, ref int i)
+        {
+            while (i < s.Length && s[i] >= '0' && s[i] <= '9') i++;
+        }
+
+        static string String(string s, ref int i)
+        {
+            i++; // the opening quote
+            var sb = new StringBuilder();
+            while (true)
+            {
+                if (i >= s.Length) throw Bad(s, i, "a string is not closed");
+                char c = s[i++];
+                if (c == '"') return sb.ToString();
+                if (c < ' ') throw Bad(s, i - 1, "a control character inside a string");
+                if (c != '\\') { sb.Append(c); continue; }
+                if (i >= s.Length) throw Bad(s, i, "a string ends in '\\'");
+                char e = s[i++];
+                switch (e)
+                {
+                    case '"': sb.Append('"'); break;
+                    case '\\': sb.Append('\\'); break;
+                    case '/': sb.Append('/'); break;
+                    case 'b': sb.Append('\b'); break;
+                    case 'f': sb.Append('\f'); break;
+                    case 'n': sb.Append('\n'); break;
+                    case 'r': sb.Append('\r'); break;
+                    case 't': sb.Append('\t'); break;
+                    case 'u':
+                        // Surrogate pairs arrive as two \u escapes; each is one UTF-16 unit, so appending them
+                        // in order rebuilds the character.
+                        if (i + 4 > s.Length) throw Bad(s, i, "\\u needs four hex digits");
+                        int code;
+                        if (!int.TryParse(s.Substring(i, 4), NumberStyles.AllowHexSpecifier, CultureInfo.InvariantCulture,
+                                          out code))
+                            throw Bad(s, i, "\\u needs four hex digits");
+                        sb.Append((char)code);
+                        i += 4;
+                        break;
+                    default: throw Bad(s, i - 1, "unknown escape '\\" + e + "'");
+                }
+            }
+        }
+
+        // --- the writer ---
+
+        static void Write(StringBuilder sb, object v, int depth)
+        {
+            if (depth > MaxDepth) throw new FormatException("a value nested deeper than " + MaxDepth + " (a cycle?)");
+            if (v == null) { sb.Append("null"); return; }
+            var str = v as string;
+            if (str != null) { Quote(sb, str); return; }
+            if (v is bool) { sb.Append((bool)v ? "true" : "false"); return; }
+            if (v is char) { Quote(sb, v.ToString()); return; }
+            if (v is double || v is float)
+            {
+                double d = Convert.ToDouble(v, CultureInfo.InvariantCulture);
+                if (double.IsNaN(d) || double.IsInfinity(d)) throw new FormatException("JSON has no NaN or infinity");
+                var text = d.ToString("R", CultureInfo.InvariantCulture);
+                // "R" may give 1E+20: valid JSON. A whole double stays a number with a point so it reads back a double.
+                sb.Append(text.IndexOfAny(new[] { '.', 'E', 'e' }) < 0 ? text + ".0" : text);
+                return;
+            }
+            if (v is int || v is long || v is short || v is byte || v is sbyte || v is uint || v is ulong || v is ushort
+                || v is decimal)
+            {
+                sb.Append(Convert.ToString(v, CultureInfo.InvariantCulture));
+                return;
+            }
+            var dict = v as IDictionary;
+            if (dict != null)
+            {
+                sb.Append('{');
+                bool first = true;
+                foreach (DictionaryEntry entry in dict)
+                {
+                    var key = entry.Key as string;
+                    if (key == null) throw new FormatException("a JSON object's keys must be strings");
+                    if (!first) sb.Append(',');
+                    first = false;
+                    Quote(sb, key);
+                    sb.Append(':');
+                    Write(sb, entry.Value, depth + 1);
+                }
+                sb.Append('}');
+                return;
+            }
+            var list = v as IEnumerable;
+            if (list != null)
+            {
+                sb.Append('[');
+                bool first = true;
+                foreach (var item in list)
+                {
+                    if (!first) sb.Append(',');
+                    first = false;
+                    Write(sb, item, depth + 1);
+                }
+                sb.Append(']');
+                return;
+            }
+            throw new FormatException("cannot write a " + v.GetType().Name + " as JSON");
+        }
+
+        static void Quote(StringBuilder sb, string s)
+        {
+            sb.Append('"');
+            for (int i = 0; i < s.Length; i++)
+            {
+                char c = s[i];
+                switch (c)
+                {
+                    case '"': sb.Append("\\\""); break;
+                    case '\\': sb.Append("\\\\"); break;
+                    case '\n': sb.Append("\\n"); break;
+                    case '\r': sb.Append("\\r"); break;
+                    case '\t': sb.Append("\\t"); break;
+                    case '\b': sb.Append("\\b"); break;
+                    case '\f': sb.Append("\\f"); break;
+                    default:
+                        bool pair = char.IsHighSurrogate(c) && i + 1 < s.Length && char.IsLowSurrogate(s[i + 1]);
+                        if (pair) { sb.Append(c).Append(s[++i]); break; }
+                        // Control characters must be escaped, and a lone surrogate would not survive UTF-8
+                        // (it would become U+FFFD); everything else goes as it is, the body being UTF-8.
+                        if (c < ' ' || char.IsSurrogate(c))
+                            sb.Append("\\u").Append(((int)c).ToString("x4", CultureInfo.InvariantCulture));
+                        else sb.Append(c);
+                        break;
+                }
+            }
+            sb.Append('"');
+        }
+    }
+}

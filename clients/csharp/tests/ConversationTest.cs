@@ -1,0 +1,257 @@
+// The C# client's test: a whole scripted conversation against a running `parley serve`.
+//   mono ConversationTest.exe URL scripted   (--backend scripted, --assets resources/examples)
+//   mono ConversationTest.exe URL model      (the embedded backend on the sample model)
+// Prints "ok NAME" for each check that passed; on the first failure prints "FAIL ..." and exits 1.
+// tests/clients/test_csharp_client.py builds and runs it.
+
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using Parley;
+
+static class ConversationTest
+{
+    static readonly TimeSpan Deadline = TimeSpan.FromSeconds(60);
+
+    static int Main(string[] args)
+    {
+        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model"))
+        {
+            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model");
+            return 2;
+        }
+        try
+        {
+            if (args[1] == "scripted")
+            {
+                JsonChecks();
+                Scripted(args[0]).GetAwaiter().GetResult();
+            }
+            else Model(args[0]).GetAwaiter().GetResult();
+            Console.WriteLine("all passed");
+            return 0;
+        }
+        catch (Exception e)
+        {
+            Console.WriteLine("FAIL " + e);
+            return 1;
+        }
+    }
+
+    static void Check(bool condition, string what)
+    {
+        if (!condition) throw new Exception("check failed: " + what);
+    }
+
+    static void Ok(string name) { Console.WriteLine("ok " + name); }
+
+    static async Task<T> Within<T>(Task<T> task, string what)
+    {
+        if (await Task.WhenAny(task, Task.Delay(Deadline)) != task) throw new TimeoutException(what + ": no answer in " + Deadline);
+        return await task;
+    }
+
+    static async Task<ParleyException> Fails(Func<Task> call, string what)
+    {
+        try
+        {
+            await call();
+        }
+        catch (ParleyException e)
+        {
+            return e;
+        }
+        throw new Exception(what + ": expected a ParleyException, got none");
+    }
+
+    // The session is idle again (a cancelled turn's worker lets go of it just after the stream ends).
+    static async Task<SessionInfo> Idle(ParleyClient client, string id)
+    {
+        var until = DateTime.UtcNow + Deadline;
+        while (true)
+        {
+            var s = await client.GetSession(id);
+            if (!s.Busy) return s;
+            if (DateTime.UtcNow > until) throw new TimeoutException("session " + id + " still busy");
+            await Task.Delay(20);
+        }
+    }
+
+    static void JsonChecks()
+    {
+        var o = Json.Obj(Json.Parse(
+            " {\"s\": \"a\\\"b\\\\c\\/d\\n\\t\\u00e9\\ud83c\\udff9\", \"n\": -12, \"big\": 12345678901234, "
+            + "\"f\": 2.5e-3, \"e\": 1E2, \"t\": true, \"no\": false, \"z\": null, \"a\": [1, [], {}], \"u\": \"\u00fc\" } "));
+        Check(Json.Str(o, "s") == "a\"b\\c/d\n\t\u00e9\ud83c\udff9", "string escapes");
+        Check((long)o["n"] == -12 && (long)o["big"] == 12345678901234L, "integers are long");
+        Check((double)o["f"] == 0.0025 && (double)o["e"] == 100.0, "fractions and exponents are double");
+        Check((bool)o["t"] && !(bool)o["no"] && o.ContainsKey("z") && o["z"] == null, "true, false, null");
+        var a = Json.Arr(o["a"]);
+        Check(a.Count == 3 && (long)a[0] == 1 && Json.Arr(a[1]).Count == 0 && Json.Obj(a[2]).Count == 0, "nested arrays");
+        Check(Json.Str(o, "u") == "\u00fc", "raw UTF-16 text");
+
+        var back = Json.Obj(Json.Parse(Json.Write(o)));
+        Check(Json.Write(back) == Json.Write(o), "write then parse gives the same value");
+        Check(Json.Str(back, "s") == Json.Str(o, "s"), "escapes survive a round trip");
+        Check(Json.Write("\u0001\ud800x\ud83c\udff9\u2028") == "\"\\u0001\\ud800x\ud83c\udff9\u2028\"",
+              "control characters and lone surrogates escaped, pairs kept: " + Json.Write("\u0001\ud800x\ud83c\udff9"));
+        Check(Json.Write(new Dictionary<string, object> { { "x", 1.0 }, { "y", new[] { 1, 2 } }, { "q", 0.1 } })
+              == "{\"x\":1.0,\"y\":[1,2],\"q\":0.1}", "doubles, int arrays");
+        foreach (var bad in new[] { "", "{", "[1,]", "{\"a\" 1}", "\"abc", "01", "1.", "-", "tru", "\"\\x\"", "\"\\u12\"",
+                                    "[1] 2", "{\"a\":1,}", "\"a\tb\"", "nul" })
+        {
+            bool refused = false;
+            try { Json.Parse(bad); }
+            catch (FormatException) { refused = true; }
+            Check(refused, "bad JSON refused: " + bad);
+        }
+        Ok("json");
+    }
+
+    static async Task Scripted(string url)
+    {
+        using (var client = new ParleyClient(url))
+        {
+            var health = await client.Health();
+            Check(health.Status == "ok" && health.Api == "1" && health.Backend.StartsWith("scripted"), "health: " + health.Backend);
+            var assets = (await client.Assets()).Select(x => x.Path).ToList();
+            Check(assets.Contains("tool_calling.json") && assets.Contains("chat.json"), "assets: " + string.Join(",", assets));
+            Ok("health and assets");
+
+            const string id = "csharp-quartermaster";
+            var session = await client.CreateSession("tool_calling.json", null, id);
+            Check(session.Id == id && session.Turns == 0 && !session.Busy && session.Asset == "tool_calling.json", "created");
+            Check((await client.ListSessions()).Any(x => x.Id == id), "listed");
+            Ok("create session");
+
+            // A turn whose tool call the client answers (with text that needs escaping, and a surrogate pair).
+            const string answer = "12 arrows \"fletched\" \ud83c\udff9";
+            var kinds = new List<string>();
+            var requests = new List<ToolRequest>();
+            var tokens = 0;
+            var first = await Within(client.Turn(id, "How many arrows are there?", r => { requests.Add(r); return answer; },
+                                                 e => { kinds.Add(e.Kind); if (e.Kind == "token") tokens++; }), "turn 1");
+            Check(requests.Count == 1 && requests[0].Tool == "check_stock" && requests[0].CallId.Length > 0, "one tool request");
+            Check(Json.Str(requests[0].Arguments, "item") == "there" && requests[0].ArgumentsJson == "{\"item\":\"there\"}",
+                  "tool arguments: " + requests[0].ArgumentsJson);
+            Check(first.Reply.Contains(answer), "the reply holds the tool's answer: " + first.Reply);
+            Check(first.Turn == 0 && first.Path.Contains("lookup") && first.Path.Contains("reply"),
+                  "turn 0 through lookup and reply: " + string.Join(",", first.Path));
+            Check(kinds[0] == "turn_started" && kinds.Contains("tool_request") && kinds.Contains("tool_call")
+                  && kinds.IndexOf("tool_request") < kinds.IndexOf("tool_call") && kinds.Last() == "turn_finished"
+                  && tokens > 0, "events: " + string.Join(",", kinds));
+            Check((await client.GetSession(id)).Turns == 1, "one turn");
+            Check((await client.Turns(id)).Single().Reply == first.Reply, "the turn list has the reply");
+            Ok("turn with a tool call");
+
+            // A turn cancelled while it waits for its tool result: POST /cancel when the tool_request comes.
+            var waiting = new TaskCompletionSource<ToolRequest>(TaskCreationOptions.RunContinuationsAsynchronously);
+            string lastKind = null;
+            var second = client.Turn(id, "How many arrows are there?", null, e =>
+            {
+                lastKind = e.Kind;
+                if (e.Kind == "tool_request") waiting.TrySetResult(null);
+            });
+            await Within(waiting.Task, "tool_request of turn 2");
+            var busy = await Fails(() => client.Turn(id, "and now?"), "a second turn on a busy session");
+            Check(busy.Code == "busy" && busy.Status == 409, "busy: " + busy.Code + " " + busy.Status);
+            Check(await client.Cancel(id), "cancel says a turn was running");
+            var cancelled = await Within(Fails(() => second, "the cancelled turn"), "turn 2");
+            Check(cancelled.Code == "cancelled" && cancelled.Status == 0 && lastKind == "turn_failed", "cancelled: " + cancelled.Message);
+            Check((await Idle(client, id)).Turns == 1, "a cancelled turn leaves the turn count");
+            Check(!await client.Cancel(id), "nothing left to cancel");
+            Ok("turn cancelled by POST /cancel");
+
+            // A turn cancelled by its CancellationToken: OperationCanceledException, the session as it was.
+            using (var cts = new CancellationTokenSource())
+            {
+                var third = client.Turn(id, "How many arrows are there?", null, e => { if (e.Kind == "tool_request") cts.Cancel(); },
+                                        cts.Token);
+                bool threw = false;
+                try { await Within(third, "turn 3"); }
+                catch (OperationCanceledException) { threw = true; }
+                Check(threw, "a cancelled token throws OperationCanceledException");
+            }
+            Check((await Idle(client, id)).Turns == 1, "a token-cancelled turn leaves the turn count");
+            Ok("turn cancelled by its token");
+
+            // A tool that throws: its exception comes out of Turn, and the turn is stopped.
+            bool toolThrew = false;
+            try
+            {
+                await Within(client.Turn(id, "How many arrows are there?", r => { throw new InvalidOperationException("no stock"); }),
+                             "turn 4");
+            }
+            catch (InvalidOperationException e) { toolThrew = e.Message == "no stock"; }
+            Check(toolThrew, "the tool's exception comes out");
+            Check((await Idle(client, id)).Turns == 1, "a failed tool leaves the turn count");
+            Ok("tool that throws");
+
+            // The session goes on after all that; history out, rewind, history back in.
+            var again = await Within(client.Turn(id, "How many arrows are there?", r => "7"), "turn 5");
+            Check(again.Reply.Contains("7") && again.Turn == 1 && (await client.GetSession(id)).Turns == 2, "second turn kept");
+            var history = await client.ExportHistory(id);
+            Check(Json.Arr(Json.Get(Json.Obj(Json.Parse(history)), "turns")).Count == 2, "history has 2 turns");
+            Check((await client.Rewind(id, 1)).Turns == 1, "rewound to 1 turn");
+            Check((await client.ImportHistory(id, history)).Turns == 2, "history imported: 2 turns");
+            var badHistory = await Fails(() => client.ImportHistory(id, "{\"format\": \"nope\"}"), "a bad history");
+            Check(badHistory.Code == "bad_history" && badHistory.Status == 422, "bad_history: " + badHistory.Code);
+            Ok("history and rewind");
+
+            // Variables and params on a second NPC (chat.json declares player_name and time_of_day).
+            var mira = await client.CreateSession("chat.json", new Dictionary<string, object> { { "player_name", "Ada" } });
+            Check(Json.Str(mira.Variables, "player_name") == "Ada", "created with a variable");
+            var changed = await client.SetVariables(mira.Id, new Dictionary<string, object> { { "time_of_day", "morning" } });
+            Check(Json.Str(changed.Variables, "time_of_day") == "morning" && Json.Str(changed.Variables, "player_name") == "Ada",
+                  "variables set: " + Json.Write(changed.Variables));
+            var undeclared = await Fails(() => client.SetVariables(mira.Id, new Dictionary<string, object> { { "arrows", 12 } }),
+                                         "an undeclared variable");
+            Check(undeclared.Code == "bad_request" && undeclared.Status == 400 && undeclared.Message.Contains("arrows"),
+                  "bad_request: " + undeclared.Message);
+            await client.ChangeParams(mira.Id, new Dictionary<string, object>
+            {
+                { "reply", new Dictionary<string, object> { { "temperature", 0.4 }, { "max_tokens", 32 }, { "system_prompt", "Be curt." } } },
+            });
+            var structural = await Fails(() => client.ChangeParams(mira.Id, new Dictionary<string, object>
+            {
+                { "reply", new Dictionary<string, object> { { "model_name", "other.gguf" } } },
+            }), "a structural change");
+            Check(structural.Code == "structural_change" && structural.Status == 409, "structural_change: " + structural.Code);
+            var hello = await Within(client.Turn(mira.Id, "Good morning!"), "Mira's turn");
+            Check(hello.Reply.Length > 0 && hello.Diagnostics != null, "a turn after the changes, with diagnostics");
+            await client.DeleteSession(mira.Id);
+            Ok("variables and params");
+
+            var unknown = await Fails(() => client.GetSession("no-such-npc"), "an unknown session");
+            Check(unknown.Code == "unknown_session" && unknown.Status == 404 && unknown.Message.Contains("no-such-npc"),
+                  "unknown_session: " + unknown.Code + " " + unknown.Status);
+            var unknownTurn = await Fails(() => client.Turn("no-such-npc", "hello"), "a turn of an unknown session");
+            Check(unknownTurn.Code == "unknown_session" && unknownTurn.Status == 404, "turn on unknown_session: " + unknownTurn.Code);
+            Ok("typed errors");
+
+            await client.DeleteSession(id);
+            Check((await Fails(() => client.GetSession(id), "a deleted session")).Code == "unknown_session", "deleted");
+            Check(!(await client.ListSessions()).Any(x => x.Id == id), "not listed");
+            Ok("delete session");
+        }
+    }
+
+    static async Task Model(string url)
+    {
+        using (var client = new ParleyClient(url))
+        {
+            var session = await client.CreateSession("chat.json", new Dictionary<string, object> { { "player_name", "Ada" } });
+            var tokens = new List<string>();
+            var result = await Within(client.Turn(session.Id, "Hello! Is there a room free tonight?", null,
+                                                  e => { if (e.Kind == "token") tokens.Add(e.Text("text")); }), "model turn");
+            Check(result.Reply.Trim().Length > 0, "a reply");
+            Check(tokens.Count > 0, "tokens streamed");
+            Check((await client.GetSession(session.Id)).Turns == 1, "one turn");
+            await client.DeleteSession(session.Id);
+            Console.WriteLine("reply: " + result.Reply.Replace("\n", " "));
+            Ok("model turn");
+        }
+    }
+}
