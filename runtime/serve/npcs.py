@@ -347,15 +347,16 @@ class NPCs:
             else:
                 result = npc.agent.run_turn(line, **run)
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
-            stream.put(Item("turn_failed", {"error": self._failure(exc, stream)}), last=True)
+            last = Item("turn_failed", {"error": self._failure(exc, stream)})
         else:
             record = self._record(npc, line, result)
-            stream.put(Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
-                                              "path": result.path, "diagnostics": record.diagnostics}), last=True)
+            last = Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
+                                          "path": result.path, "diagnostics": record.diagnostics})
         finally:
             with self._lock:
-                npc.running = None
-            stream.close()
+                npc.running = None  # idle before the client hears the turn ended: its next request is not refused
+        stream.put(last, last=True)
+        stream.close()
 
     def _failure(self, exc: BaseException, stream: Stream) -> dict[str, str]:
         node = getattr(exc, "node_id", "") or ""

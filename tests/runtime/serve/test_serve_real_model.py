@@ -1,0 +1,102 @@
+"""parley serve on the real sample model: NPCs served side by side on one load of the weights say
+exactly what each says alone, and Stop in the middle of generation leaves the session as it was."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from runtime.agent import Agent
+from runtime.asset.file import load_asset
+from runtime.resources import examples_dir
+from runtime.serve.client import ParleyClient, TurnFailed
+from runtime.serve.server import running_server
+
+pytestmark = pytest.mark.model
+WAIT = 300.0  # seconds: a busy 2-core machine; a working run takes a fraction
+LINES = ["Good evening. Is there a room for the night?", "What is the soup today?"]
+
+
+@pytest.fixture(scope="module")
+def assets(sample_model, tmp_path_factory) -> Path:
+    """The chat and intent router examples on the sample model, with short replies (quick on 2 cores)."""
+    folder = tmp_path_factory.mktemp("served")
+    for name in ("chat", "intent_router"):
+        raw = json.loads((examples_dir() / f"{name}.json").read_text(encoding="utf-8"))
+        raw["default_model"] = str(sample_model)
+        for node in raw["nodes"]:
+            if "max_tokens" in node and node["type"] != "ClassifyIntent":
+                node["max_tokens"] = 16
+        (folder / f"{name}.json").write_text(json.dumps(raw), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def backend(assets):
+    from runtime.backends.llama import LlamaBackend
+
+    b = LlamaBackend(asset_dir=assets)
+    yield b
+    b.close()
+
+
+def alone(assets: Path, name: str, session_id: str) -> list[str]:
+    """The replies ``LINES`` get from the asset run by itself, on a backend of its own."""
+    from runtime.backends.llama import LlamaBackend
+
+    backend = LlamaBackend(asset_dir=assets)
+    try:
+        agent = Agent(load_asset(assets / f"{name}.json"), backend, str(assets), session_id=session_id)
+        return [agent.run_turn(line).reply for line in LINES]
+    finally:
+        backend.close()
+
+
+def test_npcs_served_side_by_side_say_what_each_says_alone_on_one_load_of_the_weights(assets, backend):
+    names = {"inn-1": "chat", "inn-2": "chat", "router-1": "intent_router"}
+    replies: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+    with running_server(backend, [assets]) as url:
+        def play(session_id: str) -> None:
+            try:
+                with ParleyClient(url, timeout=WAIT) as client:
+                    client.create_session(f"{names[session_id]}.json", id=session_id)
+                    replies[session_id] = [client.turn(session_id, line).reply for line in LINES]
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=play, args=(sid,)) for sid in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+    assert not any(t.is_alive() for t in threads) and not errors, errors
+    assert backend.model_loads == 1
+    assert all(r for rs in replies.values() for r in rs)
+    for session_id, name in names.items():
+        assert replies[session_id] == alone(assets, name, session_id), session_id
+
+
+def test_cancelling_in_the_middle_of_generation_leaves_the_served_session_as_it_was(assets, backend):
+    with running_server(backend, [assets]) as url, ParleyClient(url, timeout=WAIT) as client:
+        npc = client.create_session("chat.json")
+        client.turn(npc.id, LINES[0])
+        before = client.export_history(npc.id)
+        tokens = []
+
+        def on_event(event):
+            if event.kind == "token":
+                tokens.append(event.data["text"])
+                if len(tokens) == 2:
+                    client.cancel(npc.id)
+
+        with pytest.raises(TurnFailed) as failed:
+            client.turn(npc.id, LINES[1], on_event=on_event)
+        assert failed.value.code == "cancelled"
+        assert len(tokens) >= 2
+        assert client.export_history(npc.id) == before
+        again = client.turn(npc.id, LINES[1])  # and it goes on as if the cancelled turn never was
+        assert again.turn == 1 and again.reply
