@@ -69,12 +69,16 @@ async def _send_error(send: Callable[[dict[str, Any]], Awaitable[None]], error: 
 
 class Guard:
     """The token check and the request size limit, before any route runs. The token is compared in
-    constant time and never logged; a body past ``max_body`` is refused as it arrives, unread."""
+    constant time and never logged. The body is read here, up to ``max_body``, before the app sees
+    it: FastAPI turns an error raised while it reads a body into a 400, so a chunked body past the
+    limit would not be refused as too_large there."""
 
     def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
         self.app, self.token, self.max_body = app, token, max_body
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":  # no route takes one; refused before the token could be skipped
+            return await send({"type": "websocket.close", "code": 1008})
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
@@ -83,29 +87,33 @@ class Guard:
             if not hmac.compare_digest(given, b"Bearer " + self.token.encode()):
                 return await _send_error(send, ServeError("unauthorized", "give the server's token as "
                                                           "'Authorization: Bearer TOKEN'"))
+        too_large = ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            return await _send_error(send, ServeError("too_large", f"the request body is over {self.max_body} bytes "
-                                                      "(--max-body)"))
+            return await _send_error(send, too_large)  # refused unread
+        chunks: list[bytes] = []
         seen = 0
-        too_large = False
-
-        async def limited() -> dict[str, Any]:
-            nonlocal seen, too_large
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    too_large = True
-                    raise ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away before its body was complete: nobody to answer
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_body:
+                return await _send_error(send, too_large)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: dict[str, Any] | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        try:
-            await self.app(scope, limited, send)
-        except ServeError as error:
-            if not too_large:
-                raise
-            await _send_error(send, error)
+        async def replay() -> dict[str, Any]:
+            nonlocal body
+            if body is not None:
+                message, body = body, None
+                return message
+            return await receive()  # http.disconnect, which a streaming answer listens for
+
+        await self.app(scope, replay, send)
 
 
 def create_app(npcs: NPCs, token: str | None = None) -> Guard:

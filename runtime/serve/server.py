@@ -36,7 +36,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8765
     asset_dirs: list[Path] = field(default_factory=list)
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # never shown: a config may be printed or logged
     limits: Limits = field(default_factory=Limits)
     workers: int = 8  # turns that run at once (the rest wait); one model's calls run one at a time anyway
 
