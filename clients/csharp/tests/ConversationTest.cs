@@ -1,6 +1,7 @@
 // The C# client's test: a whole scripted conversation against a running `parley serve`.
 //   mono ConversationTest.exe URL scripted   (--backend scripted, --assets resources/examples)
 //   mono ConversationTest.exe URL model      (the embedded backend on the sample model)
+// PARLEY_TOKEN: the server's token (PARLEY_SERVE_TOKEN), when it has one.
 // Prints "ok NAME" for each check that passed; on the first failure prints "FAIL ..." and exits 1.
 // tests/clients/test_csharp_client.py builds and runs it.
 
@@ -110,9 +111,22 @@ static class ConversationTest
         Ok("json");
     }
 
+    static readonly string Token = Environment.GetEnvironmentVariable("PARLEY_TOKEN");
+
     static async Task Scripted(string url)
     {
-        using (var client = new ParleyClient(url))
+        if (!string.IsNullOrEmpty(Token))
+        {
+            using (var stranger = new ParleyClient(url))
+            {
+                var refused = await Fails(() => stranger.Health(), "a request without the token");
+                Check(refused.Code == "unauthorized" && refused.Status == 401, "unauthorized: " + refused.Code);
+                var turnRefused = await Fails(() => stranger.Turn("anyone", "hello"), "a turn without the token");
+                Check(turnRefused.Code == "unauthorized" && turnRefused.Status == 401, "turn unauthorized: " + turnRefused.Code);
+            }
+            Ok("token required");
+        }
+        using (var client = new ParleyClient(url, Token))
         {
             var health = await client.Health();
             Check(health.Status == "ok" && health.Api == "1" && health.Backend.StartsWith("scripted"), "health: " + health.Backend);
@@ -240,7 +254,7 @@ static class ConversationTest
 
     static async Task Model(string url)
     {
-        using (var client = new ParleyClient(url))
+        using (var client = new ParleyClient(url, Token))
         {
             var session = await client.CreateSession("chat.json", new Dictionary<string, object> { { "player_name", "Ada" } });
             var tokens = new List<string>();

@@ -1,0 +1,165 @@
+"""The C# client (clients/csharp/ParleyClient.cs) built with Mono's mcs and run with mono against a
+real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, turns
+cancelled by POST /cancel, by a token and by a failing tool, history, variables, params, typed errors,
+the token), and one turn on the real sample model.
+
+Mono comes from the package registry: when ``mcs`` or ``mono`` is missing and we are root with apt-get,
+the module installs ``mono-mcs`` (which brings ``mono-runtime``) and ``libmono-system-net-http4.0-cil``
+(about 20 s on Debian 12); otherwise it skips, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from runtime.resources import examples_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+CSHARP = ROOT / "clients" / "csharp"
+SOURCES = (CSHARP / "ParleyClient.cs", CSHARP / "tests" / "ConversationTest.cs")
+MONO_PACKAGES = ("mono-mcs", "libmono-system-net-http4.0-cil")
+LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
+TOKEN = "csharp-client-test-token"
+INSTALL_SECONDS = 900.0  # apt-get on a slow mirror
+START_SECONDS = 120.0  # a deadline for the server's address line (a busy 2-core machine)
+RUN_SECONDS = 600.0  # a deadline for the program; its own waits fail sooner (60 s each)
+# A client that never answers a tool call fails on the server's tool timeout: this soon, not 30 s.
+TOOL_TIMEOUT = "10"
+
+SCRIPTED_CHECKS = ("json", "token required", "health and assets", "create session", "turn with a tool call",
+                   "turn cancelled by POST /cancel", "turn cancelled by its token", "tool that throws",
+                   "history and rewind", "variables and params", "typed errors", "delete session")
+
+
+def _http_dll(mono: str) -> Path:
+    return Path(mono).resolve().parents[1] / "lib" / "mono" / "4.5" / "System.Net.Http.dll"
+
+
+def _mono_tools() -> tuple[str, str] | None:
+    mcs, mono = shutil.which("mcs"), shutil.which("mono")
+    return (mcs, mono) if mcs and mono and _http_dll(mono).is_file() else None
+
+
+def _install_mono() -> str | None:
+    """Installs Mono with apt-get; None when it worked, else why it could not."""
+    if shutil.which("apt-get") is None:
+        return "mcs/mono are not installed and there is no apt-get to install them"
+    if os.geteuid() != 0:
+        return "mcs/mono are not installed and only root may apt-get install " + " ".join(MONO_PACKAGES)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"],
+                    ["apt-get", "install", "-y", "--no-install-recommends", *MONO_PACKAGES]):
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=INSTALL_SECONDS,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            return f"{' '.join(command)} took over {INSTALL_SECONDS:.0f} s"
+        if done.returncode != 0:
+            return f"{' '.join(command)} failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def conversation_test(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The command that runs ConversationTest.exe, built from the client and the test program."""
+    tools = _mono_tools()
+    if tools is None:
+        why = _install_mono()
+        tools = _mono_tools()
+        if tools is None:
+            pytest.skip(why or "apt-get installed Mono, but mcs, mono or System.Net.Http.dll is still missing")
+    mcs, mono = tools
+    exe = tmp_path_factory.mktemp("csharp") / "ConversationTest.exe"
+    # C# 7 and no warnings: what Unity's compiler takes, kept clean.
+    done = subprocess.run([mcs, "-langversion:7", "-warnaserror", "-r:System.Net.Http.dll", f"-out:{exe}",
+                           *map(str, SOURCES)], capture_output=True, text=True, timeout=RUN_SECONDS, check=False)
+    assert done.returncode == 0, f"mcs failed:\n{done.stdout}{done.stderr}"
+    return [mono, "--debug", str(exe)]  # --debug: line numbers in a failure's stack trace
+
+
+@contextmanager
+def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
+    """``parley serve --port 0 ARGS`` as a process of its own; yields the address it prints."""
+    env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
+    if token is not None:
+        env["PARLEY_SERVE_TOKEN"] = token
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--port", "0", *args], cwd=ROOT,
+                                   env=env, stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:  # keeps stdout drained, so the server never blocks on a full pipe
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            url = None
+            while url is None:
+                try:
+                    line = lines.get(timeout=START_SECONDS)
+                except queue.Empty:
+                    line = None
+                if line is None:
+                    log.seek(0)
+                    pytest.fail(f"parley serve printed no address (exit {process.poll()}):\n{log.read()[-4000:]}")
+                match = LISTENING.search(line)
+                url = match.group(1) if match else None
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def run_program(command: list[str], url: str, mode: str, token: str | None = None) -> str:
+    """ConversationTest.exe URL MODE; its output, after checking it passed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    if token is not None:
+        env["PARLEY_TOKEN"] = token
+    done = subprocess.run([*command, url, mode], env=env, capture_output=True, text=True, encoding="utf-8",
+                          errors="replace", timeout=RUN_SECONDS, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"ConversationTest.exe {mode} exited {done.returncode}:\n{output[-12000:]}"
+    assert "FAIL" not in output and output.rstrip().endswith("all passed"), output[-12000:]
+    return output
+
+
+def test_csharp_client_runs_a_scripted_conversation_with_a_tool_call_and_a_cancel(conversation_test: list[str]) -> None:
+    with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), "--tool-timeout", TOOL_TIMEOUT,
+                      token=TOKEN) as url:
+        output = run_program(conversation_test, url, "scripted", TOKEN)
+    passed = re.findall(r"^ok (.+)$", output, re.MULTILINE)
+    assert passed == list(SCRIPTED_CHECKS), output
+
+
+@pytest.mark.model
+def test_csharp_client_runs_a_chat_turn_on_the_sample_model(conversation_test: list[str], sample_model: Path,
+                                                           tmp_path: Path) -> None:
+    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
+    raw["default_model"] = str(sample_model)
+    for node in raw["nodes"]:
+        node["max_tokens"] = 24  # a short reply: quick on 2 cores
+    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    with parley_serve("--backend", "embedded", "--assets", str(tmp_path)) as url:
+        output = run_program(conversation_test, url, "model")
+    assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == ["model turn"], output
+    reply = re.search(r"^reply: (.*)$", output, re.MULTILINE)
+    assert reply and reply.group(1).strip(), output
