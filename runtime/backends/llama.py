@@ -10,6 +10,15 @@ rest is evaluated.
 Threading: every use of a model's contexts holds that model's lock, so a context
 is never used from two threads at once. llama.cpp's log goes to the Python logger
 ``llama_cpp`` through ``llama_log_set`` (never by redirecting stdout/stderr).
+
+Many conversations on one model (``parley serve``'s NPCs, each agent naming its caches
+"SESSION/NODE"): ``kv_budget_mib`` bounds what all node contexts take together. A cold
+node that needs a context beyond it *parks* the least recently used idle ones: their cache
+is saved as a llama_state_seq snapshot in RAM and their context freed, or handed straight
+to the new node when it is of the same model and size. A parked node's next call restores
+its snapshot instead of reading its conversation again, and goes on bit for bit. Only
+contexts whose model lock this thread holds or takes without waiting are parked: one in use on
+another thread is waited for, never touched.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ from runtime.models.context_settings import (
 from runtime.models.folder import resolve_model
 from runtime.models.gguf import GGUFError, GGUFInfo, read_gguf
 from runtime.models.journal import EMPTY, Chunk, DecodeJournal
-from runtime.models.memory import MIB, Settings, context_cost, model_shape
+from runtime.models.memory import MIB, EstimateError, Settings, context_cost, model_shape
 from runtime.names import utf8
 from runtime.problems import BackendError
 
@@ -85,6 +94,9 @@ ABORTABLE_PROMPT_TOKENS = 48
 SNAPSHOT_MIN_TOKENS = 32
 # A prompt chunk the next prompt parts from within its first this many tokens is not kept in part.
 PARTIAL_CHUNK_TOKENS = 32
+# A node waiting for room in the KV budget, while every context in the way is in use on another
+# thread, looks again this often (each call's end wakes it sooner) and for the turn's Stop.
+KV_WAIT_SECONDS = 0.25
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------
@@ -363,6 +375,10 @@ class LlamaNodeSession(NodeSession):
         self.last_used = time.monotonic()
         self.contexts_created = 0
         self._piece_buffer = ctypes.create_string_buffer(64)
+        try:
+            self.mib = context_mib(model.info, backend.context_params(n_ctx))  # what it takes of the KV budget
+        except EstimateError:
+            self.mib = 0.0  # a file the estimator cannot size; LlamaBackend.session refuses it under a budget
 
     @property
     def is_cold(self) -> bool:
@@ -375,9 +391,28 @@ class LlamaNodeSession(NodeSession):
 
     # lifecycle
 
-    def _ensure_context(self) -> internals.LlamaContext:
+    def _ensure_context(self, cancel: threading.Event | None = None) -> internals.LlamaContext | None:
+        """The node's context: created, or handed over by a session parked to make room, within the
+        backend's KV budget. None when ``cancel`` was set while waiting for room."""
         if self._context is not None:
             return self._context
+        backend = self._backend
+        if backend.kv_budget_mib is None:
+            return self._create_context()
+        # One admission at a time: two threads that each found room would together overrun the budget.
+        with backend.kv_room:
+            waited = False
+            while not backend.make_room(self):
+                if cancel is not None and cancel.is_set():
+                    return None
+                if not waited:
+                    log.info("node %s waits for room in the KV budget (%g MiB): the contexts in the way are in use",
+                             self.key, backend.kv_budget_mib)
+                    waited = True
+                backend.kv_room.wait(KV_WAIT_SECONDS)
+            return self._context if self._context is not None else self._create_context()
+
+    def _create_context(self) -> internals.LlamaContext:
         params = self._backend.context_params(self._n_ctx)
         c_params = llama_context_params(params, self._backend.n_threads, self._backend.n_threads_batch)
         try:
@@ -403,6 +438,51 @@ class LlamaNodeSession(NodeSession):
         with self.model.lock:
             self._free()
         self._backend.snapshots.forget(self.key)
+        self._backend.unpark(self.key)
+        self._backend.room_changed()
+
+    def park(self, hand_over: bool) -> tuple[internals.LlamaContext, internals.LlamaBatch] | None:
+        """Save the cache to the backend's parked store and give up the context: freed, or returned
+        (cleared) for another session of the same model and size (``hand_over``), which saves the
+        allocation. The caller holds this model's lock."""
+        context, batch = self._context, self._batch
+        assert context is not None and batch is not None
+        if self.journal.length:
+            size = llama_cpp.llama_state_seq_get_size(context.ctx, 0)
+            data = (ctypes.c_uint8 * size)()
+            if llama_cpp.llama_state_seq_get_data(context.ctx, data, size, 0) == size:
+                self._backend.store_parked(ParkedCache(Snapshot(self.key, self.journal, data), self.read_start))
+                log.debug("parked node %s (%d cells, %.1f MiB) to make room in the KV budget", self.key,
+                          self.journal.length, size / MIB)
+            else:  # its next call reads the conversation again, the same way
+                log.warning("node %s: its cache could not be saved; its next call reads its prompt again", self.key)
+        if not hand_over:
+            self._free()
+            return None
+        self._context = self._batch = None
+        self.journal = EMPTY
+        self.read_start = 0
+        context.kv_cache_clear()
+        return context, batch
+
+    def adopt(self, context: internals.LlamaContext, batch: internals.LlamaBatch) -> None:
+        """Take over a parked session's cleared context (same model, same size)."""
+        self._context, self._batch = context, batch
+        self.journal = EMPTY
+        self.read_start = 0
+        log.debug("node %s took over a parked context", self.key)
+
+    def _unpark(self, context: internals.LlamaContext) -> bool:
+        """Restore the cache this node had when it was parked, if it was. The caller holds the model lock."""
+        parked = self._backend.take_parked(self.key)
+        if parked is None:
+            return False
+        if not self._restore(context, parked.snapshot):
+            return False
+        self.read_start = parked.read_start
+        self._backend.count_restore()
+        log.debug("restored node %s's parked cache (%d cells)", self.key, self.journal.length)
+        return True
 
     def _free(self) -> None:
         if self._batch is not None:
@@ -444,12 +524,16 @@ class LlamaNodeSession(NodeSession):
             # token adds at least one byte of some label, so the longest label in bytes bounds it.
             max_tokens = max(max_tokens, max(len(c.encode("utf-8")) for c in request.choices) + 1)
 
-        with self.model.lock:
-            self._backend._busy(+1)
-            try:
-                return self._generate_locked(request, prompt, edges, grammar, max_tokens, on_token, cancel)
-            finally:
-                self._backend._busy(-1)
+        try:
+            with self.model.lock:
+                self._backend._busy(+1)
+                try:
+                    return self._generate_locked(request, prompt, edges, grammar, max_tokens, on_token, cancel)
+                finally:
+                    self._backend._busy(-1)
+        finally:
+            # a node waiting for room in the KV budget may park this context now that its lock is free
+            self._backend.room_changed()
 
     def _generate_locked(
         self,
@@ -464,7 +548,12 @@ class LlamaNodeSession(NodeSession):
         self.calls += 1
         self.last_used = time.monotonic()
         cold = self._context is None
-        context = self._ensure_context()
+        context = self._ensure_context(cancel)
+        if context is None:
+            return GenerationResult(text="", prompt_tokens=len(prompt), reused=0, evaluated=0, generated=0, cold=cold,
+                                    cancelled=True, finish_reason="cancelled", journal=self.journal)
+        if cold and self._unpark(context):
+            cold = False  # its cache is back as it was: nothing is read from scratch
         sampler = self._sampler(request, grammar)
         try:
             t0 = time.perf_counter()
@@ -548,7 +637,8 @@ class LlamaNodeSession(NodeSession):
         snapshots = self._backend.snapshots
         found = snapshots.best(self.key, wanted)
         if found is not None and min(wanted.shared(found.journal), last_start) > keep:
-            self._restore(context, found)
+            if self._restore(context, found):
+                snapshots.restored += 1
             keep = min(wanted.shared(self.journal), last_start)
         cut, chunks = wanted.rebuild_from(keep)
         if cut < self.read_start and self.journal.length - cut >= SNAPSHOT_MIN_TOKENS:
@@ -583,16 +673,16 @@ class LlamaNodeSession(NodeSession):
                 n = 0
             self.journal = self.journal.cut(n)
 
-    def _restore(self, context: internals.LlamaContext, snapshot: Snapshot) -> None:
+    def _restore(self, context: internals.LlamaContext, snapshot: Snapshot) -> bool:
         context.kv_cache_clear()
         self.journal = EMPTY
         data = snapshot.data
         if llama_cpp.llama_state_seq_set_data(context.ctx, data, len(data), 0) == 0:
             context.kv_cache_clear()  # refused (another build's format): rebuilt from the journal instead
             log.warning("node %s: a cache snapshot could not be restored", self.key)
-            return
+            return False
         self.journal = snapshot.journal
-        self._backend.snapshots.restored += 1
+        return True
 
     def _decode(self, context: internals.LlamaContext, chunk: Sequence[int], singles: bool = False) -> int:
         assert self._batch is not None
@@ -725,6 +815,29 @@ class Snapshot:
     data: Any  # llama_state_seq_get_data's bytes (a ctypes array)
 
 
+@dataclass(frozen=True)
+class ParkedCache:
+    """A node's cache saved when its context was taken to make room in the KV budget; its next
+    call restores it. One per node, kept until then or until the node is released."""
+
+    snapshot: Snapshot
+    read_start: int  # the node's ``read_start`` then: the snapshot policy goes on as if nothing happened
+
+
+@dataclass(frozen=True)
+class KVStats:
+    """What the node contexts of a ``LlamaBackend`` take (``kv_stats``)."""
+
+    live_contexts: int  # node contexts that exist now
+    live_mib: float  # their KV caches and buffers, as the estimator sizes them (``context_mib``)
+    budget_mib: float | None  # what they may take together (None: no limit)
+    parked: int  # nodes whose cache waits in RAM for their next call
+    parked_mib: float  # those snapshots' bytes (apart from the TurnSnapshots budget)
+    parks: int  # caches parked so far
+    restores: int  # parked caches restored so far
+    handovers: int  # parked contexts given straight to another node (no allocation)
+
+
 class TurnSnapshots:
     """Copies of node caches taken before a cut threw away cells earlier calls read, so a rewind
     across a trim or a new summary restores them instead of reading the conversation again. All
@@ -801,6 +914,8 @@ class LlamaBackend(Backend):
     ``asset_dir`` resolves model names relative to the asset. ``idle_release_seconds``
     frees every node's KV cache once no call has run for that long (None: never).
     ``snapshot_mib`` is the RAM all nodes' cache snapshots may take (``TurnSnapshots``).
+    ``kv_budget_mib`` is what all node contexts may take together (None: no limit); past it the
+    least recently used idle ones are parked (see the module's docstring and ``kv_stats``).
     """
 
     def __init__(
@@ -814,7 +929,10 @@ class LlamaBackend(Backend):
         kv_type: KVType = KV_TYPE,
         flash_attn: FlashAttention = FLASH_ATTN,
         snapshot_mib: float = SNAPSHOT_BUDGET_MIB,
+        kv_budget_mib: float | None = None,
     ) -> None:
+        if kv_budget_mib is not None and not kv_budget_mib > 0:  # NaN too
+            raise BackendError(f"the KV budget must be a positive number of MiB (or none), not {kv_budget_mib!r}")
         install_log_forwarding()
         self.snapshots = TurnSnapshots(int(snapshot_mib * MIB))
         cpus = os.cpu_count() or 1
@@ -838,6 +956,12 @@ class LlamaBackend(Backend):
         self._last_call = time.monotonic()
         self.model_loads = 0
         self.idle_release_seconds = idle_release_seconds
+        self.kv_budget_mib = kv_budget_mib
+        # Held while a node makes room in the KV budget and creates its context; calls that end and
+        # releases notify it. Never held while blocking on a model lock (those are only tried).
+        self.kv_room = threading.Condition(threading.Lock())
+        self._parked: dict[str, ParkedCache] = {}  # guarded by _lock
+        self._parks = self._restores = self._handovers = 0
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
         if idle_release_seconds is not None:
@@ -952,9 +1076,10 @@ class LlamaBackend(Backend):
             existing = self._sessions.get(key)
             if existing is not None and existing.model is loaded and existing.n_ctx == n_ctx:
                 return existing
+        created = LlamaNodeSession(self, key, loaded, n_ctx)
+        self._check_budget(created)
         if existing is not None:
             existing.release()
-        created = LlamaNodeSession(self, key, loaded, n_ctx)
         with self._lock:
             self._sessions[key] = created
         return created
@@ -974,6 +1099,89 @@ class LlamaBackend(Backend):
         for s in self.sessions().values():
             s.release()
 
+    # the KV budget
+
+    def kv_stats(self) -> KVStats:
+        live = [s for s in self.sessions().values() if not s.is_cold]
+        with self._lock:
+            parked = list(self._parked.values())
+            parks, restores, handovers = self._parks, self._restores, self._handovers
+        return KVStats(len(live), sum(s.mib for s in live), self.kv_budget_mib, len(parked),
+                       sum(len(p.snapshot.data) for p in parked) / MIB, parks, restores, handovers)
+
+    def _check_budget(self, session: LlamaNodeSession) -> None:
+        budget = self.kv_budget_mib
+        if budget is None:
+            return
+        if not session.mib:
+            raise BackendError(f"node {session.key!r}: {session.model.name} cannot be sized for the KV budget "
+                               f"({budget:g} MiB); run it on a backend without one")
+        if session.mib > budget:
+            raise BackendError(
+                f"node {session.key!r}: its {session.n_ctx}-token context on {session.model.name} needs about "
+                f"{session.mib:.0f} MiB, more than the whole KV budget of {budget:g} MiB; raise the budget "
+                "or lower the node's Context Size"
+            )
+
+    def make_room(self, session: LlamaNodeSession) -> bool:
+        """Park the least recently used idle contexts until ``session``'s fits the KV budget, handing
+        it the first one of its model and size. True when it has a context or room for one; False
+        when what is in the way is in use on other threads. The caller holds ``kv_room`` and
+        ``session``'s model lock."""
+        assert self.kv_budget_mib is not None
+        self._check_budget(session)
+        live = [s for s in self.sessions().values() if not s.is_cold and s is not session]
+        used = sum(s.mib for s in live)
+        for victim in sorted(live, key=lambda s: s.last_used):
+            if used + session.mib <= self.kv_budget_mib:
+                return True
+            # A lock this thread holds (the same model) is taken again; another thread's means the
+            # context is in use there, so it is left alone rather than waited for (no lock order).
+            if not victim.model.lock.acquire(blocking=False):
+                continue
+            try:
+                if victim.is_cold:  # released meanwhile
+                    used -= victim.mib
+                    continue
+                same = victim.model is session.model and victim.n_ctx == session.n_ctx
+                handed = victim.park(hand_over=same)
+            finally:
+                victim.model.lock.release()
+            used -= victim.mib
+            with self._lock:
+                self._parks += 1
+            if handed is not None:
+                session.adopt(*handed)
+                with self._lock:
+                    self._handovers += 1
+                return True
+        return used + session.mib <= self.kv_budget_mib
+
+    def store_parked(self, parked: ParkedCache) -> None:
+        with self._lock:
+            self._parked[parked.snapshot.key] = parked
+
+    def take_parked(self, key: str) -> ParkedCache | None:
+        """A parked node's cache, once (its context holds it from then on)."""
+        with self._lock:
+            return self._parked.pop(key, None)
+
+    def count_restore(self) -> None:
+        with self._lock:
+            self._restores += 1
+
+    def unpark(self, key: str) -> None:
+        """Forget a node's parked cache (it is released)."""
+        with self._lock:
+            self._parked.pop(key, None)
+
+    def room_changed(self) -> None:
+        """Wake the nodes waiting for room in the KV budget (a call ended, a context was freed)."""
+        if self.kv_budget_mib is None:
+            return
+        with self.kv_room:
+            self.kv_room.notify_all()
+
     def close(self) -> None:
         self._stop.set()
         if self._idle_thread is not None:
@@ -984,6 +1192,7 @@ class LlamaBackend(Backend):
             models = list(self._models.values())
             self._models.clear()
             self._sessions.clear()
+            self._parked.clear()
         for m in models:
             with m.lock:
                 m.close()
