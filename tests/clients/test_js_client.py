@@ -1,0 +1,117 @@
+"""The JavaScript client (clients/js) under node's own test runner, against a real ``parley serve``
+process: a scripted conversation with tool calls, a cancel, errors and a watch on the scripted backend,
+and one turn on the real sample model. Needs node 18+ and nothing from npm."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from runtime.resources import examples_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+JS = ROOT / "clients" / "js"
+NODE = shutil.which("node")
+LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
+TOKEN = "js-client-test-token"
+START_SECONDS = 120.0  # a deadline for the server's address line (a busy 2-core machine)
+NODE_SECONDS = 600.0  # a deadline for node's run; node's own per-test timeouts fail sooner
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+@contextmanager
+def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
+    """``parley serve --port 0 ARGS`` as a process of its own; yields the address it prints."""
+    env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
+    if token is not None:
+        env["PARLEY_SERVE_TOKEN"] = token
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--port", "0", *args], cwd=ROOT, env=env,
+                                   stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:  # keeps stdout drained, so the server never blocks on a full pipe
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        try:
+            url = None
+            while url is None:
+                try:
+                    line = lines.get(timeout=START_SECONDS)
+                except queue.Empty:
+                    line = None
+                if line is None:
+                    log.seek(0)
+                    pytest.fail(f"parley serve printed no address (exit {process.poll()}):\n{log.read()[-4000:]}")
+                match = LISTENING.search(line)
+                url = match.group(1) if match else None
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def run_node(*files: Path, **env: str) -> str:
+    """``node --test FILES`` with ``env`` added; its output, after checking every test passed."""
+    assert NODE is not None
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_") or k == "PARLEY_SAMPLE_MODEL"}
+    done = subprocess.run([NODE, "--test", *map(str, files)], cwd=JS, env={**base, **env}, capture_output=True,
+                          text=True, encoding="utf-8", errors="replace", timeout=NODE_SECONDS, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"node --test exited {done.returncode}:\n{output[-12000:]}"
+    assert "\nnot ok " not in output and "# fail 0" in output, output[-12000:]
+    return output
+
+
+def summary(output: str) -> dict[str, int]:
+    """node's closing counts: tests, pass, fail, skipped, ..."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^# (\w+) (\d+)$", output, re.MULTILINE)}
+
+
+def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -> None:
+    tests = sorted((JS / "test").glob("*.test.mjs"))
+    assert JS / "test" / "conversation.test.mjs" in tests
+    with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), token=TOKEN) as url:
+        output = run_node(*tests, PARLEY_URL=url, PARLEY_TOKEN=TOKEN)
+    for name in ("a turn whose tool call the client answers", "a turn cancelled while it waits for the tool result",
+                 "unknown sessions are ParleyErrors with the server's code",
+                 "a watch stream sees the events of a turn another request runs",
+                 "a deleted session is gone, and its watchers' streams end",
+                 "a request without the token is refused as unauthorized"):
+        assert re.search(rf"^\s*ok \d+ - {re.escape(name)}$", output, re.MULTILINE), f"{name!r} did not pass:\n{output}"
+    counts = summary(output)
+    assert counts["skipped"] == 1, output  # only the sample model's test, which needs PARLEY_MODEL_URL
+
+
+@pytest.mark.model
+def test_js_client_runs_a_chat_turn_on_the_sample_model(sample_model: Path, tmp_path: Path) -> None:
+    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
+    raw["default_model"] = str(sample_model)
+    for node in raw["nodes"]:
+        node["max_tokens"] = 24  # a short reply: quick on 2 cores
+    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    with parley_serve("--backend", "embedded", "--assets", str(tmp_path)) as url:
+        output = run_node(JS / "test" / "sample_model.test.mjs", PARLEY_MODEL_URL=url)
+    counts = summary(output)
+    assert (counts["pass"], counts["skipped"]) == (1, 0), output
