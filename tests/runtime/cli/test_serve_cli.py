@@ -1,0 +1,35 @@
+"""``parley serve``'s flags are checked before anything binds or loads, each refusal said plainly."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.cli import main
+from runtime.resources import examples_dir
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    ([], "give at least one --assets folder"),
+    (["--assets", "no/such/folder"], "--assets no/such/folder: not a folder"),
+    (["--assets", str(examples_dir()), "--max-line", "0"], "--max-line must be at least 1"),
+    (["--assets", str(examples_dir()), "--tool-timeout", "0"], "--tool-timeout and --kv-budget must be positive"),
+    (["--assets", str(examples_dir()), "--backend", "scripted", "--kv-budget", "1"],
+     "--kv-budget sizes the embedded backend's caches"),
+    (["--assets", str(examples_dir()), "--backend", "no-such-profile-or-url"], "no backend named 'no-such-profile"),
+])
+def test_bad_flags_are_refused_before_anything_starts(argv, said, capsys, monkeypatch):
+    monkeypatch.delenv("PARLEY_SERVE_TOKEN", raising=False)
+    code = main(["serve", "--port", "0", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err, err
+
+
+def test_listening_beyond_this_computer_needs_a_token(capsys, monkeypatch):
+    monkeypatch.delenv("PARLEY_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--backend", "scripted",
+                 "--assets", str(examples_dir())]) == 2
+    assert "set a token in the environment variable" in capsys.readouterr().err
+    monkeypatch.setenv("PARLEY_SERVE_TOKEN", "short")
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--backend", "scripted",
+                 "--assets", str(examples_dir())]) == 2
+    assert "shorter than 16 characters" in capsys.readouterr().err
