@@ -370,8 +370,6 @@ export class ParleyClient {
   async stream(path, body, id, { tools, onEvent, signal }) {
     const response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
     if (!response.body) throw new ParleyError({ code: "bad_answer", message: "the turn's answer has no body", status: response.status });
-    /** @type {Promise<void>[]} */
-    const answering = [];
     /** @type {ParleyError|null} */
     let toolError = null; // the caller's tools threw: that, not the cancel it causes, is the turn's error
     /** @type {ParleyError|null} */
@@ -379,6 +377,8 @@ export class ParleyClient {
     /** @type {ParleyEvent|null} */
     let last = null;
 
+    // Answers run beside the stream and never reject. The turn does not wait for one still running
+    // when the stream ends: the stream's last event has settled the turn by then.
     /** @param {ToolRequest} request */
     const answer = async (request) => {
       let result;
@@ -406,13 +406,11 @@ export class ParleyClient {
       await readEvents(response.body, (event) => {
         last = event;
         handOn(onEvent, event);
-        if (event.kind === "tool_request" && tools) answering.push(answer(event.data));
+        if (event.kind === "tool_request" && tools) void answer(event.data);
       });
     } catch (cause) {
-      await Promise.allSettled(answering);
       throw toolError ?? failure(cause, signal, response.status);
     }
-    await Promise.allSettled(answering);
     if (toolError) throw toolError;
     /** @type {ParleyEvent|null} */
     const end = last;

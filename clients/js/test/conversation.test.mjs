@@ -155,6 +155,23 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !U
     assert.equal(await client.cancel(session.id), false); // nothing runs now
   });
 
+  test("a turn cancelled elsewhere does not wait for its tool's answer", OPTIONS, async () => {
+    let answer;
+    const pending = new Promise((resolve) => (answer = resolve));
+    await rejectsWith(
+      () =>
+        client.turn(session.id, QUESTION, {
+          tools: () => pending, // the game is still looking it up when the player walks away
+          onEvent: (event) => {
+            if (event.kind === "tool_request") void client.cancel(session.id);
+          },
+        }),
+      "cancelled",
+    );
+    answer("too late"); // posted after the turn ended: refused by the server, and nobody is told
+    assert.equal((await client.getSession(session.id)).turns, 1);
+  });
+
   test("a tool that throws cancels the turn and rejects with tool_error", OPTIONS, async () => {
     const error = await rejectsWith(
       () =>
