@@ -412,8 +412,7 @@ export class ParleyClient {
       throw toolError ?? failure(cause, signal, response.status);
     }
     if (toolError) throw toolError;
-    /** @type {ParleyEvent|null} */
-    const end = last;
+    const end = /** @type {ParleyEvent|null} */ (last); // set in the callback, which the checker cannot see
     if (end?.kind === "turn_finished") return end.data;
     if (end?.kind === "turn_failed") {
       const error = end.data?.error ?? {};
