@@ -59,9 +59,11 @@ def tool_text(tool: str, arguments: dict) -> str:
     return f"{tool}({json.dumps(arguments, ensure_ascii=False)})"
 
 
-def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None = None) -> str:
+def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None = None,
+                read_only: bool = False) -> str:
     """A turn's header: its number (from 1), an edited mark, ``< 2/3 >`` between its alternatives,
-    whether a replay changed its reply, and its actions."""
+    whether a replay changed its reply, and its actions (none, and no arrows, when ``read_only``:
+    a conversation followed elsewhere is not changed here)."""
     parts = [f"<span class='turn'>Turn {index + 1}</span>"]
     tree = saved.tree
     path = tree.path() if tree is not None else []
@@ -70,7 +72,9 @@ def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None 
         if node.edited:
             parts.append("<span class='edited'>\u270e edited</span>")
         alternatives = tree.alternatives(node.id)  # type: ignore[union-attr]
-        if len(alternatives) > 1:
+        if len(alternatives) > 1 and read_only:
+            parts.append(f"<span class='turn'>{alternatives.index(node.id) + 1}/{len(alternatives)}</span>")
+        elif len(alternatives) > 1:
             at = alternatives.index(node.id)
             back = (f"<a class='act' href='branch:{alternatives[at - 1]}' title='the previous alternative'>\u25c0</a>"
                     if at > 0 else "<span class='turn'>\u25c1</span>")
@@ -80,6 +84,8 @@ def turn_header(saved: SavedDialog, index: int, changed: dict[int, bool] | None 
         if changed and node.id in changed:
             parts.append("<span class='changed'>reply changed</span>" if changed[node.id]
                          else "<span class='same'>same reply</span>")
+    if read_only:
+        return " &nbsp;".join(parts)
     actions = " ".join(f"<a class='act' href='turn:{name}:{index}' title='{tip}'>{label}</a>"
                        for name, label, tip in TURN_ACTIONS)
     return " &nbsp;".join(parts) + f" &nbsp; {actions}"
@@ -99,16 +105,17 @@ def shown_backends(saved: SavedDialog, backends: dict[int, str] | None) -> dict[
 
 
 def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
-                    backends: dict[int, str] | None = None) -> str:
+                    backends: dict[int, str] | None = None, read_only: bool = False) -> str:
     """The finished turns of the current branch as HTML (summaries after the turn they fold through);
-    ``backends`` (turn id -> backend label) adds a quiet "via ..." line under each turn's replies."""
+    ``backends`` (turn id -> backend label) adds a quiet "via ..." line under each turn's replies;
+    ``read_only`` leaves out the turns' actions."""
     rows: list[str] = []
     via = shown_backends(saved, backends)
     summaries = {}
     for summary in saved.history.summaries:
         summaries.setdefault(summary.covered_through, []).append(summary)
     for index, turn in enumerate(saved.history.turns):
-        rows.append(f"<p>{turn_header(saved, index, changed)}<br/>"
+        rows.append(f"<p>{turn_header(saved, index, changed, read_only)}<br/>"
                     f"<span class='who'>Player:</span> <span class='player'>{_e(turn.player)}</span></p>")
         for entry in turn.entries:
             if isinstance(entry, Reply):
@@ -135,11 +142,12 @@ class ChatView(QTextBrowser):
         self.document().setDefaultStyleSheet(STYLE)
         self.setPlaceholderText("Say something to the character below. Each reply shows the node that wrote it.")
         self._streaming_node = ""
+        self.read_only = False  # turns without their actions (a conversation followed on a server)
 
     def show_history(self, saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
                      backends: dict[int, str] | None = None) -> None:
         self._streaming_node = ""
-        self.setHtml(transcript_html(saved, asset, changed, backends))
+        self.setHtml(transcript_html(saved, asset, changed, backends, self.read_only))
         self._scroll_to_end()
 
     def _append(self, html_text: str) -> None:

@@ -127,6 +127,9 @@ class ConversationDock(QDockWidget):
         self.voice = text_to_speech()
         self.spoken: list[str] = []  # sentences handed to the voice, newest last
         self.file_job: HistoryFileJob | None = None  # an Import or Export running on its own thread
+        # Why the conversation cannot be changed here ("" when it can): it is followed on a server
+        self.read_only = ""
+        self.follow_panel: QWidget | None = None  # what the window shows above the chat meanwhile
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -319,6 +322,7 @@ class ConversationDock(QDockWidget):
         talk.addWidget(self.stop_button)
         layout.addLayout(talk)
         self.setWidget(body)
+        self._layout = layout
 
         c = conversation
         c.busy_changed.connect(self._busy)
@@ -364,6 +368,8 @@ class ConversationDock(QDockWidget):
     # --- talking ----------------------------------------------------------------------------
 
     def send(self) -> None:
+        if self.read_only:
+            return
         text = self.line.text().strip()
         if text and self.conversation.say(text):
             self.line.clear()
@@ -385,11 +391,37 @@ class ConversationDock(QDockWidget):
     def asset(self):
         return self.conversation.running_asset or self.conversation.document.asset
 
+    def set_read_only(self, reason: str, panel: QWidget | None = None) -> None:
+        """Show a conversation that is not this window's to change (one followed on a server): ``reason``
+        says why, ``panel`` (the window's) goes above the chat; nothing here can send, regenerate, edit,
+        rewind, replay or import meanwhile. ``""`` makes it the window's own again."""
+        self.read_only = reason
+        if self.follow_panel is not None and self.follow_panel is not panel:
+            self._layout.removeWidget(self.follow_panel)
+            self.follow_panel.hide()
+        self.follow_panel = panel if reason else None
+        if self.follow_panel is not None:
+            self._layout.insertWidget(0, self.follow_panel)
+            self.follow_panel.show()
+        self.chat.read_only = bool(reason)
+        self.line.setPlaceholderText(f"Read-only: {reason}" if reason else "What the player says\u2026 (Enter to send)")
+        if reason:
+            self.tool_panel.hide()
+            self.replay_bar.hide()
+        self._busy(self.conversation.busy)
+        if reason:
+            self._redraw()
+
     def _busy(self, busy: bool) -> None:
-        self.send_button.setEnabled(not busy)
-        self.stop_button.setEnabled(busy)
+        editable = not self.read_only
+        self.send_button.setEnabled(not busy and editable)
+        self.line.setEnabled(editable)
+        self.stop_button.setEnabled(busy and editable)
         for button in (self.edit_button, self.variables_button):
-            button.setEnabled(not busy)
+            button.setEnabled(not busy and editable)
+        for button in (self.new_button, self.reroll_button, self.restart_button):
+            button.setEnabled(editable)
+        self.step_by_step.setEnabled(editable)
         self._enable_file_buttons()
         if not busy:
             self.load_progress.hide()
@@ -608,6 +640,9 @@ class ConversationDock(QDockWidget):
     # --- branches: regenerate, edit, rewind, replay -------------------------------------------
 
     def _chat_link(self, url) -> None:
+        if self.read_only:
+            self.show_error(f"Read-only: {self.read_only}")
+            return
         target = url.toString()
         if target.startswith("branch:"):
             self.conversation.select_branch(int(target.split(":", 1)[1]))
@@ -725,7 +760,7 @@ class ConversationDock(QDockWidget):
 
     def _branch_clicked(self, item: QTreeWidgetItem) -> None:
         turn_id = item.data(0, Qt.ItemDataRole.UserRole)
-        if turn_id is not None and not self.conversation.busy:
+        if turn_id is not None and not self.conversation.busy and not self.read_only:
             self.conversation.select_branch(int(turn_id))
 
     def _tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
@@ -856,8 +891,9 @@ class ConversationDock(QDockWidget):
     def _enable_file_buttons(self) -> None:
         idle = self.file_job is None
         self.export_button.setEnabled(idle and not self.conversation.busy)
-        self.export_bundle_action.setEnabled(idle and not self.conversation.busy)
-        self.import_button.setEnabled(idle and not self.conversation.busy)
+        # a bundle replays on the embedded engine; a followed conversation ran elsewhere
+        self.export_bundle_action.setEnabled(idle and not self.conversation.busy and not self.read_only)
+        self.import_button.setEnabled(idle and not self.conversation.busy and not self.read_only)
 
     def _export_failed(self, path: str, error: object, refused: type[InputError], what: str) -> bool:
         """Say why an export to ``path`` failed (``refused``: problems found in what was to be written)."""
