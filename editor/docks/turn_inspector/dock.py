@@ -264,9 +264,12 @@ class TurnInspectorDock(QDockWidget):
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
-        # where the turn ran, when not on this computer (reuse and timings are that server's)
-        remote = d.backend and d.backend != EMBEDDED_LABEL
-        where = f" \u00b7 on {html.escape(d.backend)}" if remote else ""
+        # where the turn ran, when not on this computer (reuse and timings are that server's); a turn
+        # followed on `parley serve` ran there whatever backend its diagnostics name
+        external = isinstance(self.turn_picker.currentData(), str)  # a test run's: its ids are not ours
+        ran_on = (not external and self.conversation.backend_of(record.turn_id)) or d.backend
+        remote = ran_on and ran_on != EMBEDDED_LABEL
+        where = f" \u00b7 on {html.escape(ran_on)}" if remote else ""
         self.path_label.setText(f"<b>Path:</b> {links} \u2192 END &nbsp; <span style='color:#9a9a9a'>"
                                 f"{d.total_ms:.0f} ms{where}</span>{warn}")
         for diag in d.nodes:
