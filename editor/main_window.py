@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor import settings as app_settings
+from editor.attach_dialog import AttachDialog, AttachPanel
 from editor.backend_choice import EMBEDDED_TITLE, BackendChoice
 from editor.backends_dialog import open_backends_dialog
 from editor.canvas import Canvas, add_action, context_menu
@@ -59,6 +60,7 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
+from editor.server_attach import ServerAddress, ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
@@ -116,7 +118,7 @@ DOCKS: list[DockSpec] = [
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
              lambda w: ConversationDock(w.conversation, w, w.download, w.backends)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(w.conversation, w.canvas.highlight_path, w), tab_with="ProblemsDock"),
+             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w), tab_with="ProblemsDock"),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
@@ -143,6 +145,8 @@ class MainWindow(QMainWindow):
         self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker())
         self.conversation.set_snapshot_budget(app_settings.snapshot_budget_mib())  # the designer's, from the settings
         self.download = SampleModelDownload(self)
+        # Following a session of `parley serve` in the conversation's place (Backend > Attach to Server…)
+        self.attach = ServerAttach(self.conversation, self)
         self.suite_run = SuiteRun(self)
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []
@@ -164,6 +168,8 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.properties], [380], Qt.Orientation.Horizontal)
         self.resizeDocks([self.problems_dock], [140], Qt.Orientation.Vertical)
 
+        self.attach_panel = AttachPanel(self.attach, self)
+        self.attach_panel.hide()
         self._build_actions()
         self._build_menus()
         self._wire()
@@ -314,6 +320,14 @@ class MainWindow(QMainWindow):
             tip=f"Download the sample model ({SAMPLE_MODEL_SIZE}) into the models folder")
         self.open_models_action = self._action("&Open Models Folder", open_models_folder,
                                                tip="Show the folder the editor looks for model files in")
+        self.attach_action = self._action("&Attach to Server\u2026", self.open_attach_dialog,
+                                          tip="Follow a session a game runs on `parley serve`, live and read-only")
+        self.take_over_action = self._action("&Take Over Session", self.take_over,
+                                             tip="Copy the followed session into this window's conversation")
+        self.detach_action = self._action("De&tach", self.attach.detach,
+                                          tip="Stop following the session; the game's session is not changed")
+        self.take_over_action.setEnabled(False)
+        self.detach_action.setEnabled(False)
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -423,6 +437,8 @@ class MainWindow(QMainWindow):
         self.conversation_dock.test_case_saved.connect(tests.refresh)
         self.backends.changed.connect(self._backend_changed)
         self.backends.profiles_changed.connect(self._fill_backend_menu)
+        self.attach.changed.connect(self._attach_changed)
+        self.attach.ended.connect(self._attach_ended)
 
     # --- the backend ----------------------------------------------------------------------------
 
@@ -462,6 +478,8 @@ class MainWindow(QMainWindow):
         menu.addAction(self.backends_action)
         menu.addAction(self.snapshot_budget_action)
         menu.addAction(self.self_test_action)
+        menu.addSeparator()
+        menu.addActions([self.attach_action, self.take_over_action, self.detach_action])
 
     def choose_backend(self, spec: str) -> bool:
         problem = self.backends.choose(spec)
@@ -486,6 +504,52 @@ class MainWindow(QMainWindow):
 
     def edit_snapshot_budget(self) -> bool:
         return self.snapshot_budget_dialog().exec() == SnapshotBudgetDialog.DialogCode.Accepted
+
+    # --- following a session on a server -------------------------------------------------------
+
+    def open_attach_dialog(self) -> AttachDialog:
+        """Backend > Attach to Server…: pick a session of a running `parley serve` to follow."""
+        dialog = AttachDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.attach_requested.connect(self.attach_to)
+        dialog.open()  # not exec(): the window stays live behind it
+        return dialog
+
+    def attach_to(self, address: ServerAddress, session) -> bool:
+        """Follow ``session`` (a SessionOut) on the server at ``address``; False, said why, when it cannot."""
+        problem = self.attach.attach(address, session)
+        if problem:
+            QMessageBox.warning(self, "Not attached", problem)
+            return False
+        self.conversation_dock.show()
+        self.conversation_dock.raise_()
+        return True
+
+    def take_over(self) -> bool:
+        problem = self.attach.take_over()
+        if problem:
+            self.statusBar().showMessage(problem, 10_000)
+        return not problem
+
+    def highlight_turn_path(self, node_ids: list[str]) -> None:
+        """The Turn Inspector's path marks, but none from a followed session that runs another asset."""
+        self.canvas.highlight_path(node_ids if self.attach.draws_paths() else [])
+
+    def _attach_changed(self) -> None:
+        attached = self.attach.attached
+        dock = self.conversation_dock
+        if attached and not dock.read_only:
+            dock.set_read_only("this conversation is followed on a server (Take over to talk here)", self.attach_panel)
+        elif not attached and dock.read_only:
+            dock.set_read_only("")
+        self.take_over_action.setEnabled(attached and not self.attach.mismatch)
+        self.detach_action.setEnabled(attached)
+        self.attach_action.setEnabled(not attached)
+        if attached and self.attach.mismatch:
+            self.canvas.highlight_path([])
+
+    def _attach_ended(self, why: str) -> None:
+        self.statusBar().showMessage(why, 10_000)
 
     def _open_test_turn(self, record: TurnRecord, label: str, note: str) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do."""
@@ -809,6 +873,7 @@ class MainWindow(QMainWindow):
         self.autosave.stop()
         # Each stops its work (any turn and server request) and waits for its thread, a few
         # seconds at most: one that still runs is left to end by itself, never destroyed running.
+        self.attach.shutdown()  # closes the watch stream: the server's session is not changed
         self.conversation.shutdown()
         self.download.shutdown()
         self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread

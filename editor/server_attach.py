@@ -1,0 +1,646 @@
+"""Following a session of ``parley serve`` live in the editor (Backend > Attach to Server…).
+
+``ServerAttach`` lives on the UI thread and follows one session of a running server. Its worker
+(``SessionFollower``, on a thread of its own) subscribes to the session's watch stream
+(``GET /v1/sessions/{id}/events``), then reads the session's history and the details of its turns,
+and after each turn that finishes there, that turn's. The service shows them in the window's test
+conversation (``LiveConversation``) as a local turn is shown: the dialog history as its ``saved``,
+each turn as a ``TurnRecord`` made from a runtime ``TurnResult``, and the running turn's events as
+runtime events; so the Conversation dock, the Turn Inspector, Raw JSON and the canvas's path marks
+show a followed turn with no second way in. Meanwhile the conversation is read-only (the window
+sets the Conversation dock so), and the window's own conversation waits aside; Detach brings it back.
+
+Nothing here changes the session on the server: following only reads, Detach closes the stream, and
+Take over copies the session's history into the local agent, to go on from any turn here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+
+from editor.runtime_worker import LiveConversation, TurnRecord, turn_record
+from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
+from runtime.agent import TurnResult
+from runtime.diagnostics import TurnDiagnostics
+from runtime.dialogue.dialog_file import history_from_dict
+from runtime.dialogue.history import SavedDialog
+from runtime.events import Event, NodeFinished, NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
+from runtime.nodes.running import RecordedPrompt
+from runtime.problems import InputError
+from runtime.prompting.prompt import PromptPart
+from runtime.serve.client import ParleyClient, ParleyError, ServerEvent
+from runtime.serve.protocol import SessionOut, TurnDetail
+
+log = logging.getLogger("parley.editor")
+
+# Seconds a request may take to connect or between bytes (the watch stream waits on turns for ever)
+REQUEST_TIMEOUT = 10.0
+DEFAULT_ADDRESS = "http://127.0.0.1:8765"  # parley serve's own default
+
+
+def server_address(text: str) -> str:
+    """The server's base URL from what the designer typed ("127.0.0.1:8765" gets its http://).
+    Raises ValueError saying what is wrong."""
+    url = text.strip().rstrip("/")
+    if not url:
+        raise ValueError("Type the server's address, such as http://127.0.0.1:8765 "
+                         "(what `parley serve` printed when it started).")
+    if "://" not in url:
+        url = f"http://{url}"
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ValueError(f"{text.strip()!r} is not a server address: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{text.strip()!r} is not a server address: use http://HOST:PORT, as `parley serve` "
+                         "printed it.")
+    if parsed.path.rstrip("/").endswith("/v1"):
+        url = url[: url.rfind("/v1")]  # the routes' prefix is the client's to add
+    return url
+
+
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where the server is, and the token it wants (never saved: see ``AttachDialog``)."""
+
+    url: str
+    token: str = field(default="", repr=False)
+
+    def client(self, timeout: float = REQUEST_TIMEOUT) -> ParleyClient:
+        return ParleyClient(self.url, self.token or None, timeout=timeout)
+
+
+def via_label(url: str, backend: str) -> str:
+    """How a followed session's turns say where they ran (the chat's "via ..." line, the Turn Inspector)."""
+    return f"server {url} \u00b7 {backend}" if backend else f"server {url}"
+
+
+def error_text(exc: BaseException, url: str) -> str:
+    """A server's error in the designer's words, with what to do."""
+    if isinstance(exc, ParleyError):
+        if exc.code == "unauthorized":
+            return (f"{url} wants a token: type the one the server was started with (the variable named by its "
+                    f"--token-env, PARLEY_SERVE_TOKEN by default). The server said: {exc.message}")
+        if exc.code == "unavailable":
+            return f"Nothing answers at {url}: is `parley serve` running there? ({exc.message})"
+        if exc.code == "unknown_session":
+            return f"The session is gone from {url} (the game ended it, or the server restarted)."
+        return f"{url} answered {exc.code}: {exc.message}"
+    if isinstance(exc, httpx.HTTPError):
+        return f"Nothing answers at {url}: is `parley serve` running there? ({exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# --- from the server's JSON to the runtime's objects -------------------------------------------
+
+_PART_FIELDS = frozenset(f.name for f in dataclasses.fields(PromptPart))
+
+
+def prompt_part(raw: dict[str, Any]) -> PromptPart:
+    """One part of a recorded prompt as the server sent it (fields it may add later are left out)."""
+    return PromptPart(**{k: v for k, v in raw.items() if k in _PART_FIELDS})
+
+
+def turn_result(detail: TurnDetail, backend: str = "") -> TurnResult | None:
+    """A turn the server ran, as the runtime's ``TurnResult`` (None when it kept no diagnostics: a turn
+    imported there, one older than the server keeps, or an asset with diagnostics off). Raises
+    ValueError (pydantic's ValidationError among them) or TypeError when the details do not fit."""
+    if detail.diagnostics is None:
+        return None
+    diagnostics = TurnDiagnostics.model_validate(detail.diagnostics)
+    prompts = {node: RecordedPrompt([prompt_part(p) for p in value.get("parts", [])], int(value.get("context_size", 0)))
+               for node, value in (detail.prompts or {}).items()}
+    return TurnResult(detail.index, detail.reply, list(detail.path), {}, diagnostics, prompts, detail.turn_id, backend)
+
+
+def runtime_event(event: ServerEvent) -> Event | None:
+    """A watch stream's node event as the runtime's (what the Conversation dock shows as a turn runs);
+    None for the kinds that are not one (turn_started, tool_request, turn_finished, ...)."""
+    d = event.data
+    node = str(d.get("node", ""))
+    try:
+        if event.kind == "node_started":
+            return NodeStarted(node, str(d.get("type", "")))
+        if event.kind == "token":
+            return Token(node, str(d["text"]))
+        if event.kind == "speak":
+            return Speak(node, str(d["text"]))
+        if event.kind == "tool_call":
+            return ToolCalled(node, str(d["tool"]), dict(d.get("arguments") or {}), str(d.get("result", "")))
+        if event.kind == "summarized":
+            return Summarized(node, int(d["covered_through"]), int(d["folded_turns"]), int(d["summary_chars"]),
+                              str(d.get("text", "")))
+        if event.kind == "warning":
+            return TurnWarning(node, str(d.get("message", "")))
+        if event.kind == "node_finished":
+            return NodeFinished(node, str(d.get("type", "")), str(d.get("output", "")), str(d.get("exit", "")),
+                                str(d.get("next_node", "")))
+    except (KeyError, TypeError, ValueError):
+        log.warning("a %s event from the server did not fit: %r", event.kind, d)
+    return None
+
+
+@dataclass
+class SessionView:
+    """What the follower read of a session: the session, its dialog history (None when it could not be
+    read), the turns with diagnostics (in order), and what could not be read."""
+
+    session: SessionOut
+    saved: SavedDialog | None
+    turns: list[TurnResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | None = None) -> SessionView:
+    """Read ``session_id``: its history and the details of ``turn_ids`` (None: every turn of the current
+    branch). What cannot be read is noted, not raised, except the session itself (ParleyError)."""
+    session = client.session(session_id)
+    notes: list[str] = []
+    saved = None
+    try:
+        saved = history_from_dict(client.export_history(session_id), f"{session_id} (from {client.http.base_url})")
+    except ParleyError as exc:
+        notes.append(f"the history could not be read: {exc.message}")
+    except InputError as exc:
+        notes.append("the history did not fit: " + "; ".join(str(p) for p in exc.problems[:3]))
+    if turn_ids is None:
+        turn_ids = [t.turn_id for t in client.turns(session_id)]
+    turns = []
+    for turn_id in turn_ids:
+        try:
+            result = turn_result(client.turn_detail(session_id, turn_id), session.backend)
+        except ParleyError as exc:
+            notes.append(f"turn {turn_id}'s details could not be read: {exc.message}")
+            continue
+        except (ValueError, TypeError) as exc:
+            notes.append(f"turn {turn_id}'s diagnostics did not fit: {str(exc).splitlines()[0]}")
+            continue
+        if result is not None:
+            turns.append(result)
+    return SessionView(session, saved, turns, notes)
+
+
+# --- the worker (its own thread) -----------------------------------------------------------------
+
+
+class SessionFollower(QObject):
+    """Reads one session's watch stream on its thread until ``stop`` (callable from any thread).
+    Each signal carries the follower's ``generation``, so what a stopped follower still sent is known."""
+
+    opened = Signal(int, object)  # generation, SessionView: subscribed, and the session so far
+    event = Signal(int, object)  # generation, ServerEvent
+    turn_read = Signal(int, object)  # generation, SessionView after a turn finished (its turns: that one)
+    ended = Signal(int, str)  # generation, why it stopped ("" when stopped here)
+
+    def __init__(self, address: ServerAddress, session_id: str, generation: int) -> None:
+        super().__init__()
+        self.address = address
+        self.session_id = session_id
+        self.generation = generation
+        self.client = address.client()
+        self.watch = self.client.watch(session_id)
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """End the stream (its iterator ends at once); the thread then quits."""
+        self._stopping.set()
+        self.watch.close()
+
+    @Slot()
+    def follow(self) -> None:
+        g, reason = self.generation, ""
+        try:
+            for event in self.watch:
+                if self._stopping.is_set():
+                    break
+                if event.kind == "watching":
+                    # subscribed first, read second: a turn that ends meanwhile is read twice, never missed
+                    self.opened.emit(g, read_session(self.client, self.session_id))
+                elif event.kind == "turn_finished":
+                    self.event.emit(g, event)
+                    turn_id = event.data.get("turn_id")
+                    ids = [int(turn_id)] if isinstance(turn_id, int) else []
+                    self.turn_read.emit(g, read_session(self.client, self.session_id, ids))
+                else:
+                    self.event.emit(g, event)
+            if not self._stopping.is_set():
+                reason = "the server ended the stream (it stopped, or the session was deleted)"
+        except (ParleyError, httpx.HTTPError) as exc:
+            if not self._stopping.is_set():
+                reason = error_text(exc, self.address.url)
+        except Exception as exc:  # the thread must end and say why, whatever broke
+            log.exception("following %s failed", self.session_id)
+            if not self._stopping.is_set():
+                reason = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.client.close()
+            self.ended.emit(g, reason)
+            QThread.currentThread().quit()
+
+
+class ServerRequest(QObject):
+    """A few requests to a server on a thread of its own (listing sessions, exporting a history), so the
+    window keeps answering a server that is slow or gone. ``finished(result, error)`` is emitted on the
+    UI thread, the thread stopped: what ``work`` returned and None, or None and what it raised. (The same
+    shape as the Conversation dock's ``HistoryFileJob``, which a service may not import.)"""
+
+    finished = Signal(object, object)
+
+    def __init__(self, work: Callable[[], object], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread = QThread()
+        self._thread.setObjectName("parley-server-request")
+        self._work = _RequestWork(work)
+        self._work.moveToThread(self._thread)
+        self._thread.started.connect(self._work.run)
+        self._work.done.connect(self._done)  # queued: this object lives on the UI thread
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.wait)
+        self._thread.start()
+
+    def is_running(self) -> bool:
+        return self._thread.isRunning()
+
+    def wait(self) -> None:
+        """Wait for the requests to end (each within its timeout) and stop the thread."""
+        self._thread.quit()
+        self._thread.wait()
+
+    def _done(self, result: object, error: object) -> None:
+        self.wait()
+        self.finished.emit(result, error)
+
+
+class _RequestWork(QObject):
+    done = Signal(object, object)
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        super().__init__()
+        self._work = work
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            result = self._work()
+        except Exception as exc:  # noqa: BLE001 - handed to the UI thread, which says what failed
+            self.done.emit(None, exc)
+            return
+        self.done.emit(result, None)
+
+
+# --- the UI side -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Aside:
+    """The window's own conversation while a session is followed in its place."""
+
+    saved: SavedDialog
+    records: dict[int, TurnRecord]
+    turn_backends: dict[int, str]
+    turn_reproducibility: dict
+    selected_turn: int
+
+
+class ServerAttach(ThreadService):
+    """The window's following of a session on ``parley serve`` (one at a time). Every signal here is
+    emitted on the UI thread."""
+
+    changed = Signal()  # following started or stopped, or what it says (``status``, ``mismatch``) changed
+    opened = Signal()  # the session's turns so far are shown
+    turn_shown = Signal(object)  # TurnRecord of a turn that finished on the server, once the docks have it
+    ended = Signal(str)  # following stopped (detached, taken over, or the server went away): why
+    taken_over = Signal()  # the session's history is the local conversation's now
+
+    def __init__(self, conversation: LiveConversation, parent: QObject | None = None) -> None:
+        super().__init__("parley-attach", parent)
+        self.conversation = conversation
+        self.document = conversation.document
+        self.address: ServerAddress | None = None
+        self.session: SessionOut | None = None
+        self.following = False  # the stream is open (False once the server went away; the view stays)
+        self.status = ""  # what the attach panel says of the session
+        self.mismatch = ""  # why the path marks are off: the open document is not the session's asset
+        self.notes: list[str] = []  # what the latest read could not read
+        self.follower: SessionFollower | None = None
+        self.request: ServerRequest | None = None  # Take over's export, while it runs
+        self._generation = 0
+        self._live_turn = False  # a turn_started was seen: its events go to the chat
+        self._aside: _Aside | None = None
+        self._imported: SavedDialog | None = None  # Take over's history, until the local agent has it
+        self._carried: tuple[dict[int, TurnRecord], dict[int, str]] = ({}, {})
+        self.document.reset.connect(self._document_replaced)  # after the conversation's own restart
+
+    @property
+    def attached(self) -> bool:
+        return self.session is not None
+
+    # --- following ------------------------------------------------------------------------------
+
+    def attach(self, address: ServerAddress, session: SessionOut) -> str:
+        """Follow ``session`` on the server at ``address``, in place of the window's own conversation
+        (which comes back on Detach). Returns why it cannot ("" when it does)."""
+        conv = self.conversation
+        if self.closed or conv.closed:
+            return "The window is closing."
+        if conv.busy:
+            return "A turn is running here: stop it or let it finish, then attach."
+        if self.request is not None:
+            return "Taking over is still under way."
+        if self.attached:
+            self.detach()
+        conv.stop_replay()
+        self._aside = _Aside(conv.saved, conv.records, conv.turn_backends, conv.turn_reproducibility,
+                             conv.selected_turn)
+        conv.saved, conv.records, conv.turn_backends, conv.turn_reproducibility = SavedDialog(), {}, {}, {}
+        conv.selected_turn = -1
+        self.address, self.session = address, session
+        self.following, self.notes, self._live_turn = True, [], False
+        self.mismatch = self._mismatch()
+        self.status = f"Connecting to {address.url}\u2026"
+        self._generation += 1
+        follower = SessionFollower(address, session.id, self._generation)
+        thread = self._new_thread(follower)
+        thread.started.connect(follower.follow)
+        # Queued (the follower lives on its thread): these slots run here, on the UI thread.
+        follower.opened.connect(self._opened)
+        follower.event.connect(self._event)
+        follower.turn_read.connect(self._turn_read)
+        follower.ended.connect(self._ended)
+        self.follower = follower
+        conv.history_changed.emit(conv.saved)
+        conv.turn_selected.emit(-1)
+        self.changed.emit()
+        thread.start()
+        return ""
+
+    def detach(self) -> None:
+        """Stop following; the session on the server goes on untouched (only the stream is closed),
+        and the window's own conversation is back."""
+        if not self.attached:
+            return
+        self._stop_following()
+        self._bring_back()
+        self._forget("Detached: the session goes on on the server, untouched.")
+
+    def draws_paths(self) -> bool:
+        """Whether the canvas may mark a turn's path: not when a followed session runs another asset."""
+        return not self.attached or not self.mismatch
+
+    def _stop_following(self) -> None:
+        self._generation += 1  # whatever the old follower still sent is stale now
+        follower, thread = self.follower, self.thread
+        self.follower, self.following = None, False
+        if follower is not None:
+            follower.stop()
+        if thread is not None and thread.isRunning() and not thread.wait(SHUTDOWN_WAIT_MS):
+            log.error("the attach thread did not stop within %d ms; it is left to end by itself", SHUTDOWN_WAIT_MS)
+            self._leave_running(thread)
+        self.thread = None
+
+    def _bring_back(self) -> None:
+        """The window's own conversation, as it was before attaching, in the docks again."""
+        aside, self._aside = self._aside, None
+        if aside is None:
+            return
+        conv = self.conversation
+        conv.saved, conv.records, conv.turn_backends = aside.saved, aside.records, aside.turn_backends
+        conv.turn_reproducibility, conv.selected_turn = aside.turn_reproducibility, aside.selected_turn
+        conv.history_changed.emit(conv.saved)
+        conv.turn_selected.emit(conv.selected_turn)
+
+    def _forget(self, why: str) -> None:
+        self.session = self.address = None
+        self.status, self.mismatch, self.notes = "", "", []
+        self._live_turn = False
+        self.changed.emit()
+        self.ended.emit(why)
+
+    def _document_replaced(self) -> None:
+        """Another asset was opened (the conversation restarted): the session is not this document's."""
+        if self.attached:
+            self._stop_following()
+            self._aside = None  # the window's own conversation was restarted with the new asset
+            self._forget("Detached: another asset was opened.")
+
+    # --- what the follower read (UI thread) ------------------------------------------------------
+
+    def _opened(self, generation: int, view: SessionView) -> None:
+        if generation != self._generation:
+            return
+        self._show(view)
+        self.opened.emit()
+
+    def _turn_read(self, generation: int, view: SessionView) -> None:
+        if generation != self._generation:
+            return
+        records = self._show(view)
+        if records:
+            self.turn_shown.emit(records[-1])
+
+    def _show(self, view: SessionView) -> list[TurnRecord]:
+        """Put what was read into the conversation the docks show, as a local turn's would be."""
+        conv = self.conversation
+        self.session = view.session
+        self.notes = view.notes
+        label = via_label(self.address.url if self.address else "", view.session.backend)
+        if view.saved is not None:
+            conv.saved = view.saved
+        tree = conv.saved.tree
+        for turn_id in tree.nodes if tree is not None else ():
+            conv.turn_backends[turn_id] = label
+        asset = self.document.asset
+        records = [turn_record(result, asset) for result in view.turns]
+        for record in records:
+            conv.records[record.turn_id] = record
+            conv.turn_backends[record.turn_id] = label
+        self.mismatch = self._mismatch()
+        self._live_turn = False
+        self.status = self._following_text()
+        conv.history_changed.emit(conv.saved)
+        if records:
+            conv.turn_finished.emit(records[-1])
+            conv.select_turn(records[-1].turn_id)
+        self.changed.emit()
+        return records
+
+    def _event(self, generation: int, event: ServerEvent) -> None:
+        if generation != self._generation:
+            return
+        conv, d = self.conversation, event.data
+        if event.kind == "turn_started":
+            self._live_turn = True
+            number = d.get("turn")
+            self.status = f"Turn {number + 1 if isinstance(number, int) else ''} is running on the server\u2026"
+            conv.turn_started.emit(str(d.get("line", "")))
+            self.changed.emit()
+        elif event.kind == "tool_request":
+            self.status = (f"{d.get('node', '')} asks the game for {d.get('tool', '')}"
+                           f"({', '.join(f'{k}={v!r}' for k, v in dict(d.get('arguments') or {}).items())})\u2026")
+            self.changed.emit()
+        elif event.kind == "turn_failed":
+            self._live_turn = False
+            error = d.get("error") or {}
+            self.status = (f"A turn failed on the server ({error.get('code', '?')}: {error.get('message', '')}); "
+                           "the session is as it was before it.")
+            conv.history_changed.emit(conv.saved)  # the half-shown turn goes
+            self.changed.emit()
+        elif self._live_turn:
+            shown = runtime_event(event)
+            if shown is not None:
+                conv.event.emit(shown)
+
+    def _ended(self, generation: int, reason: str) -> None:
+        if generation != self._generation:
+            return
+        if self.thread is not None:
+            self.thread.wait()  # it has quit already (the follower's last act)
+            self.thread = None
+        self.follower, self.following = None, False
+        if reason:
+            self.status = f"Not following any more: {reason} What you see is the session as it was last read."
+            self.changed.emit()
+
+    def _following_text(self) -> str:
+        session = self.session
+        if session is None:
+            return ""
+        turns = f"{session.turns} turn{'s' if session.turns != 1 else ''}"
+        busy = "; a turn is running" if session.busy else ""
+        return f"Following live: {turns}{busy}. Read-only here: Take over to go on locally."
+
+    def _mismatch(self) -> str:
+        """Why the open document is not the session's asset ("" when it may be): the node ids the
+        session's turns name that the document lacks, or both the asset's name and file differ."""
+        session, doc, conv = self.session, self.document, self.conversation
+        if session is None:
+            return ""
+        known = set(doc.asset.node_ids())
+        named: set[str] = set()
+        tree = conv.saved.tree
+        for node in tree.nodes.values() if tree is not None else ():
+            named.update(entry.node for entry in node.turn.entries)
+        for record in conv.records.values():
+            named.update(record.diagnostics.path)
+            named.update(n.node for n in record.diagnostics.nodes)
+        missing = sorted(named - known)
+        file_name = Path(session.asset).name
+        if missing:
+            nodes = ", ".join(missing[:5]) + ("\u2026" if len(missing) > 5 else "")
+            return (f"The open document is not this session's asset {file_name} (\u201c{session.asset_name}\u201d): "
+                    f"it has no node {nodes}. Path marks are off; open {file_name} to see them.")
+        open_name = Path(doc.path).name if doc.path else ""
+        if session.asset_name != doc.asset.name and file_name != open_name:
+            return (f"The session runs {file_name} (\u201c{session.asset_name}\u201d), not the open document "
+                    f"(\u201c{doc.asset.name}\u201d). Path marks are off; open {file_name} to see them.")
+        return ""
+
+    # --- take over --------------------------------------------------------------------------------
+
+    def take_over(self) -> str:
+        """Copy the session's history (exported from the server now) into the local conversation, to
+        go on, regenerate or replay from any turn here; following stops, the server's session is
+        untouched. Returns why it cannot start ("" when it does: ``taken_over`` or ``changed`` follows)."""
+        if not self.attached or self.address is None or self.session is None:
+            return "Not attached to a session."
+        if self.request is not None:
+            return "Taking over is already under way."
+        if self.mismatch:
+            return f"Cannot take over into this document: {self.mismatch}"
+        address, session_id = self.address, self.session.id
+
+        def export() -> SavedDialog:
+            with address.client() as client:
+                return history_from_dict(client.export_history(session_id), f"{session_id} on {address.url}")
+
+        self.status = f"Copying the session's history from {address.url}\u2026"
+        self.changed.emit()
+        self.request = ServerRequest(export, self)
+        self.request.finished.connect(self._exported)
+        return ""
+
+    def _exported(self, saved: object, error: object) -> None:
+        request, self.request = self.request, None
+        if request is not None:
+            request.deleteLater()
+        if not self.attached:
+            return  # detached meanwhile
+        if error is not None or not isinstance(saved, SavedDialog):
+            problems = getattr(error, "problems", None)
+            why = ("; ".join(str(p) for p in problems[:3]) if problems
+                   else error_text(error, self.address.url if self.address else "") if isinstance(error, Exception)
+                   else "no history")
+            self.status = f"Could not take over: {why}. Still following."
+            self.changed.emit()
+            return
+        conv = self.conversation
+        # Each turn's record and "via server" mark go with it: the local turns have the same ids.
+        self._carried = (dict(conv.records), dict(conv.turn_backends))
+        self._stop_following()
+        self._bring_back()
+        self._imported = saved
+        conv.history_changed.connect(self._local_history)
+        conv.history_rejected.connect(self._import_refused)
+        if not conv.import_history(saved, f"session {self.session.id if self.session else ''}"):
+            self._import_done()
+            self._forget("Could not take over: a local turn is running.")
+            return
+        self._forget("Taken over: the session's turns are this window's conversation now; the session goes on "
+                     "on the server, untouched.")
+        self.taken_over.emit()
+
+    def _local_history(self, saved: SavedDialog) -> None:
+        """The local agent's history: once it is the imported one, give its turns their records back."""
+        imported = self._imported
+        if imported is None or saved.tree is None or imported.tree is None:
+            return
+        if set(saved.tree.nodes) != set(imported.tree.nodes) or saved.tree.current != imported.tree.current:
+            return  # the agent made for the document first, before the import
+        self._import_done()
+        conv = self.conversation
+        records, marks = self._carried
+        self._carried = ({}, {})
+        conv.records.update({k: v for k, v in records.items() if k in saved.tree.nodes})
+        conv.turn_backends.update({k: v for k, v in marks.items() if k in saved.tree.nodes})
+        conv.history_changed.emit(saved)  # again, now with the records and the marks
+        path = saved.tree.path()
+        last = next((conv.records[t] for t in reversed(path) if t in conv.records), None)
+        if last is not None:
+            conv.turn_finished.emit(last)
+            conv.select_turn(last.turn_id)
+
+    def _import_refused(self, message: str) -> None:
+        self._import_done()
+        self.ended.emit(f"The local agent refused the session's history: {message}")
+
+    def _import_done(self) -> None:
+        self._imported = None
+        for signal, slot in ((self.conversation.history_changed, self._local_history),
+                             (self.conversation.history_rejected, self._import_refused)):
+            try:
+                signal.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass  # not connected
+
+    # --- shutting down ----------------------------------------------------------------------------
+
+    def _cancel_work(self) -> None:
+        self._generation += 1
+        if self.follower is not None:
+            self.follower.stop()  # the follower then quits its thread
+
+    def _after_shutdown(self) -> None:
+        self.follower, self.following = None, False
+        if self.request is not None:
+            self.request.wait()
+            self.request = None
