@@ -376,6 +376,7 @@ export class ParleyClient {
     let postError = null; // posting a result failed (e.g. the turn was cancelled meanwhile): matters only if the stream says nothing
     /** @type {ParleyEvent|null} */
     let last = null;
+    let ended = false; // once the stream has ended, a tool that throws must not cancel the session's next turn
 
     // Answers run beside the stream and never reject. The turn does not wait for one still running
     // when the stream ends: the stream's last event has settled the turn by then.
@@ -392,7 +393,7 @@ export class ParleyClient {
           node: request.node,
           cause,
         });
-        await this.cancel(id).catch(() => {});
+        if (!ended) await this.cancel(id).catch(() => {});
         return;
       }
       try {
@@ -410,6 +411,8 @@ export class ParleyClient {
       });
     } catch (cause) {
       throw toolError ?? failure(cause, signal, response.status);
+    } finally {
+      ended = true;
     }
     if (toolError) throw toolError;
     const end = /** @type {ParleyEvent|null} */ (last); // set in the callback, which the checker cannot see

@@ -1,6 +1,7 @@
 // A scripted conversation against a real `parley serve --backend scripted --assets resources/examples`
-// at PARLEY_URL with the token PARLEY_TOKEN (tests/clients/test_js_client.py starts one): tool calls answered by the client, a
-// cancel while a tool call waits, errors, an observer's watch stream and the session's other routes.
+// at PARLEY_URL, with the token PARLEY_TOKEN (tests/clients/test_js_client.py starts one): tool calls
+// answered by the client, a cancel while a tool call waits, errors, an observer's watch stream and the
+// session's other routes.
 // The tests of one describe() run in order and share one session, as a game's conversation would.
 
 import assert from "node:assert/strict";
@@ -8,7 +9,7 @@ import { after, before, describe, test } from "node:test";
 
 import { ParleyClient, ParleyError } from "../parley-client.mjs";
 
-const URL = process.env.PARLEY_URL;
+const SERVER = process.env.PARLEY_URL;
 const TOKEN = process.env.PARLEY_TOKEN; // the server's --token-env token, when it was started with one
 const QUESTION = "How many arrows are there?"; // the scripted backend calls check_stock on it
 const WAIT_MS = 20000; // a wait's deadline: past it the test fails instead of hanging
@@ -87,8 +88,8 @@ function choppyFetch(chunkSizes = [1, 2, 3]) {
   };
 }
 
-describe("a conversation with the quartermaster (tool_calling.json)", { skip: !URL && "PARLEY_URL is not set" }, () => {
-  const client = new ParleyClient(URL ?? "http://127.0.0.1:9", { token: TOKEN });
+describe("a conversation with the quartermaster (tool_calling.json)", { skip: !SERVER && "PARLEY_URL is not set" }, () => {
+  const client = new ParleyClient(SERVER ?? "http://127.0.0.1:9", { token: TOKEN });
   /** @type {import("../parley-client.mjs").Session} */
   let session;
 
@@ -172,6 +173,46 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !U
     assert.equal((await client.getSession(session.id)).turns, 1);
   });
 
+  test("a tool that throws after its turn ended leaves the next turn alone", OPTIONS, async () => {
+    const requests = []; // what this client sends, recorded as fetch is called
+    const recording = new ParleyClient(SERVER, {
+      token: TOKEN,
+      fetch: (url, init) => {
+        requests.push(`${init?.method} ${new URL(url).pathname}`);
+        return fetch(url, init);
+      },
+    });
+    let fail;
+    const pending = new Promise((_, reject) => (fail = reject));
+    await rejectsWith(
+      () =>
+        recording.turn(session.id, QUESTION, {
+          tools: () => pending,
+          onEvent: (event) => {
+            if (event.kind === "tool_request") void client.cancel(session.id); // another client stops it
+          },
+        }),
+      "cancelled",
+    );
+    const asked = signalled();
+    let answer;
+    const next = client.turn(session.id, QUESTION, {
+      tools: () => {
+        asked.resolve();
+        return new Promise((resolve) => (answer = resolve));
+      },
+    });
+    await within(asked.promise, "the next turn's tool_request");
+    const before = requests.length;
+    fail(new Error("the lookup failed, late"));
+    // the client handles the rejection in microtasks; a macrotask later, any request it makes has been started
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(requests.slice(before), []);
+    answer("3 arrows");
+    assert.match((await next).reply, /3 arrows/);
+    assert.equal((await client.rewind(session.id, 1)).turns, 1);
+  });
+
   test("a tool that throws cancels the turn and rejects with tool_error", OPTIONS, async () => {
     const error = await rejectsWith(
       () =>
@@ -205,7 +246,7 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !U
   });
 
   test("events split across reads and \\r\\n line ends parse the same", OPTIONS, async () => {
-    const choppy = new ParleyClient(URL, { token: TOKEN, fetch: choppyFetch() });
+    const choppy = new ParleyClient(SERVER, { token: TOKEN, fetch: choppyFetch() });
     const kinds = [];
     const finished = await choppy.turn(session.id, QUESTION, {
       tools: async () => "7 arrows",
@@ -235,11 +276,11 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !U
   });
 
   test("a request without the token is refused as unauthorized", { ...OPTIONS, skip: !TOKEN && "PARLEY_TOKEN is not set" }, async () => {
-    const stranger = new ParleyClient(URL);
+    const stranger = new ParleyClient(SERVER);
     const error = await rejectsWith(() => stranger.getSession(session.id), "unauthorized");
     assert.equal(error.status, 401);
     await rejectsWith(() => stranger.turn(session.id, QUESTION), "unauthorized");
-    await rejectsWith(() => new ParleyClient(URL, { token: "wrong" }).health(), "unauthorized");
+    await rejectsWith(() => new ParleyClient(SERVER, { token: "wrong" }).health(), "unauthorized");
   });
 
   test("unknown sessions are ParleyErrors with the server's code", OPTIONS, async () => {
@@ -260,7 +301,7 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !U
         if (event.kind === "turn_finished") finished.resolve();
       },
     });
-    const player = new ParleyClient(URL, { token: TOKEN }); // the game, while the editor watches
+    const player = new ParleyClient(SERVER, { token: TOKEN }); // the game, while the editor watches
     const ran = [];
     const result = await player.turn(session.id, QUESTION, {
       tools: async () => "99 arrows",

@@ -7,10 +7,10 @@ import { test } from "node:test";
 
 import { ParleyClient } from "../parley-client.mjs";
 
-const URL = process.env.PARLEY_MODEL_URL;
+const SERVER = process.env.PARLEY_MODEL_URL;
 
-test("a chat.json turn on the sample model", { skip: !URL && "PARLEY_MODEL_URL is not set", timeout: 300000 }, async () => {
-  const client = new ParleyClient(URL);
+test("a chat.json turn on the sample model", { skip: !SERVER && "PARLEY_MODEL_URL is not set", timeout: 300000 }, async () => {
+  const client = new ParleyClient(SERVER);
   const session = await client.createSession("chat.json", { variables: { player_name: "Rowan" } });
   try {
     const tokens = [];
