@@ -293,8 +293,8 @@ namespace Parley
             var request = new HttpRequestMessage(HttpMethod.Post, baseUrl + S(sessionId) + route);
             request.Content = new StringContent(body, Encoding.UTF8, "application/json");
             request.Headers.Accept.ParseAdd("text/event-stream");
-            // Its own connection, closed after: a stream closed mid-turn (a cancel) must not leave a
-            // half-read connection in the pool for the next request (Mono's handler would reuse it).
+            // Its own connection, closed after: a stream left mid-turn must not go back to the pool half
+            // read (Mono 6.8's handler reused one, and the next request read the rest of the stream).
             request.Headers.ConnectionClose = true;
             HttpResponseMessage response;
             try
@@ -306,71 +306,107 @@ namespace Parley
                 throw Unreachable(e);
             }
             var answers = new List<Task>();
+            var ended = new bool[1]; // turn_finished or turn_failed was read: nothing is left running
+            var stopped = new TaskCompletionSource<bool>(); // the token's cancel has its answer
+            int fired = 0;
+            TurnResult result = null;
+            Exception failure = null;
             using (response)
             {
                 if (!response.IsSuccessStatusCode)
                     throw Failure((int)response.StatusCode, await response.Content.ReadAsStringAsync());
-                // A cancelled token asks the server to stop and closes the stream, which stops the turn too
-                // (the server cancels a turn whose client went away) and ends the read below at once.
+                // A cancelled token asks the server to stop the turn, whose stream then ends with turn_failed;
+                // closing the stream after the answer ends the read even if the server says no more.
+                // (Closing it first would be slower: the handler first drains the response for 2 s.)
                 using (cancel.Register(() =>
                 {
-                    Observe(Cancel(sessionId));
-                    response.Dispose();
+                    Interlocked.Exchange(ref fired, 1);
+                    Cancel(sessionId).ContinueWith(t =>
+                    {
+                        var ignored = t.Exception;
+                        stopped.TrySetResult(true);
+                        response.Dispose();
+                    });
                 }))
                 {
                     try
                     {
-                        var stream = await response.Content.ReadAsStreamAsync();
-                        var reader = new StreamReader(stream, new UTF8Encoding(false));
-                        string kind = "message";
-                        var data = new StringBuilder();
-                        bool hasData = false;
-                        while (true)
-                        {
-                            // No ConfigureAwait(false): the callbacks run on the caller's context (Unity's main thread).
-                            string lineRead = await reader.ReadLineAsync();
-                            cancel.ThrowIfCancellationRequested();
-                            if (lineRead == null)
-                                throw new ParleyException("stream_ended", "the turn's stream ended before turn_finished "
-                                                          + "or turn_failed (did the server stop?)", 0);
-                            if (lineRead.Length == 0)
-                            {
-                                if (hasData)
-                                {
-                                    var e = Dispatch(sessionId, kind, data.ToString(), tools, onEvent, answers);
-                                    if (e != null) return e;
-                                }
-                                kind = "message";
-                                data.Length = 0;
-                                hasData = false;
-                                continue;
-                            }
-                            if (lineRead[0] == ':') continue; // a comment: the server's keep-alive
-                            int colon = lineRead.IndexOf(':');
-                            string field = colon < 0 ? lineRead : lineRead.Substring(0, colon);
-                            string value = colon < 0 ? "" : lineRead.Substring(colon + 1);
-                            if (value.StartsWith(" ")) value = value.Substring(1);
-                            if (field == "event") kind = value;
-                            else if (field == "data")
-                            {
-                                if (hasData) data.Append('\n');
-                                data.Append(value);
-                                hasData = true;
-                            }
-                        }
+                        result = await Read(response, sessionId, tools, onEvent, answers, ended);
                     }
-                    catch (Exception e) when (cancel.IsCancellationRequested && !(e is OperationCanceledException))
+                    catch (Exception e)
                     {
-                        throw new OperationCanceledException("the turn was cancelled", e, cancel);
-                    }
-                    catch (IOException e)
-                    {
-                        throw new ParleyException("stream_ended", "the turn's stream broke: " + e.Message, 0, null, "", "", e);
+                        failure = e;
                     }
                     finally
                     {
                         foreach (var t in answers) Observe(t);
                     }
+                } // (disposing the registration waits for a callback that is running)
+                if (Volatile.Read(ref fired) == 1)
+                {
+                    // Wait for the cancel's answer, so that it cannot stop the caller's next turn.
+                    await stopped.Task;
+                    if (result != null) return result; // the turn had finished before the cancel came
+                    throw new OperationCanceledException("the turn was cancelled", failure, cancel);
+                }
+                if (result != null) return result;
+                if (!ended[0])
+                {
+                    // The turn may still run (a callback threw, the stream broke): stop it, and wait for the
+                    // answer, so that a late cancel cannot stop the caller's next turn.
+                    try
+                    {
+                        await Cancel(sessionId);
+                    }
+                    catch (ParleyException) { } // the server is gone or the session with it: nothing to stop
+                    if (failure is IOException)
+                        throw new ParleyException("stream_ended", "the turn's stream broke: " + failure.Message, 0, null,
+                                                  "", "", failure);
+                }
+            }
+            System.Runtime.ExceptionServices.ExceptionDispatchInfo.Capture(failure).Throw();
+            throw failure; // not reached
+        }
+
+        async Task<TurnResult> Read(HttpResponseMessage response, string sessionId, Func<ToolRequest, string> tools,
+                                    Action<TurnEvent> onEvent, List<Task> answers, bool[] ended)
+        {
+            var reader = new StreamReader(await response.Content.ReadAsStreamAsync(), new UTF8Encoding(false));
+            string kind = "message";
+            var data = new StringBuilder();
+            bool hasData = false;
+            while (true)
+            {
+                // No ConfigureAwait(false): the callbacks run on the caller's context (Unity's main thread).
+                string line = await reader.ReadLineAsync();
+                if (line == null)
+                    throw new ParleyException("stream_ended", "the turn's stream ended before turn_finished or "
+                                              + "turn_failed (did the server stop?)", 0);
+                if (line.Length == 0)
+                {
+                    if (hasData)
+                    {
+                        ended[0] = kind == "turn_finished" || kind == "turn_failed";
+                        var result = Dispatch(sessionId, kind, data.ToString(), tools, onEvent, answers);
+                        if (result != null) return result;
+                        if (ended[0]) throw new ParleyException("stream_ended", kind + " had no result", 0);
+                    }
+                    kind = "message";
+                    data.Length = 0;
+                    hasData = false;
+                    continue;
+                }
+                if (line[0] == ':') continue; // a comment: the server's keep-alive
+                int colon = line.IndexOf(':');
+                string field = colon < 0 ? line : line.Substring(0, colon);
+                string value = colon < 0 ? "" : line.Substring(colon + 1);
+                if (value.StartsWith(" ", StringComparison.Ordinal)) value = value.Substring(1);
+                if (field == "event") kind = value;
+                else if (field == "data")
+                {
+                    if (hasData) data.Append('\n');
+                    data.Append(value);
+                    hasData = true;
                 }
             }
         }
@@ -399,16 +435,7 @@ namespace Parley
                     SessionId = sessionId, Node = Json.Str(data, "node"), Tool = Json.Str(data, "tool"),
                     CallId = Json.Str(data, "call_id"), Arguments = arguments, ArgumentsJson = Json.Write(arguments),
                 };
-                string result;
-                try
-                {
-                    result = tools(request);
-                }
-                catch (Exception)
-                {
-                    Observe(Cancel(sessionId)); // the turn cannot go on without its result; the exception comes out
-                    throw;
-                }
+                string result = tools(request); // a throw ends the turn (Stream stops it) and comes out of Turn
                 answers.Add(ToolResult(sessionId, request.CallId, result)); // not awaited: the stream reads on
             }
             else if (kind == "turn_finished")
