@@ -552,11 +552,13 @@ class LlamaNodeSession(NodeSession):
         if context is None:
             return GenerationResult(text="", prompt_tokens=len(prompt), reused=0, evaluated=0, generated=0, cold=cold,
                                     cancelled=True, finish_reason="cancelled", journal=self.journal)
-        if cold and self._unpark(context):
-            cold = False  # its cache is back as it was: nothing is read from scratch
         sampler = self._sampler(request, grammar)
         try:
             t0 = time.perf_counter()
+            # A parked cache comes back as it was (timed with the reading: it stands in for it), so
+            # this is no read from scratch.
+            if cold and self._unpark(context):
+                cold = False
             wanted = self.reading(request.journal, prompt, edges)
             reused, evaluated, cancelled = self._hold(context, wanted, cancel)
             t1 = time.perf_counter()
