@@ -705,7 +705,10 @@ namespace Parley
             string text = s.Substring(start, i - start);
             long l;
             if (whole && long.TryParse(text, NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out l)) return l;
-            return double.Parse(text, NumberStyles.Float, CultureInfo.InvariantCulture);
+            // (Mono's double.Parse can be one unit in the last place off for exponents past 1e-200 or so;
+            // nothing in the protocol comes near.)
+            double d = double.Parse(text, NumberStyles.Float, CultureInfo.InvariantCulture);
+            return d == 0 && text[0] == '-' ? -0.0 : d; // Mono's parse drops the sign of -0.0
         }
 
         static void Digits(string s, ref int i)
@@ -766,7 +769,10 @@ namespace Parley
             {
                 double d = Convert.ToDouble(v, CultureInfo.InvariantCulture);
                 if (double.IsNaN(d) || double.IsInfinity(d)) throw new FormatException("JSON has no NaN or infinity");
+                if (d == 0) { sb.Append(BitConverter.DoubleToInt64Bits(d) < 0 ? "-0.0" : "0.0"); return; }
                 var text = d.ToString("R", CultureInfo.InvariantCulture);
+                // .NET Framework's "R" does not always give back the same double; 17 digits always do.
+                if (double.Parse(text, CultureInfo.InvariantCulture) != d) text = d.ToString("G17", CultureInfo.InvariantCulture);
                 // "R" may give 1E+20: valid JSON. A whole double stays a number with a point so it reads back a double.
                 sb.Append(text.IndexOfAny(new[] { '.', 'E', 'e' }) < 0 ? text + ".0" : text);
                 return;
@@ -793,6 +799,14 @@ namespace Parley
                     Write(sb, entry.Value, depth + 1);
                 }
                 sb.Append('}');
+                return;
+            }
+            var pairs = v as IEnumerable<KeyValuePair<string, object>>; // an IDictionary<string, object> of another kind
+            if (pairs != null)
+            {
+                var copy = new Dictionary<string, object>();
+                foreach (var pair in pairs) copy[pair.Key] = pair.Value;
+                Write(sb, copy, depth);
                 return;
             }
             var list = v as IEnumerable;

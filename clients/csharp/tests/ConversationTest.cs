@@ -98,8 +98,14 @@ static class ConversationTest
         Check(Json.Str(back, "s") == Json.Str(o, "s"), "escapes survive a round trip");
         Check(Json.Write("\u0001\ud800x\ud83c\udff9\u2028") == "\"\\u0001\\ud800x\ud83c\udff9\u2028\"",
               "control characters and lone surrogates escaped, pairs kept: " + Json.Write("\u0001\ud800x\ud83c\udff9"));
-        Check(Json.Write(new Dictionary<string, object> { { "x", 1.0 }, { "y", new[] { 1, 2 } }, { "q", 0.1 } })
-              == "{\"x\":1.0,\"y\":[1,2],\"q\":0.1}", "doubles, int arrays");
+        Check(Json.Write(new Dictionary<string, object> { { "x", 1.0 }, { "y", new[] { 1, 2 } }, { "q", 0.1 }, { "m", -0.0 } })
+              == "{\"x\":1.0,\"y\":[1,2],\"q\":0.1,\"m\":-0.0}", "doubles, int arrays");
+        foreach (var d in new[] { -0.0, 0.0, 1e300, 5e-324, 0.30000000000000004, 116349.1710907335, -1.5e-7, double.MaxValue })
+        {
+            var text = Json.Write(d);
+            Check(BitConverter.DoubleToInt64Bits((double)Json.Parse(text)) == BitConverter.DoubleToInt64Bits(d),
+                  "a double written and read back is the same: " + text);
+        }
         foreach (var bad in new[] { "", "{", "[1,]", "{\"a\" 1}", "\"abc", "01", "1.", "-", "tru", "\"\\x\"", "\"\\u12\"",
                                     "[1] 2", "{\"a\":1,}", "\"a\tb\"", "nul" })
         {
