@@ -142,13 +142,13 @@ namespace Parley
             this.baseUrl = baseUrl.TrimEnd('/') + "/v1";
             http = handler != null ? new HttpClient(handler) : new HttpClient();
             http.Timeout = Timeout.InfiniteTimeSpan; // streams are open for as long as a turn runs
-            http.DefaultRequestHeaders.ExpectContinue = false; // Mono's HttpWebRequest would wait for a 100 first
+            http.DefaultRequestHeaders.ExpectContinue = false; // .NET Framework's handler would wait for a 100 first
             if (!string.IsNullOrEmpty(token))
                 http.DefaultRequestHeaders.TryAddWithoutValidation("Authorization", "Bearer " + token);
             try
             {
-                // .NET Framework and Mono allow 2 connections per host: a turn's stream, its tool result and
-                // a cancel need 3. (No effect on .NET Core, which has no such limit.)
+                // Handlers built on HttpWebRequest (.NET Framework's, older Mono's) allow 2 connections per
+                // host: a turn's stream, its tool result and a cancel need 3. (Elsewhere this has no effect.)
                 var point = ServicePointManager.FindServicePoint(new Uri(this.baseUrl));
                 point.ConnectionLimit = Math.Max(point.ConnectionLimit, 16);
             }

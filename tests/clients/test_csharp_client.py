@@ -1,7 +1,8 @@
 """The C# client (clients/csharp/ParleyClient.cs) built with Mono's mcs and run with mono against a
-real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, turns
-cancelled by POST /cancel, by a token and by a failing tool, history, variables, params, typed errors,
-the token), and one turn on the real sample model.
+real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, two
+NPCs waiting on tools at once, turns cancelled by POST /cancel, by a token and by a failing tool, history,
+variables, params, typed errors, the token) on both of Mono's HTTP handlers, and one turn on the real
+sample model.
 
 Mono comes from the package registry: when ``mcs`` or ``mono`` is missing and we are root with apt-get,
 the module installs ``mono-mcs`` (which brings ``mono-runtime``) and ``libmono-system-net-http4.0-cil``
@@ -39,7 +40,7 @@ RUN_SECONDS = 600.0  # a deadline for the program; its own waits fail sooner (60
 TOOL_TIMEOUT = "10"
 
 SCRIPTED_CHECKS = ("json", "token required", "health and assets", "create session", "turn with a tool call",
-                   "turn cancelled by POST /cancel", "turn cancelled by its token", "tool that throws",
+                   "two sessions at once", "turn cancelled by POST /cancel", "turn cancelled by its token", "tool that throws",
                    "history and rewind", "variables and params", "typed errors", "delete session")
 
 
@@ -129,11 +130,13 @@ def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
                 process.wait()
 
 
-def run_program(command: list[str], url: str, mode: str, token: str | None = None) -> str:
+def run_program(command: list[str], url: str, mode: str, token: str | None = None, handler: str = "") -> str:
     """ConversationTest.exe URL MODE; its output, after checking it passed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     if token is not None:
         env["PARLEY_TOKEN"] = token
+    if handler:
+        env["PARLEY_HANDLER"] = handler
     done = subprocess.run([*command, url, mode], env=env, capture_output=True, text=True, encoding="utf-8",
                           errors="replace", timeout=RUN_SECONDS, check=False)
     output = done.stdout + done.stderr
@@ -142,10 +145,18 @@ def run_program(command: list[str], url: str, mode: str, token: str | None = Non
     return output
 
 
-def test_csharp_client_runs_a_scripted_conversation_with_a_tool_call_and_a_cancel(conversation_test: list[str]) -> None:
+# Mono 6.8's HttpClientHandler runs on SocketsHttpHandler; .NET Framework and older Monos on HttpWebRequest,
+# which allows 2 connections per host unless told otherwise. The conversation runs on both.
+HANDLERS = {"": "SocketsHttpHandler", "webrequest": "MonoWebRequestHandler"}
+
+
+@pytest.mark.parametrize("handler", list(HANDLERS), ids=list(HANDLERS.values()))
+def test_csharp_client_runs_a_scripted_conversation_with_a_tool_call_and_a_cancel(conversation_test: list[str],
+                                                                                   handler: str) -> None:
     with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), "--tool-timeout", TOOL_TIMEOUT,
                       token=TOKEN) as url:
-        output = run_program(conversation_test, url, "scripted", TOKEN)
+        output = run_program(conversation_test, url, "scripted", TOKEN, handler)
+    assert f"handler: {HANDLERS[handler]}\n" in output, output
     passed = re.findall(r"^ok (.+)$", output, re.MULTILINE)
     assert passed == list(SCRIPTED_CHECKS), output
 

@@ -2,12 +2,16 @@
 //   mono ConversationTest.exe URL scripted   (--backend scripted, --assets resources/examples)
 //   mono ConversationTest.exe URL model      (the embedded backend on the sample model)
 // PARLEY_TOKEN: the server's token (PARLEY_SERVE_TOKEN), when it has one.
+// PARLEY_HANDLER=webrequest: HTTP through HttpWebRequest, as .NET Framework and older Monos do (Mono 6.8's
+// HttpClientHandler has that handler inside but picks SocketsHttpHandler).
 // Prints "ok NAME" for each check that passed; on the first failure prints "FAIL ..." and exits 1.
 // tests/clients/test_csharp_client.py builds and runs it.
 
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using System.Net.Http;
+using System.Reflection;
 using System.Threading;
 using System.Threading.Tasks;
 using Parley;
@@ -119,11 +123,33 @@ static class ConversationTest
 
     static readonly string Token = Environment.GetEnvironmentVariable("PARLEY_TOKEN");
 
+    static HttpMessageHandler Handler()
+    {
+        var name = Environment.GetEnvironmentVariable("PARLEY_HANDLER");
+        if (string.IsNullOrEmpty(name)) return null;
+        if (name != "webrequest") throw new ArgumentException("PARLEY_HANDLER: webrequest or nothing, not " + name);
+        var assembly = typeof(HttpClientHandler).Assembly;
+        var inner = assembly.GetType("System.Net.Http.MonoWebRequestHandler", true);
+        var wrap = typeof(HttpClientHandler).GetConstructor(BindingFlags.NonPublic | BindingFlags.Instance, null,
+                                                            new[] { assembly.GetType("System.Net.Http.IMonoHttpClientHandler", true) }, null);
+        Check(wrap != null, "Mono's HttpClientHandler(IMonoHttpClientHandler)");
+        return (HttpMessageHandler)wrap.Invoke(new[] { Activator.CreateInstance(inner, true) });
+    }
+
+    // What carries the requests inside Mono's HttpClientHandler (the test checks it is the one it asked for).
+    static string HandlerName(HttpMessageHandler handler)
+    {
+        var outer = handler ?? new HttpClientHandler();
+        var field = typeof(HttpClientHandler).GetField("_delegatingHandler", BindingFlags.NonPublic | BindingFlags.Instance);
+        var inner = field == null ? null : field.GetValue(outer);
+        return inner == null ? "unknown" : inner.GetType().Name;
+    }
+
     static async Task Scripted(string url)
     {
         if (!string.IsNullOrEmpty(Token))
         {
-            using (var stranger = new ParleyClient(url))
+            using (var stranger = new ParleyClient(url, null, Handler()))
             {
                 var refused = await Fails(() => stranger.Health(), "a request without the token");
                 Check(refused.Code == "unauthorized" && refused.Status == 401, "unauthorized: " + refused.Code);
@@ -132,10 +158,12 @@ static class ConversationTest
             }
             Ok("token required");
         }
-        using (var client = new ParleyClient(url, Token))
+        var handler = Handler();
+        using (var client = new ParleyClient(url, Token, handler))
         {
             var health = await client.Health();
             Check(health.Status == "ok" && health.Api == "1" && health.Backend.StartsWith("scripted"), "health: " + health.Backend);
+            Console.WriteLine("handler: " + HandlerName(handler));
             var assets = (await client.Assets()).Select(x => x.Path).ToList();
             Check(assets.Contains("tool_calling.json") && assets.Contains("chat.json"), "assets: " + string.Join(",", assets));
             Ok("health and assets");
@@ -165,6 +193,28 @@ static class ConversationTest
             Check((await client.GetSession(id)).Turns == 1, "one turn");
             Check((await client.Turns(id)).Single().Reply == first.Reply, "the turn list has the reply");
             Ok("turn with a tool call");
+
+            // Two NPCs at once, both waiting for their tool results, answered by hand with ToolResult
+            // (needs more than the 2 connections per host that HttpWebRequest allows by default).
+            var npcs = new[] { "csharp-guard", "csharp-smith" };
+            var asked = npcs.Select(_ => new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously)).ToArray();
+            var both = new List<Task<TurnResult>>();
+            for (int i = 0; i < npcs.Length; i++)
+            {
+                var mine = asked[i];
+                await client.CreateSession("tool_calling.json", null, npcs[i]);
+                both.Add(client.Turn(npcs[i], "How many arrows are there?", null,
+                                     e => { if (e.Kind == "tool_request") mine.TrySetResult(e.Text("call_id")); }));
+            }
+            for (int i = 0; i < npcs.Length; i++)
+                await client.ToolResult(npcs[i], await Within(asked[i].Task, "tool_request of " + npcs[i]), npcs[i] + " has 3");
+            for (int i = 0; i < npcs.Length; i++)
+            {
+                var reply = (await Within(both[i], npcs[i] + "'s turn")).Reply;
+                Check(reply.Contains(npcs[i] + " has 3"), npcs[i] + "'s reply has its own answer: " + reply);
+                await client.DeleteSession(npcs[i]);
+            }
+            Ok("two sessions at once");
 
             // A turn cancelled while it waits for its tool result: POST /cancel when the tool_request comes.
             var waiting = new TaskCompletionSource<ToolRequest>(TaskCreationOptions.RunContinuationsAsynchronously);
