@@ -8,6 +8,7 @@
 // tests/clients/test_csharp_client.py builds and runs it.
 
 using System;
+using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Linq;
 using System.Net.Http;
@@ -33,6 +34,7 @@ static class ConversationTest
             {
                 JsonChecks();
                 Scripted(args[0]).GetAwaiter().GetResult();
+                MainThread.Run(() => OnMainThread(args[0]));
             }
             else Model(args[0]).GetAwaiter().GetResult();
             Console.WriteLine("all passed");
@@ -308,6 +310,41 @@ static class ConversationTest
         }
     }
 
+    // As Unity runs it: awaited on a thread with a synchronization context, every callback on that thread.
+    static async Task OnMainThread(string url)
+    {
+        int main = Thread.CurrentThread.ManagedThreadId;
+        var elsewhere = new List<string>();
+        Action<string> where = what => { if (Thread.CurrentThread.ManagedThreadId != main) elsewhere.Add(what); };
+        using (var client = new ParleyClient(url, Token, Handler()))
+        {
+            var npc = await client.CreateSession("tool_calling.json");
+            where("after CreateSession");
+            var result = await client.Turn(npc.Id, "How many arrows are there?", r => { where("tools"); return "5"; },
+                                           e => where("onEvent " + e.Kind));
+            where("after Turn");
+            Check(result.Reply.Contains("5"), "main-thread turn's reply: " + result.Reply);
+            using (var cts = new CancellationTokenSource())
+            {
+                bool threw = false;
+                try
+                {
+                    await client.Turn(npc.Id, "How many arrows are there?", null, e =>
+                    {
+                        where("onEvent " + e.Kind);
+                        if (e.Kind == "tool_request") cts.Cancel();
+                    }, cts.Token);
+                }
+                catch (OperationCanceledException) { threw = true; }
+                where("after a cancelled Turn");
+                Check(threw, "cancelled on the main thread");
+            }
+            await client.DeleteSession(npc.Id);
+        }
+        Check(elsewhere.Count == 0, "off the main thread: " + string.Join(", ", elsewhere));
+        Ok("callbacks on the caller's thread");
+    }
+
     static async Task Model(string url)
     {
         using (var client = new ParleyClient(url, Token))
@@ -322,6 +359,36 @@ static class ConversationTest
             await client.DeleteSession(session.Id);
             Console.WriteLine("reply: " + result.Reply.Replace("\n", " "));
             Ok("model turn");
+        }
+    }
+}
+
+// A one-thread synchronization context, like Unity's main thread: Run pumps posted continuations until the work ends.
+sealed class MainThread : SynchronizationContext
+{
+    readonly BlockingCollection<KeyValuePair<SendOrPostCallback, object>> queue =
+        new BlockingCollection<KeyValuePair<SendOrPostCallback, object>>();
+
+    public override void Post(SendOrPostCallback d, object state)
+    {
+        queue.Add(new KeyValuePair<SendOrPostCallback, object>(d, state));
+    }
+
+    public static void Run(Func<Task> work)
+    {
+        var context = new MainThread();
+        var before = Current;
+        SetSynchronizationContext(context);
+        try
+        {
+            var task = work();
+            task.ContinueWith(_ => context.queue.CompleteAdding(), TaskScheduler.Default);
+            foreach (var item in context.queue.GetConsumingEnumerable()) item.Key(item.Value);
+            task.GetAwaiter().GetResult();
+        }
+        finally
+        {
+            SetSynchronizationContext(before);
         }
     }
 }
