@@ -57,9 +57,10 @@ def _mono_tools() -> tuple[str, str] | None:
 def _install_mono() -> str | None:
     """Installs Mono with apt-get; None when it worked, else why it could not."""
     if shutil.which("apt-get") is None:
-        return "mcs/mono are not installed and there is no apt-get to install them"
+        return "mcs, mono or mono's System.Net.Http.dll is missing, and there is no apt-get to install them"
     if os.geteuid() != 0:
-        return "mcs/mono are not installed and only root may apt-get install " + " ".join(MONO_PACKAGES)
+        return "mcs, mono or mono's System.Net.Http.dll is missing, and only root may apt-get install " + " ".join(
+            MONO_PACKAGES)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"],
                     ["apt-get", "install", "-y", "--no-install-recommends", *MONO_PACKAGES]):
