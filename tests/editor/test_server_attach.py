@@ -6,6 +6,7 @@ leaving the game's session as it was. The game here is the Python client, on the
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from editor.theme import apply_theme
 from runtime.backends.scripted import ScriptedBackend
 from runtime.diagnostics import TurnDiagnostics
 from runtime.resources import examples_dir
-from runtime.serve.client import ParleyClient
+from runtime.serve.client import ParleyClient, ParleyError
 from runtime.serve.server import running_server
 
 WAIT_MS = 30_000
@@ -184,6 +185,55 @@ def test_following_two_turns_of_a_game_then_detach_and_take_over(served, window,
     assert game.session(npc.id).turns == 2 and [t.line for t in game.turns(npc.id)] == LINES
 
 
+def test_a_turn_shows_as_it_runs_a_failed_one_goes_and_a_deleted_session_stops(served, window, qtbot):
+    url, game = served
+    window.open_path(str(examples_dir() / "tool_calling.json"), as_example=True)
+    npc = game.create_session("tool_calling.json")
+    attach = window.attach
+    attach_with_dialog(qtbot, window, url, npc.id)
+    asked, release = threading.Event(), threading.Event()
+    ended: dict[str, object] = {}
+
+    def tool(_call) -> str:
+        asked.set()
+        release.wait(WAIT_MS / 1000)
+        return "240"
+
+    def play() -> None:  # the game, on a thread of its own so the turn is seen while it runs
+        try:
+            ended["outcome"] = game.turn(npc.id, LINES[0], tools=tool)
+        except ParleyError as exc:
+            ended["error"] = exc
+
+    player = threading.Thread(target=play, name="the-game")
+    player.start()
+    try:
+        # the editor hears of the tool request on its own stream, the game on the turn's: wait for both
+        qtbot.waitUntil(lambda: asked.is_set() and "asks the game for check_stock" in attach.status, timeout=WAIT_MS)
+        assert LINES[0] in chat_text(window), "the running turn's line is shown at once"
+        assert game.cancel(npc.id)
+        qtbot.waitUntil(lambda: "A turn failed on the server (cancelled" in attach.status, timeout=WAIT_MS)
+    finally:
+        release.set()
+        player.join(WAIT_MS / 1000)
+    assert not player.is_alive() and getattr(ended.get("error"), "code", "") == "cancelled"
+    assert LINES[0] not in chat_text(window), "the failed turn is not part of the session: it goes"
+    assert window.conversation.records == {} and game.session(npc.id).turns == 0
+
+    with qtbot.waitSignal(attach.turn_shown, timeout=WAIT_MS):
+        game_turn(game, npc.id, LINES[1], ANSWERS[1])
+    assert LINES[1] in chat_text(window) and len(window.conversation.records) == 1
+
+    # the game ends the session: following stops, the last view stays until Detach
+    game.delete_session(npc.id)
+    qtbot.waitUntil(lambda: not attach.following, timeout=WAIT_MS)
+    assert attach.attached and "Not following any more" in attach.status and "session was deleted" in attach.status
+    assert window.attach_panel.label.text().startswith("<b>Attached to") and LINES[1] in chat_text(window)
+    assert attach.thread is None
+    attach.detach()
+    assert not window.conversation_dock.read_only and LINES[1] not in chat_text(window)
+
+
 def test_a_session_of_another_asset_says_so_and_marks_no_path(served, window, qtbot):
     url, game = served
     window.open_path(str(examples_dir() / "chat.json"), as_example=True)
@@ -197,11 +247,18 @@ def test_a_session_of_another_asset_says_so_and_marks_no_path(served, window, qt
     assert panel.mismatch_label.isVisible()
     assert "no node lookup" in panel.mismatch_label.text() and "Path marks are off" in panel.mismatch_label.text()
     assert window.canvas.highlighted_path() == [], "chat.json has a node 'reply' too: not marked"
+    window.dock(TurnInspectorDock).refresh()  # the turn shown again in the inspector: still no marks
+    assert window.dock(TurnInspectorDock).record is not None and window.canvas.highlighted_path() == []
     assert LINES[0] in chat_text(window), "the turn is shown all the same"
     assert not panel.take_over_button.isEnabled()
     assert "Cannot take over" in attach.take_over()
-    window.attach.detach()
-    assert game.session(npc.id).turns == 1
+    # closing the window while following ends the stream and its thread; the session stays
+    thread = attach.thread
+    assert thread is not None and thread.isRunning()
+    window.document.undo_stack.setClean()
+    assert window.close()
+    assert not thread.isRunning() and attach.follower is None
+    assert game.session(npc.id).turns == 1 and npc.id in [s.id for s in game.sessions()]
 
 
 def test_the_dialog_says_what_is_wrong_with_the_server(served, window, qtbot):
