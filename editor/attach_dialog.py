@@ -118,6 +118,9 @@ class AttachDialog(QDialog):
         self.status.setObjectName("attach_status")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # room for two lines: a wrapped label does not grow a dialog already shown
+        self.status.setMinimumHeight(2 * self.status.fontMetrics().lineSpacing() + 4)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.status)
 
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel, self)

@@ -536,10 +536,13 @@ class MainWindow(QMainWindow):
         self.canvas.highlight_path(node_ids if self.attach.draws_paths() else [])
 
     def _attach_changed(self) -> None:
-        attached = self.attach.attached
+        attached, mismatch = self.attach.attached, bool(self.attach.mismatch)
         dock = self.conversation_dock
-        if attached and not dock.read_only:
-            dock.set_read_only("this conversation is followed on a server (Take over to talk here)", self.attach_panel)
+        # Only when that changes: the dock redraws the chat, which would drop a turn streaming in.
+        if attached and (not dock.read_only or mismatch != (dock.follow_asset is not None)):
+            # another asset's session: its nodes go by their ids, not by this document's titles
+            dock.set_read_only("this conversation is followed on a server (Take over to talk here)",
+                               self.attach_panel, Asset() if mismatch else None)
         elif not attached and dock.read_only:
             dock.set_read_only("")
         self.take_over_action.setEnabled(attached and not self.attach.mismatch)

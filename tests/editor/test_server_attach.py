@@ -250,6 +250,7 @@ def test_a_session_of_another_asset_says_so_and_marks_no_path(served, window, qt
     window.dock(TurnInspectorDock).refresh()  # the turn shown again in the inspector: still no marks
     assert window.dock(TurnInspectorDock).record is not None and window.canvas.highlighted_path() == []
     assert LINES[0] in chat_text(window), "the turn is shown all the same"
+    assert "Mira" not in chat_text(window), "its nodes by their ids, not by the open document's titles"
     assert not panel.take_over_button.isEnabled()
     assert "Cannot take over" in attach.take_over()
     # closing the window while following ends the stream and its thread; the session stays

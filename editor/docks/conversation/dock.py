@@ -130,6 +130,7 @@ class ConversationDock(QDockWidget):
         # Why the conversation cannot be changed here ("" when it can): it is followed on a server
         self.read_only = ""
         self.follow_panel: QWidget | None = None  # what the window shows above the chat meanwhile
+        self.follow_asset = None  # what names the followed conversation's nodes (None: the document)
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -389,13 +390,17 @@ class ConversationDock(QDockWidget):
 
     @property
     def asset(self):
+        if self.follow_asset is not None:
+            return self.follow_asset
         return self.conversation.running_asset or self.conversation.document.asset
 
-    def set_read_only(self, reason: str, panel: QWidget | None = None) -> None:
+    def set_read_only(self, reason: str, panel: QWidget | None = None, asset=None) -> None:
         """Show a conversation that is not this window's to change (one followed on a server): ``reason``
-        says why, ``panel`` (the window's) goes above the chat; nothing here can send, regenerate, edit,
-        rewind, replay or import meanwhile. ``""`` makes it the window's own again."""
+        says why, ``panel`` (the window's) goes above the chat, and ``asset`` names its nodes (None: the
+        document, which may be another asset: then an empty one, so nodes go by their ids); nothing here
+        can send, regenerate, edit, rewind, replay or import meanwhile. ``""`` makes it the window's own again."""
         self.read_only = reason
+        self.follow_asset = asset if reason else None
         if self.follow_panel is not None and self.follow_panel is not panel:
             self._layout.removeWidget(self.follow_panel)
             self.follow_panel.hide()
