@@ -563,10 +563,10 @@ class ServerAttach(ThreadService):
             with address.client() as client:
                 return history_from_dict(client.export_history(session_id), f"{session_id} on {address.url}")
 
-        self.status = f"Copying the session's history from {address.url}\u2026"
-        self.changed.emit()
         self.request = ServerRequest(export, self)
         self.request.finished.connect(self._exported)
+        self.status = f"Copying the session's history from {address.url}\u2026"
+        self.changed.emit()
         return ""
 
     def _exported(self, saved: object, error: object) -> None:
@@ -580,7 +580,7 @@ class ServerAttach(ThreadService):
             why = ("; ".join(str(p) for p in problems[:3]) if problems
                    else error_text(error, self.address.url if self.address else "") if isinstance(error, Exception)
                    else "no history")
-            self.status = f"Could not take over: {why}. Still following."
+            self.status = f"Could not take over: {why}. Still {'following' if self.following else 'attached'}."
             self.changed.emit()
             return
         conv = self.conversation
