@@ -67,44 +67,58 @@ async def _send_error(send: Callable[[dict[str, Any]], Awaitable[None]], error: 
     await send({"type": "http.response.body", "body": body})
 
 
-class Guard:
-    """The token check and the request size limit, before any route runs. The token is compared in
-    constant time and never logged. The body is read here, up to ``max_body``, before the app sees
-    it: FastAPI turns an error raised while it reads a body into a 400, so a chunked body past the
-    limit would not be refused as too_large there."""
+MAX_REQUESTS = 4096  # answered at once (open streams count); past it, limit_reached
+BODY_SECONDS = 30.0  # for a request's whole body to arrive, once its header has
 
-    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+
+class Guard:
+    """The token check and the request limits, before any route runs. The token is compared in
+    constant time and never logged. The body is read here, up to ``max_body`` and within
+    ``body_seconds``, before the app sees it: FastAPI turns an error raised while it reads a body
+    into a 400, so a chunked body past the limit would not be refused as too_large there. Past
+    ``max_requests`` at once a request is refused as JSON (uvicorn's own limit answers plain text,
+    and counts idle connections too, so idle ones could shut everyone out)."""
+
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int, max_requests: int = MAX_REQUESTS,
+                 body_seconds: float = BODY_SECONDS) -> None:
         self.app, self.token, self.max_body = app, token, max_body
+        self.max_requests, self.body_seconds = max_requests, body_seconds
+        self.active = 0  # requests being answered; only the event loop's thread touches it
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":  # no route takes one; refused before the token could be skipped
             return await send({"type": "websocket.close", "code": 1008})
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if self.active >= self.max_requests:
+            return await _send_error(send, ServeError("limit_reached", f"the server is answering {self.max_requests} "
+                                                      "requests at once, its limit; try again when one has finished"))
+        self.active += 1
+        try:
+            await self._guarded(scope, receive, send)
+        finally:
+            self.active -= 1
+
+    async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = dict(scope.get("headers") or [])
         if self.token is not None:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, b"Bearer " + self.token.encode()):
                 return await _send_error(send, ServeError("unauthorized", "give the server's token as "
                                                           "'Authorization: Bearer TOKEN'"))
-        too_large = ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            return await _send_error(send, too_large)  # refused unread
-        chunks: list[bytes] = []
-        seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away before its body was complete: nobody to answer
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > self.max_body:
-                return await _send_error(send, too_large)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body: dict[str, Any] | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await _send_error(send, self._too_large())  # refused unread
+        try:
+            async with asyncio.timeout(self.body_seconds):
+                whole = await self._body(receive)
+        except TimeoutError:
+            whole = ServeError("bad_request", f"the request body did not arrive within {self.body_seconds:g} s")
+        if whole is None:
+            return  # the client went away before its body was complete: nobody to answer
+        if isinstance(whole, ServeError):
+            return await _send_error(send, whole)
+        body: dict[str, Any] | None = {"type": "http.request", "body": whole, "more_body": False}
 
         async def replay() -> dict[str, Any]:
             nonlocal body
@@ -114,6 +128,24 @@ class Guard:
             return await receive()  # http.disconnect, which a streaming answer listens for
 
         await self.app(scope, replay, send)
+
+    async def _body(self, receive: Any) -> bytes | ServeError | None:
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_body:
+                return self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self) -> ServeError:
+        return ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
 
 
 def create_app(npcs: NPCs, token: str | None = None) -> Guard:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -15,16 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runtime.backends.base import Backend
-from runtime.serve.app import create_app
+from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, Guard, create_app
 from runtime.serve.npcs import Limits, NPCs
 
 log = logging.getLogger("parley.serve")
 
 TOKEN_ENV = "PARLEY_SERVE_TOKEN"
-MAX_CONNECTIONS = 4096  # open connections and running requests; past it uvicorn answers 503
 KEEP_ALIVE_SECONDS = 5  # an idle keep-alive connection is closed after this
+HEADER_SECONDS = 30.0  # for a request's header to arrive, from the connection or the previous answer
 
 
 class ServeConfigError(ValueError):
@@ -39,6 +41,9 @@ class ServeConfig:
     token: str | None = field(default=None, repr=False)  # never shown: a config may be printed or logged
     limits: Limits = field(default_factory=Limits)
     workers: int = 8  # turns that run at once (the rest wait); one model's calls run one at a time anyway
+    header_seconds: float = HEADER_SECONDS
+    body_seconds: float = BODY_SECONDS
+    max_requests: int = MAX_REQUESTS
 
 
 def is_loopback(host: str) -> bool:
@@ -73,12 +78,60 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _HeaderDeadline(H11Protocol):
+    """uvicorn closes a kept-alive connection left idle, but never one that has not yet sent a whole
+    request header: a client that connects and sends nothing (or a byte at a time) would hold its
+    connection for ever, and enough of them would use up the server's files. This closes a
+    connection whose header has not arrived ``header_seconds`` after it opened or after its last
+    answer; a request that is being answered (a turn's stream) is never cut."""
+
+    header_seconds = HEADER_SECONDS
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a request's header arrived
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        self._arm()  # first: the next request, pipelined, may start (and disarm) within
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_seconds, self._late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
 def make_server(config: ServeConfig, backend: Backend) -> tuple[uvicorn.Server, NPCs]:
     check_config(config)
     npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers)
     app = create_app(npcs, config.token)
+    if isinstance(app, Guard):
+        app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
+    protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_seconds": config.header_seconds})
     server = uvicorn.Server(uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="off", limit_concurrency=MAX_CONNECTIONS,
+        # no limit_concurrency: uvicorn's counts idle connections and answers plain text; the guard
+        # limits requests being answered, and the header deadline idle connections
+        app, http=protocol, log_level="warning", access_log=False, lifespan="off",
         timeout_keep_alive=KEEP_ALIVE_SECONDS, h11_max_incomplete_event_size=64 * 1024, server_header=False,
     ))
     return server, npcs
@@ -92,10 +145,12 @@ def url_of(sock: socket.socket) -> str:
 @contextlib.contextmanager
 def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, token: str | None = None,
                    limits: Limits | None = None, host: str = "127.0.0.1", port: int = 0,
-                   workers: int = 8, start_seconds: float = 30.0) -> Iterator[str]:
+                   workers: int = 8, start_seconds: float = 30.0, header_seconds: float = HEADER_SECONDS,
+                   body_seconds: float = BODY_SECONDS, max_requests: int = MAX_REQUESTS) -> Iterator[str]:
     """Serve in a thread of this process; yields the base URL once it accepts connections. The
     backend stays the caller's (not closed here)."""
-    config = ServeConfig(host, port, [Path(d) for d in asset_dirs], token, limits or Limits(), workers)
+    config = ServeConfig(host, port, [Path(d) for d in asset_dirs], token, limits or Limits(), workers,
+                         header_seconds, body_seconds, max_requests)
     server, npcs = make_server(config, backend)
     sock = bind(host, port)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="parley-serve", daemon=True)

@@ -38,7 +38,9 @@ def backend() -> Iterator[ScriptedBackend]:
 
 @pytest.fixture
 def url(backend: ScriptedBackend) -> Iterator[str]:
-    with running_server(backend, [examples_dir()]) as url:
+    """A server whose header and body deadlines outlast any test's hold (each bounded by DEADLINE):
+    tests that hold a connection open on purpose must not race the deadlines, which have tests of their own."""
+    with running_server(backend, [examples_dir()], header_seconds=DEADLINE * 10, body_seconds=DEADLINE * 10) as url:
         yield url
 
 
@@ -249,13 +251,14 @@ def read_response(sock: socket.socket) -> bytes:
 # --- a thousand idle connections --------------------------------------------------------------------------
 
 IDLE = 1000
+FLOOD = 5000  # past uvicorn's default connection limit (4096), which then answered everyone 503
 
 
 @pytest.fixture
 def enough_files() -> Iterator[None]:
     """Both ends of every connection live in this process: raise the soft open-files limit if it is too low."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = 2 * IDLE + 512
+    need = 2 * FLOOD + 512
     if soft != resource.RLIM_INFINITY and soft < need:
         if hard != resource.RLIM_INFINITY and hard < need:
             pytest.skip(f"the hard open-files limit is {hard}; {need} are needed")
@@ -282,6 +285,75 @@ def test_a_thousand_idle_connections_while_a_whole_turn_completes(url: str, enou
         for sock in idle:
             sock.close()
     assert_serving(url)
+
+
+def test_more_idle_connections_than_uvicorns_own_limit_do_not_shut_others_out(url: str, enough_files: None) -> None:
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(FLOOD):
+            idle.append(socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE))
+        assert idle[-1].getpeername()  # connected: the server has (or will have) accepted every one
+        assert_serving(url)
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def health_eventually(url: str) -> httpx.Response:
+    """GET /v1/health, again if the server hung up on the try (on a starved machine a prompt client
+    could meet a short header deadline): the answer, never a timing threshold."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            return httpx.get(f"{url}/v1/health", timeout=DEADLINE)
+        except httpx.RemoteProtocolError:
+            if time.monotonic() > deadline:
+                raise
+
+
+def test_connections_that_do_not_finish_their_request_in_time_are_closed(backend: ScriptedBackend) -> None:
+    with running_server(backend, [examples_dir()], header_seconds=2.0, body_seconds=2.0) as url:
+        def connect(data: bytes) -> socket.socket:
+            sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE)
+            trickle(sock, data)
+            return sock
+
+        silent = connect(b"")
+        trickling = connect(b"GET /v1/hea")
+        half_body = connect(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: 40\r\n\r\n{\"asset\":")
+        kept_alive = connect(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(kept_alive).startswith(b"HTTP/1.1 200")
+        trickle(kept_alive, b"GET /v1/sess")  # the next request's header, never finished
+        for sock in (silent, trickling, kept_alive):
+            assert read_until_closed(sock) == b""  # closed; a hang is a failure at the deadline
+            sock.close()
+        answer = read_until_closed(half_body)
+        half_body.close()
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["code"] == "bad_request" and "did not arrive within 2 s" in error["message"]
+        assert health_eventually(url).json()["status"] == "ok"
+
+
+def test_requests_past_max_requests_are_refused_as_limit_reached_json(backend: ScriptedBackend) -> None:
+    with running_server(backend, [examples_dir()], max_requests=3) as url, ParleyClient(url) as client:
+        npc = client.create_session("chat.json")
+        watchers = []
+        for _ in range(3):  # three open streams: three requests being answered
+            sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE)
+            sock.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\n\r\n" % npc.id.encode())
+            read_until(sock, b"event: watching")
+            watchers.append(sock)
+        try:
+            error = typed_error(httpx.get(f"{url}/v1/health", timeout=DEADLINE), "limit_reached", 429)
+            assert "3 requests at once" in error["message"]
+            watchers.pop().close()
+            wait_for(lambda: httpx.get(f"{url}/v1/health", timeout=DEADLINE).status_code == 200,
+                     "a request to be answered once a stream closed")
+        finally:
+            for sock in watchers:
+                sock.close()
 
 
 # --- unknown ids ------------------------------------------------------------------------------------------
