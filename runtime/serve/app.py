@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -77,12 +78,17 @@ class Guard:
     ``body_seconds``, before the app sees it: FastAPI turns an error raised while it reads a body
     into a 400, so a chunked body past the limit would not be refused as too_large there. Past
     ``max_requests`` at once a request is refused as JSON (uvicorn's own limit answers plain text,
-    and counts idle connections too, so idle ones could shut everyone out)."""
+    and counts idle connections too, so idle ones could shut everyone out).
+
+    With no token on a loopback address (``local_only``), a request must name this computer in its
+    Host header and come from no other site's web page (Origin): otherwise any web page the player
+    opens could drive the server, through DNS rebinding or a plain cross-site POST."""
 
     def __init__(self, app: ASGIApp, token: str | None, max_body: int, max_requests: int = MAX_REQUESTS,
                  body_seconds: float = BODY_SECONDS) -> None:
         self.app, self.token, self.max_body = app, token, max_body
         self.max_requests, self.body_seconds = max_requests, body_seconds
+        self.local_only = False  # the server sets it when it listens on a loopback address without a token
         self.active = 0  # requests being answered; only the event loop's thread touches it
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -106,6 +112,10 @@ class Guard:
             if not hmac.compare_digest(given, b"Bearer " + self.token.encode()):
                 return await _send_error(send, ServeError("unauthorized", "give the server's token as "
                                                           "'Authorization: Bearer TOKEN'"))
+        elif self.local_only:
+            refused = _not_local(headers)
+            if refused:
+                return await _send_error(send, ServeError("unauthorized", refused))
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return await _send_error(send, self._too_large())  # refused unread
@@ -146,6 +156,38 @@ class Guard:
 
     def _too_large(self) -> ServeError:
         return ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
+
+
+def _not_local(headers: dict[bytes, bytes]) -> str:
+    """Why a request to a loopback server is not from this computer's programs ("" when it is)."""
+    host = headers.get(b"host")
+    if host is not None and not _is_local_name(_host_name(host.decode("latin-1"))):
+        return ("the request's Host header names another computer; this server answers requests to localhost "
+                "or its loopback address only (listen on another --host, with a token, to be reached by name)")
+    origin = headers.get(b"origin")
+    if origin is not None:
+        name = origin.decode("latin-1").partition("://")[2] if b"://" in origin else ""
+        if not _is_local_name(_host_name(name.partition("/")[0])):
+            return "requests from another site's web page are refused (its Origin is not this computer)"
+    return ""
+
+
+def _host_name(authority: str) -> str:
+    """The name or address of ``host[:port]`` (``[v6]:port`` too)."""
+    if authority.startswith("["):
+        return authority[1:].partition("]")[0]
+    name, _, port = authority.rpartition(":")
+    return name if name and port.isdigit() else authority
+
+
+def _is_local_name(name: str) -> bool:
+    name = name.lower().rstrip(".")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def create_app(npcs: NPCs, token: str | None = None) -> Guard:

@@ -127,6 +127,7 @@ def make_server(config: ServeConfig, backend: Backend) -> tuple[uvicorn.Server, 
     app = create_app(npcs, config.token)
     if isinstance(app, Guard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
+        app.local_only = config.token is None and is_loopback(config.host)
     protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_seconds": config.header_seconds})
     server = uvicorn.Server(uvicorn.Config(
         # no limit_concurrency: uvicorn's counts idle connections and answers plain text; the guard

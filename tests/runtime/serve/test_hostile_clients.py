@@ -90,17 +90,17 @@ GARBAGE = {
     "NUL bytes": b"\x00" * 512 + b"\r\n\r\n",
     "TLS hello": bytes.fromhex("16030100a5010000a10303") + b"\x00" * 64,
     "no request line": b"\r\n\r\n\r\n\r\n",
-    "bad method": b"G\x00T /v1/health HTTP/1.1\r\nHost: x\r\n\r\n",
-    "header without colon": b"GET /v1/health HTTP/1.1\r\nHost: x\r\nnot a header\r\n\r\n",
+    "bad method": b"G\x00T /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    "header without colon": b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nnot a header\r\n\r\n",
     "no host": b"GET /v1/health HTTP/1.1\r\n\r\n",
-    "two lengths": b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello",
-    "length and chunked": (b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+    "two lengths": b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello",
+    "length and chunked": (b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n"
                            b"Transfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n"),
-    "negative length": b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-    "bad chunk size": b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+    "negative length": b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n",
+    "bad chunk size": b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
     "endless request line": b"GET /" + b"a" * 300_000,
-    "endless header": b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"b" * 300_000,
-    "many headers": b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + b"X-A: 1\r\n" * 20_000 + b"\r\n",
+    "endless header": b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"b" * 300_000,
+    "many headers": b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-A: 1\r\n" * 20_000 + b"\r\n",
 }
 
 
@@ -146,7 +146,7 @@ def test_a_huge_body_is_cut_off_while_others_are_served(url: str) -> None:
     def flood() -> None:
         with socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE) as sock:
             try:
-                sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                              b"Transfer-Encoding: chunked\r\n\r\n")
                 chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
                 for _ in range(800):
@@ -190,7 +190,7 @@ def trickle(sock: socket.socket, data: bytes) -> None:
 
 
 def test_a_client_sending_its_request_byte_by_byte_does_not_hold_up_the_others(url: str) -> None:
-    request = b"GET /v1/health HTTP/1.1\r\nHost: slow\r\nUser-Agent: a-very-slow-client\r\nAccept: */*\r\n\r\n"
+    request = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: a-very-slow-client\r\nAccept: */*\r\n\r\n"
     half_sent, others_done = threading.Event(), threading.Event()
     answer: list[bytes] = []
 
@@ -214,7 +214,7 @@ def test_a_client_sending_its_request_byte_by_byte_does_not_hold_up_the_others(u
 
 def test_clients_holding_half_sent_bodies_do_not_hold_up_the_others(url: str) -> None:
     body = json.dumps({"asset": "chat.json"}).encode()
-    head = (b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))
     socks = [socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE) for _ in range(50)]
     try:
@@ -279,7 +279,7 @@ def test_a_thousand_idle_connections_while_a_whole_turn_completes(url: str, enou
             second = client.turn(npc.id, TOOL_LINE, tools=lambda call: "12")
             assert (first.turn, second.turn) == (0, 1) and second.reply.endswith("12")
         for sock in idle[::25]:  # the idle ones were kept, not dropped: each still gets an answer
-            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert read_response(sock).startswith(b"HTTP/1.1 200")
     finally:
         for sock in idle:
@@ -320,9 +320,9 @@ def test_connections_that_do_not_finish_their_request_in_time_are_closed(backend
 
         silent = connect(b"")
         trickling = connect(b"GET /v1/hea")
-        half_body = connect(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        half_body = connect(b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             b"Content-Length: 40\r\n\r\n{\"asset\":")
-        kept_alive = connect(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        kept_alive = connect(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert read_response(kept_alive).startswith(b"HTTP/1.1 200")
         trickle(kept_alive, b"GET /v1/sess")  # the next request's header, never finished
         for sock in (silent, trickling, kept_alive):
@@ -342,7 +342,7 @@ def test_requests_past_max_requests_are_refused_as_limit_reached_json(backend: S
         watchers = []
         for _ in range(3):  # three open streams: three requests being answered
             sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE)
-            sock.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\n\r\n" % npc.id.encode())
+            sock.sendall(b"GET /v1/sessions/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % npc.id.encode())
             read_until(sock, b"event: watching")
             watchers.append(sock)
         try:
@@ -556,7 +556,7 @@ class Observer:
 def post_turn(url: str, session: str, line: str) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE)
     body = json.dumps({"line": line}).encode()
-    sock.sendall(b"POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (session.encode(), len(body), body))
     return sock
 

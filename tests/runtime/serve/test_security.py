@@ -157,7 +157,7 @@ def test_the_token_appears_in_no_log_and_no_answer(backend: ScriptedBackend, ser
             answers.append(http.post(f"/v1/sessions/{npc}/turns", json={"line": "Hello"}, headers=AUTH).content)
             answers.append(http.put(f"/v1/sessions/{npc}/history", content=b"[" * 100_000, headers={**AUTH, **JSON})
                            .content)  # the server's most talkative path: an error it logs with a traceback
-        for raw in (f"GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nBad Header\r\n\r\n",
+        for raw in (f"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nBad Header\r\n\r\n",
                     f"GET /v1/health HTTP/9.9\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"):
             answers.append(exchange(port, raw.encode()))
     logged = "\n".join(server_logs.lines)
@@ -178,6 +178,39 @@ def exchange(port: int, payload: bytes) -> bytes:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+@pytest.mark.parametrize(("header", "value"), [
+    ("Host", "evil.example"), ("Host", "evil.example:{port}"), ("Host", "192.168.1.10:{port}"),
+    ("Host", "0.0.0.0:{port}"), ("Host", "localhost.evil.example:{port}"), ("Host", "[::2]:{port}"),
+    ("Origin", "http://evil.example"), ("Origin", "https://127.0.0.1.evil.example"), ("Origin", "null"),
+])
+def test_a_loopback_server_without_a_token_answers_this_computer_only(backend: ScriptedBackend, header: str,
+                                                                      value: str) -> None:
+    """A web page the player opens must not drive the server: not by DNS rebinding (another name in Host),
+    not by a cross-site request (another site's Origin)."""
+    with running_server(backend, [examples_dir()]) as url, httpx.Client(base_url=url, timeout=DEADLINE) as http:
+        port = url.rsplit(":", 1)[1]
+        headers = {header: value.format(port=port)}
+        error = error_of(http.get("/v1/health", headers=headers), "unauthorized", 401)
+        assert header in error["message"]
+        error_of(http.post("/v1/sessions/npc-1/cancel", headers=headers), "unauthorized", 401)
+        error_of(http.post("/v1/sessions", json={"asset": "chat.json"}, headers=headers), "unauthorized", 401)
+        assert http.get("/v1/sessions").json() == {"sessions": []}
+
+
+def test_a_loopback_server_answers_its_own_names_and_local_pages(backend: ScriptedBackend) -> None:
+    with running_server(backend, [examples_dir()]) as url, httpx.Client(base_url=url, timeout=DEADLINE) as http:
+        port = url.rsplit(":", 1)[1]
+        for headers in ({"Host": f"127.0.0.1:{port}"}, {"Host": f"localhost:{port}"}, {"Host": "LOCALHOST"},
+                        {"Host": f"[::1]:{port}"}, {"Host": f"127.0.0.2:{port}"},
+                        {"Origin": "http://localhost:5173"}, {"Origin": f"http://127.0.0.1:{port}"}):
+            assert http.get("/v1/health", headers=headers).status_code == 200, headers
+    # with a token, the token is the guard: any name the server is reached by will do
+    with running_server(backend, [examples_dir()], token=TOKEN) as url:
+        response = httpx.get(f"{url}/v1/health", headers={**AUTH, "Host": "npc-server.lan:8765",
+                                                           "Origin": "http://game.example"}, timeout=DEADLINE)
+        assert response.status_code == 200
 
 
 # --- binding beyond this computer -------------------------------------------------------------------------
@@ -357,7 +390,7 @@ def test_a_body_over_max_body_is_refused_with_or_without_its_length(limited: str
         assert len(http.get("/v1/sessions").json()["sessions"]) == 2
     # a length past the limit is refused before any of the body is sent
     with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as sock:
-        sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000000000\r\n\r\n")
         answer = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 413"), answer
