@@ -44,6 +44,7 @@ class ServeConfig:
     header_seconds: float = HEADER_SECONDS
     body_seconds: float = BODY_SECONDS
     max_requests: int = MAX_REQUESTS
+    token_env: str = TOKEN_ENV  # the environment variable the token came from (named in errors)
 
 
 def is_loopback(host: str) -> bool:
@@ -62,8 +63,8 @@ def check_config(config: ServeConfig) -> None:
         if not folder.is_dir():
             raise ServeConfigError(f"--assets {folder}: not a folder")
     if not is_loopback(config.host) and not config.token:
-        raise ServeConfigError(f"--host {config.host} is reachable from other computers: set a token in the "
-                               f"environment variable named by --token-env (default {TOKEN_ENV}) first")
+        raise ServeConfigError(f"--host {config.host} is reachable from other computers: set a long random token "
+                               f"in the environment variable {config.token_env} (named by --token-env) first")
     if config.token is not None and len(config.token) < 16:
         raise ServeConfigError("the token is shorter than 16 characters; use a long random one")
 
