@@ -664,7 +664,7 @@ def test_clients_that_never_answer_their_tools_do_not_starve_other_sessions(back
             replies: list[str] = []
             thread = threading.Thread(target=lambda: replies.append(client.turn(npc.id, "Hello").reply), daemon=True)
             thread.start()
-            thread.join(DEADLINE / 2)  # a scripted turn takes milliseconds: only a starved one reaches this
+            thread.join(DEADLINE / 4)  # a scripted turn takes milliseconds: only a starved one reaches this
             starved = not replies
         finally:
             for sock in socks:

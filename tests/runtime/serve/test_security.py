@@ -4,6 +4,7 @@ with a clear, typed error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import runtime.serve.npcs as npcs_module
 from runtime.backends.scripted import ScriptedBackend
 from runtime.cli import main as parley_main
 from runtime.resources import examples_dir
+from runtime.serve.app import Guard
 from runtime.serve.client import ParleyClient, ParleyError, TurnFailed
 from runtime.serve.npcs import Limits
 from runtime.serve.server import ServeConfig, ServeConfigError, check_config, running_server
@@ -211,6 +213,26 @@ def test_a_loopback_server_answers_its_own_names_and_local_pages(backend: Script
         response = httpx.get(f"{url}/v1/health", headers={**AUTH, "Host": "npc-server.lan:8765",
                                                            "Origin": "http://game.example"}, timeout=DEADLINE)
         assert response.status_code == 200
+
+
+def test_a_websocket_is_closed_before_any_route_sees_it() -> None:
+    """uvicorn here has no WebSocket library, so this is the guard alone: were one installed, an upgrade
+    must not reach the app past the token check."""
+    reached: list[dict] = []
+
+    async def app(scope, receive, send) -> None:
+        reached.append(scope)
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "websocket.connect"}
+
+    asyncio.run(Guard(app, TOKEN, 1000)({"type": "websocket", "headers": [], "path": "/v1/health"}, receive, send))
+    assert reached == [] and sent == [{"type": "websocket.close", "code": 1008}]
 
 
 # --- binding beyond this computer -------------------------------------------------------------------------
