@@ -107,7 +107,7 @@ GARBAGE = {
 @pytest.mark.parametrize("name", GARBAGE)
 def test_garbage_gets_a_400_or_a_closed_connection_and_others_are_served(url: str, name: str) -> None:
     with socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE) as sock:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the server may hang up mid-send
+        with contextlib.suppress(OSError):  # the server may hang up mid-send (a broken pipe, a reset, not connected)
             sock.sendall(GARBAGE[name])
             sock.shutdown(socket.SHUT_WR)  # done sending (garbage held open is a slow client: tested below)
         answer = read_until_closed(sock)  # the server closes it: a hang here is a failure at the deadline
