@@ -24,6 +24,7 @@ from runtime.serve.npcs import Limits
 from runtime.serve.server import running_server
 
 DEADLINE = 60.0  # seconds: generous for a busy 2-core machine; only a hang reaches it
+MODEL_WAIT = 300.0  # the same, for turns on the real sample model
 JSON = {"content-type": "application/json"}
 WORKERS = 8  # running_server's default: turns that run at once
 TOOL_LINE = "How many arrows are there?"  # tool_calling.json on the scripted backend asks check_stock once
@@ -708,3 +709,59 @@ def test_a_busy_session_refuses_a_second_turn_as_busy_json(url: str) -> None:
         finally:
             sock.close()
         wait_for(lambda: not client.session(npc.id).busy, "the session to be idle")
+
+
+# --- on the real sample model -----------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_on_the_sample_model_a_client_gone_mid_generation_leaves_its_session_as_it_was(
+        sample_model, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gone after the first token: the turn stops, and the session then says what a fresh one says (its
+    history, variables and caches are as they were). Behind a token, as a server reached by others is.
+    The turn's thread waits after its first token until the server has seen the client go, so the
+    generation cannot finish first however the machine is loaded."""
+    from runtime.backends.llama import LlamaBackend
+
+    stopped = threading.Event()
+    real_stop, real_put = npcs_module.NPCs.stop, npcs_module.Stream.put
+
+    def stop(running) -> None:
+        real_stop(running)
+        stopped.set()
+
+    def put(stream, item, last: bool = False) -> None:
+        real_put(stream, item, last)
+        if item.kind == "token" and not stopped.is_set():
+            stopped.wait(MODEL_WAIT)
+
+    monkeypatch.setattr(npcs_module.NPCs, "stop", staticmethod(stop))
+    monkeypatch.setattr(npcs_module.Stream, "put", put)
+
+    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
+    raw["default_model"] = str(sample_model)
+    for node in raw["nodes"]:
+        if "max_tokens" in node:
+            node["max_tokens"] = 48
+    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    token = "real-model-token-0123456789"
+    backend = LlamaBackend(asset_dir=tmp_path)
+    try:
+        with running_server(backend, [tmp_path], token=token) as url, \
+                ParleyClient(url, token=token, timeout=MODEL_WAIT) as client:
+            typed_error(httpx.get(f"{url}/v1/sessions", timeout=MODEL_WAIT), "unauthorized", 401)
+            gone, fresh = client.create_session("chat.json").id, client.create_session("chat.json").id
+            sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=MODEL_WAIT)
+            body = json.dumps({"line": "Tell me everything about the inn and the village."}).encode()
+            sock.sendall(b"POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (gone.encode(), token.encode(), len(body), body))
+            read_until(sock, b"event: token")
+            sock.close()
+            assert stopped.wait(MODEL_WAIT), "the server never noticed its client went away"
+            wait_for(lambda: not client.session(gone).busy, "the session to be idle", MODEL_WAIT)
+            assert client.session(gone).turns == 0 and client.turns(gone) == []
+            line = "Good evening. Is there a room for the night?"
+            assert client.turn(gone, line).reply == client.turn(fresh, line).reply
+    finally:
+        backend.close()
