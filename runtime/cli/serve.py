@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     limits = Limits(args.max_body, args.max_line, args.max_sessions, args.max_stream_events, args.tool_timeout)
     config = ServeConfig(args.host, args.port, [Path(a) for a in args.assets], token_from(args.token_env), limits,
-                         args.workers)
+                         args.workers, token_env=args.token_env)
     try:
         check_config(config)
         backend = _backend(args, config.asset_dirs[0])
@@ -81,8 +81,5 @@ def _backend(args: argparse.Namespace, asset_dir: Path):
             raise BackendError("--kv-budget sizes the embedded backend's caches; a server backend manages its own")
         from runtime.backends.llama import LlamaBackend
 
-        try:
-            return LlamaBackend(asset_dir, kv_budget_mib=args.kv_budget * MIB_PER_GB)
-        except TypeError:  # an engine without KV budgets
-            raise BackendError("this build's embedded backend has no KV budget") from None
+        return LlamaBackend(asset_dir, kv_budget_mib=args.kv_budget * MIB_PER_GB)
     return backend_factory(args.backend, asset_dir)()

@@ -212,10 +212,8 @@ def build_api(npcs: NPCs) -> FastAPI:
         return error_response(error)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
-        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error_response(ServeError("bad_request", f"{where}: {first.get('msg')}" if where else str(first.get("msg"))))
+    async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        return error_response(ServeError("bad_request", _invalid_message(request, error)))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -262,6 +260,8 @@ def build_api(npcs: NPCs) -> FastAPI:
             raw = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError) as exc:
             raise ServeError("bad_history", f"the body is not JSON: {exc}") from None
+        except RecursionError:
+            raise ServeError("bad_history", "the body is not a history: JSON nested too deeply") from None
         return npcs.import_history(session_id, raw).out()
 
     @app.patch(f"{PREFIX}/sessions/{{session_id}}/variables", response_model=SessionOut, responses=ERRORS)
@@ -341,6 +341,21 @@ def build_api(npcs: NPCs) -> FastAPI:
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     return app
+
+
+def _invalid_message(request: Request, error: RequestValidationError) -> str:
+    """What is wrong with a request, in words: where in the body, and what was expected."""
+    first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        at = first.get("loc", ("body", 0))[-1]
+        return f"the body is not JSON: {detail} (character {at})"
+    content_type = request.headers.get("content-type", "")
+    if first.get("loc") == ("body",) and "json" not in content_type:
+        return (f"the body must be a JSON object sent as Content-Type: application/json (it came as "
+                f"{content_type or 'no content type'})")
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
 
 def _frame(kind: str, data: dict[str, Any]) -> bytes:

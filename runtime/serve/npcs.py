@@ -15,7 +15,6 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,14 +137,21 @@ class NPCs:
         self.limits = limits
         self.sessions: dict[str, NPC] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parley-turn")
+        # Each turn has a thread of its own (one per session at most), and ``workers`` of them compute at
+        # once: a turn waiting for its client's tool result gives its place up, so clients that never
+        # answer cannot starve the other sessions.
+        self._computing = threading.BoundedSemaphore(workers)
+        self._threads: set[threading.Thread] = set()
         self._ids = itertools.count(1)
 
-    def close(self) -> None:
+    def close(self, seconds: float = 30.0) -> None:
         for npc in list(self.sessions.values()):
             if npc.running is not None:
                 self.stop(npc.running)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(seconds)
 
     # --- assets -------------------------------------------------------------------------------
 
@@ -153,7 +159,7 @@ class NPCs:
         found = []
         for folder in self.asset_dirs:
             for path in sorted(folder.glob("*.json")):
-                if path.is_file():
+                if path.is_file() and path.resolve().is_relative_to(folder):  # what resolve_asset would load
                     found.append((path.name if len(self.asset_dirs) == 1 else f"{folder.name}/{path.name}", path))
         return found
 
@@ -312,7 +318,11 @@ class NPCs:
         if regenerate is not None:
             line = npc.agent.history.turns[regenerate].player
         stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": line}))
-        self._pool.submit(self._run, npc, running, stream, line, instructions, mock_tools, regenerate)
+        thread = threading.Thread(target=self._run, args=(npc, running, stream, line, instructions, mock_tools,
+                                                           regenerate), name=f"parley-turn-{npc.id}", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
         return stream
 
     def _run(self, npc: NPC, running: RunningTurn, stream: Stream, line: str, instructions: str,
@@ -330,7 +340,12 @@ class NPCs:
             with running.lock:
                 running.calls[call_id] = (answered, result)
             stream.put(Item("tool_request", {"node": node, "tool": tool, "arguments": arguments, "call_id": call_id}))
-            if not answered.wait(self.limits.tool_timeout):
+            self._computing.release()  # waiting for the client is not computing
+            try:
+                in_time = answered.wait(self.limits.tool_timeout)
+            finally:
+                self._computing.acquire()
+            if not in_time:
                 raise ToolTimeout(f"the client did not answer the {tool!r} call within {self.limits.tool_timeout:g} s "
                                   "(--tool-timeout)", node)
             with running.lock:
@@ -341,6 +356,7 @@ class NPCs:
 
         run = {"instructions": instructions, "on_event": on_event, "cancel": running.cancel,
                "tool_result": tool_result, "mock_tools": mock_tools}
+        self._computing.acquire()
         try:
             if regenerate is not None:
                 result = npc.agent.regenerate(regenerate, **run)
@@ -353,8 +369,10 @@ class NPCs:
             last = Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
                                           "path": result.path, "diagnostics": record.diagnostics})
         finally:
+            self._computing.release()
             with self._lock:
                 npc.running = None  # idle before the client hears the turn ended: its next request is not refused
+                self._threads.discard(threading.current_thread())
         stream.put(last, last=True)
         stream.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,7 +83,8 @@ class ServeError(Exception):
 
 # --- requests -----------------------------------------------------------------------------------
 
-Variable = str | int | float | bool
+# A finite number: NaN and infinities (which Python's json reads) would export a history its import refuses.
+Variable = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 
 
 class NewSession(_Strict):
