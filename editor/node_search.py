@@ -1,11 +1,15 @@
 """Tab search: a popup listing the node types by their labels, grouped as in the palette.
 
-Typing narrows the list (every word must appear in a type's label, type name or category);
-Up and Down move the highlight, Enter or a click adds the highlighted type, Escape closes.
+Typing narrows the list and ranks it (``match_rank``): a label typed exactly first, then a label
+that starts with the text, then one that contains every word, then a near miss ("clasify",
+"summary"); the best match is highlighted. Up and Down move the highlight, Enter or a click adds
+the highlighted type, Escape closes.
 Only ``editor.node_types`` is read, never NodeGraphQt's registry of its own classes.
 """
 
 from __future__ import annotations
+
+from difflib import SequenceMatcher
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import QBrush, QColor
@@ -14,6 +18,36 @@ from PySide6.QtWidgets import QFrame, QLabel, QLineEdit, QTreeWidget, QTreeWidge
 from editor.node_types import categories, category_colour
 
 TYPE_ROLE = Qt.ItemDataRole.UserRole
+WORDS_ROLE = Qt.ItemDataRole.UserRole + 1  # the label, type name and category it is found by
+ORDER_ROLE = Qt.ItemDataRole.UserRole + 2  # its place in the palette's order, for ties
+NEAR_MISS = 0.7  # SequenceMatcher ratio from which a typed word counts as a misspelt name word
+
+
+def match_rank(text: str, label: str, words: str) -> int | None:
+    """How well ``text`` names a node type: 0 its label exactly, 1 a label starting with it, 2 every
+    word found in ``words`` (label, type name, category), 3 every word a near miss of one of them
+    (a typo, or another ending of the same stem); None: no match. Case is ignored."""
+    text, label = " ".join(text.lower().split()), label.lower()
+    if not text:
+        return 2
+    if text == label:
+        return 0
+    if label.startswith(text):
+        return 1
+    typed = text.split()
+    if all(w in words for w in typed):
+        return 2
+    names = words.split()
+
+    def near(w: str) -> bool:
+        # the whole name word, or its start as long as the typed word ("summary" ~ "summari(ze)")
+        return any(max(SequenceMatcher(None, w, n).ratio(), SequenceMatcher(None, w, n[:len(w)]).ratio())
+                   >= NEAR_MISS for n in names)
+
+    if all(len(w) >= 3 and near(w) for w in typed):
+        return 3
+    return None
+
 
 
 class NodeSearch(QFrame):
@@ -44,7 +78,7 @@ class NodeSearch(QFrame):
         self.nothing.setStyleSheet("color: gray; padding: 2px;")
         self.nothing.hide()
         layout.addWidget(self.nothing)
-        self._words: dict[int, str] = {}
+        order = 0
         for category, views in categories().items():
             top = QTreeWidgetItem([category])
             top.setFlags(Qt.ItemFlag.ItemIsEnabled)
@@ -54,8 +88,11 @@ class NodeSearch(QFrame):
                 item = QTreeWidgetItem([view.label])
                 item.setData(0, TYPE_ROLE, view.type)
                 item.setToolTip(0, view.help)
+                item.setData(0, WORDS_ROLE, f"{view.label} {view.type} {category}".lower())
+                item.setData(0, ORDER_ROLE, order)
+                order += 1
                 top.addChild(item)
-                self._words[id(item)] = f"{view.label} {view.type} {category}".lower()
+            top.setData(0, ORDER_ROLE, order)
         self.tree.expandAll()
         self.tree.itemClicked.connect(self._pick)
         self.line.textChanged.connect(self._narrow)
@@ -93,18 +130,32 @@ class NodeSearch(QFrame):
         return [top.child(i) for top in self._categories() for i in range(top.childCount())]
 
     def _narrow(self, text: str) -> None:
-        words = text.lower().split()
+        """Show the types ``text`` matches, best first (within each category, and the category with
+        the best match first), and highlight the best."""
+        best: tuple[int, int] | None = None
         first = None
+        tops = []
         for top in self._categories():
-            shown = 0
-            for i in range(top.childCount()):
-                item = top.child(i)
-                match = all(w in self._words[id(item)] for w in words)
-                item.setHidden(not match)
-                shown += match
-                if match and first is None:
-                    first = item
-            top.setHidden(shown == 0)
+            ranked = []
+            for item in top.takeChildren():
+                rank = match_rank(text, item.text(0), item.data(0, WORDS_ROLE))
+                key = (9 if rank is None else rank, item.data(0, ORDER_ROLE))
+                ranked.append((key, rank is not None, item))
+                if rank is not None and (best is None or key < best):
+                    best, first = key, item
+            ranked.sort(key=lambda entry: entry[0])
+            top.addChildren([item for _, _, item in ranked])
+            for _, match, item in ranked:
+                item.setHidden(not match)  # an item knows it is hidden only while in the tree
+            shown = [key for key, match, _ in ranked if match]
+            tops.append((min(shown, default=(9, top.data(0, ORDER_ROLE))), not shown, top))
+        tops.sort(key=lambda entry: entry[0])
+        for _, _, top in tops:
+            self.tree.takeTopLevelItem(self.tree.indexOfTopLevelItem(top))
+        self.tree.addTopLevelItems([top for _, _, top in tops])
+        for _, empty, top in tops:
+            top.setHidden(empty)
+        self.tree.expandAll()
         self.tree.setCurrentItem(first)
         self.nothing.setVisible(first is None)
 
