@@ -42,6 +42,7 @@ from editor.docks.conversation.history_dialogs import (
     HistoryFileJob,
     VariablesDialog,
 )
+from editor.flow_layout import wrapping_row
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
@@ -157,7 +158,6 @@ class ConversationDock(QDockWidget):
         picker.addWidget(self.backend_label, 1)
         layout.addLayout(picker)
 
-        tools = QHBoxLayout()
         self.new_button = self._tool_button("New", "Start a new conversation on the graph as it is now",
                                             conversation.restart)
         self.export_button = self._tool_button("Export\u2026", "Save the dialog history to a file (the arrow: "
@@ -197,12 +197,11 @@ class ConversationDock(QDockWidget):
                                         "GenerateAndSpeak replies are shown, not spoken")
         else:
             self.mute_button.setToolTip("Mute the voice of GenerateAndSpeak replies")
-        for w in (self.new_button, self.export_button, self.import_button, self.edit_button,
-                  self.variables_button, self.branches_button, self.reroll_button, self.save_test_button):
-            tools.addWidget(w)
-        tools.addStretch(1)
-        tools.addWidget(self.mute_button)
-        layout.addLayout(tools)
+        # The actions wrap onto a second row in a narrow dock: one row of them set a 725 px minimum width.
+        self.tools_row = wrapping_row(self, [
+            self.new_button, self.export_button, self.import_button, self.edit_button, self.variables_button,
+            self.branches_button, self.reroll_button, self.save_test_button, self.mute_button], stretch_last=True)
+        layout.addWidget(self.tools_row)
 
         self.banner = QFrame(self)
         self.banner.setStyleSheet("QFrame { background: #4a3b1c; border-radius: 3px; }")
