@@ -254,9 +254,6 @@ def test_binding_beyond_loopback_without_a_token_refuses_to_start(host: str, mon
     assert parley_main(serve_args("--host", host, "--token-env", "MY_GAME_TOKEN")) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/cli/serve.py run() builds ServeConfig without token_env, so the "
-                   "refusal names PARLEY_SERVE_TOKEN though --token-env named another variable; fix: pass "
-                   "token_env=args.token_env to ServeConfig")
 def test_the_refusal_names_the_variable_given_to_token_env(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("MY_GAME_TOKEN", raising=False)
@@ -373,9 +370,6 @@ def test_an_asset_outside_the_served_folders_is_never_loaded(backend: ScriptedBa
         assert loads == [(served / "chat.json").resolve()]
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/serve/npcs.py NPCs.assets lists every *.json that is_file(), so a "
-                   "symlink to a file outside the folder is listed though resolve_asset refuses it; fix: keep only "
-                   "paths whose resolve() is_relative_to(folder)")
 def test_the_asset_list_holds_only_what_the_server_loads(backend: ScriptedBackend,
                                                          asset_folders: tuple[Path, Path]) -> None:
     served, _outside = asset_folders
