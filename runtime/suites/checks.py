@@ -41,6 +41,7 @@ class Check:
     kind: str  # path, visits, exits, intent, slots, tool, reply, budget, judge
     passed: bool
     message: str  # what was expected and what happened
+    node: str = ""  # the node whose choice the check is about (a failed path: the last node both paths share)
 
 
 def _words(text: str) -> list[str]:
@@ -90,18 +91,25 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
     checks: list[Check] = []
     diag = result.diagnostics
     path = list(result.path)
+    took = _arrows(path)
     if expect.path is not None:
-        checks.append(Check("path", path == expect.path, f"path {' > '.join(expect.path)} (took {' > '.join(path)})"))
+        checks.append(Check("path", path == expect.path, f"{_arrows(expect.path)} (took {took})",
+                            "" if path == expect.path else _parting_node(expect.path, path)))
     for node in expect.visits:
-        checks.append(Check("path", node in path, f"visits {node} (took {' > '.join(path)})"))
+        checks.append(Check("path", node in path, f"visits {node} (took {took})",
+                            "" if node in path else (path[-1] if path else "")))
     for node in expect.not_visits:
-        checks.append(Check("path", node not in path, f"does not visit {node} (took {' > '.join(path)})"))
+        at = path.index(node) if node in path else -1
+        checks.append(Check("path", at < 0, f"does not visit {node} (took {took})", path[at - 1] if at > 0 else ""))
     taken = {n.node: n.exit for n in diag.nodes} if diag is not None else {}
     for node, port in expect.exits.items():
-        checks.append(Check("exits", taken.get(node) == port, f"{node} takes {port} (took {taken.get(node) or 'none: not run'})"))
+        checks.append(Check("exits", taken.get(node) == port,
+                            f"{node} takes {port} (took {taken.get(node) or 'none: not run'})", node))
     if expect.intent is not None:
         chosen = next((name for p in taken.values() if (name := port_intent(p)) is not None), "")
-        checks.append(Check("intent", chosen == expect.intent, f"intent {expect.intent or '(none)'} (chose {chosen or '(none)'})"))
+        classifier = next((n for n, p in taken.items() if port_intent(p) is not None or p == "fallback_exit"), "")
+        checks.append(Check("intent", chosen == expect.intent, f"intent {expect.intent or '(none)'} (chose "
+                            f"{chosen or '(none)'})", "" if chosen == expect.intent else classifier))
     for slot, value in expect.slots.items():
         actual = result.slots.get(slot)
         checks.append(Check("slots", _partial(value, actual), f"slot {slot} = {value!r} (is {actual!r})"))
@@ -131,6 +139,21 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
             checks.append(Check("budget", written == b.summary_written,
                                 f"a summary {'is' if b.summary_written else 'is not'} written ({'one was' if written else 'none was'})"))
     return checks
+
+
+def _arrows(path: list[str]) -> str:
+    return " \u2192 ".join(path) if path else "(no node)"
+
+
+def _parting_node(expected: list[str], actual: list[str]) -> str:
+    """The node whose exit sent the turn another way: the last one both paths share before they part
+    (the first node when they part at once)."""
+    shared = 0
+    while shared < min(len(expected), len(actual)) and expected[shared] == actual[shared]:
+        shared += 1
+    if shared:
+        return actual[shared - 1]
+    return actual[0] if actual else ""
 
 
 def tool_calls(turn: Turn) -> list[tuple[str, dict[str, Any]]]:

@@ -32,7 +32,7 @@ def test_each_expectation_fails_with_what_happened(tmp_path) -> None:
     greets, shops = report.results
     failed = {c.kind: c.message for c in greets.turns[0].checks if not c.passed}
     assert set(failed) == {"path", "exits", "intent", "reply"}
-    assert "took classify > hello" in failed["path"] and "chose greet" in failed["intent"]
+    assert "took classify \u2192 hello" in failed["path"] and "chose greet" in failed["intent"]
     assert not shops.passed and any("tool" in f for f in shops.failures)
     assert not report.passed
 
