@@ -4,6 +4,9 @@
 before the screenshot, and ``--show-dock NAME`` raises a dock (``TurnInspectorDock``,
 ``RawJsonDock``, ``VramEstimatorDock``, ...), so documentation images show the docks
 with a conversation in them.
+
+``--exit-when-ready`` prints how long the launch took, once the window (and ASSET) is shown and
+takes input, and exits: bench/bench_open_process.py times whole launches with it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import argparse
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 MAX_WINDOW_SIDE = 16_384  # Qt's own limit on a widget's width and height is 16,777,215; no screen is this big
 
@@ -34,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", metavar="OUT.png",
                         help="render the main window offscreen to OUT.png and exit")
     parser.add_argument("--size", default=(1500, 900), type=window_size, metavar="WxH",
-                        help="window size for --screenshot, in pixels (default 1500x900)")
+                        help="window size for --screenshot and --exit-when-ready, in pixels (default 1500x900)")
     parser.add_argument("--select", metavar="NODE_ID", help="select this node before the screenshot")
     parser.add_argument("--talk", action="append", default=[], metavar="LINE",
                         help="with --screenshot: say LINE to the character first (repeatable; runs on the model)")
@@ -42,16 +47,40 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --screenshot: bring this dock to the front (e.g. TurnInspectorDock)")
     parser.add_argument("--self-test", action="store_true",
                         help="run one turn of the example chat agent on the sample model, print the reply and exit")
+    parser.add_argument("--exit-when-ready", action="store_true",
+                        help="print the seconds from launch to a shown window that takes input (JSON) and exit")
     return parser
 
 
+LAUNCH_TIME_ENV = "PARLEY_LAUNCH_TIME"  # time.time() when a launcher started this process (bench/)
+
+
+def seconds_since_launch() -> float:
+    """Seconds since this process was launched: since ``PARLEY_LAUNCH_TIME`` (the launcher's
+    ``time.time()``) when set, else since the kernel started the process (Linux, 10 ms steps),
+    else since this module was imported."""
+    launched = os.environ.get(LAUNCH_TIME_ENV)
+    if launched:
+        return time.time() - float(launched)
+    try:
+        # Field 22 of /proc/self/stat: the start in clock ticks after boot (after the ')' of the name).
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    phases = {"main": seconds_since_launch()}  # the interpreter's start and this module's import
     args = build_parser().parse_args(argv)
     if args.self_test:  # no window: checks the runtime, resources and llama.cpp of this install
         from editor.self_test import run_self_test
 
         return run_self_test()
-    if args.screenshot:
+    if args.screenshot or args.exit_when_ready:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         if "PARLEY_STUDIO_SETTINGS" not in os.environ:
             # The default layout, not whatever this machine's last session left behind.
@@ -65,19 +94,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Parley Studio")
     app.setOrganizationName("Parley")
+    phases["qt"] = seconds_since_launch()
 
     from editor.main_window import MainWindow
     from editor.theme import apply_theme
 
+    phases["import_main_window"] = seconds_since_launch()
     apply_theme(app)
     window = MainWindow()
-    if args.screenshot:
+    phases["window_built"] = seconds_since_launch()
+    if args.screenshot or args.exit_when_ready:
         window.resize(*args.size)
     window.show()
-    if not args.screenshot:
+    phases["shown"] = seconds_since_launch()
+    if not (args.screenshot or args.exit_when_ready):
         window.offer_recovery()
     if args.asset:
         window.open_path(args.asset)
+        phases["asset_open"] = seconds_since_launch()
+    if args.exit_when_ready:
+        return leave(_exit_when_ready(app, window, phases))
     if args.screenshot:
         if args.talk and _talk(app, window, args.talk) != 0:
             window.document.undo_stack.setClean()
@@ -112,10 +148,48 @@ def leave(code: int) -> int:
     os._exit(code)
 
 
+def _exit_when_ready(app, window, phases: dict[str, float]) -> int:
+    """Run the event loop until the window has handled what its first show queued (the layout's
+    timers, the framing of the graph) and the canvas has painted; print the phases' times since
+    launch as JSON, close and return the loop's status."""
+    import json
+
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    class PaintWatch(QObject):
+        painted = False
+
+        def eventFilter(self, watched, event):
+            if event.type() == QEvent.Type.Paint:
+                self.painted = True
+            return False
+
+    viewport = window.canvas.viewer.viewport()
+    watch = PaintWatch()
+    viewport.installEventFilter(watch)
+    # The first show queues zero-timers up to three deep (the docks' tabs, the window's size, the
+    # framing): a step of the loop for each, then the canvas's paint if it is still to come.
+    steps = [3]
+
+    def step() -> None:
+        steps[0] -= 1
+        if steps[0] > 0 or not watch.painted:
+            QTimer.singleShot(0, step)
+            return
+        phases["ready"] = seconds_since_launch()
+        viewport.removeEventFilter(watch)
+        print(json.dumps({"ready_s": round(phases["ready"], 4),
+                          "phases_s": {k: round(v, 4) for k, v in phases.items()}}), flush=True)
+        window.document.undo_stack.setClean()  # nothing to ask about on the way out
+        window.close()
+        app.quit()
+
+    QTimer.singleShot(0, step)
+    return app.exec()
+
+
 def _talk(app, window, lines: list[str]) -> int:
     """Say each line in the window's test conversation and wait for the reply; 1 on a failed turn."""
-    import time
-
 
     conversation = window.conversation
     failures: list[str] = []

@@ -25,3 +25,28 @@ def test_good_sizes(size, expected):
 
 def test_the_default_size():
     assert build_parser().parse_args([]).size == (1500, 900)
+
+
+def test_exit_when_ready_reports_the_launch_in_order(tmp_path):
+    """--exit-when-ready (bench/bench_open_process.py) prints one JSON line: the seconds from launch
+    to each phase, in the order they happen, after the window has shown the asset and painted."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from runtime.resources import examples_dir
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PARLEY_STUDIO_SETTINGS=str(tmp_path / "s.ini"),
+               PARLEY_STUDIO_RECOVERY=str(tmp_path / "recovery"))
+    env.pop("PARLEY_LAUNCH_TIME", None)  # from the kernel's start time of the process
+    example = sorted(examples_dir().glob("*.json"))[0]
+    run = subprocess.run([sys.executable, "-m", "editor.app", "--exit-when-ready", str(example)], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    phases = report["phases_s"]
+    assert list(phases) == ["main", "qt", "import_main_window", "window_built", "shown", "asset_open", "ready"]
+    times = list(phases.values())
+    assert times == sorted(times) and 0 < times[0]
+    assert report["ready_s"] == phases["ready"]
