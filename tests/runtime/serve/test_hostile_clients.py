@@ -26,7 +26,7 @@ from runtime.serve.server import running_server
 DEADLINE = 60.0  # seconds: generous for a busy 2-core machine; only a hang reaches it
 MODEL_WAIT = 300.0  # the same, for turns on the real sample model
 JSON = {"content-type": "application/json"}
-WORKERS = 8  # running_server's default: turns that run at once
+GONE = 20  # clients gone mid-turn at once: more than running_server's 8 turns computing at once
 TOOL_LINE = "How many arrows are there?"  # tool_calling.json on the scripted backend asks check_stock once
 
 
@@ -682,14 +682,14 @@ def test_a_client_gone_while_its_turn_generates_cancels_the_turn(monkeypatch: py
 
 def test_many_clients_gone_mid_turn_leave_every_session_idle_and_unchanged(url: str) -> None:
     with ParleyClient(url) as client:
-        npcs = [client.create_session("tool_calling.json").id for _ in range(WORKERS)]  # every worker waits
+        npcs = [client.create_session("tool_calling.json").id for _ in range(GONE)]
         socks = [post_turn(url, npc, TOOL_LINE) for npc in npcs]
         for sock in socks:
             read_until(sock, b"event: tool_request")
         for sock in socks:
             sock.close()
         wait_for(lambda: not any(s.busy for s in client.sessions()), "every session to be idle")
-        assert [s.turns for s in client.sessions()] == [0] * WORKERS
+        assert [s.turns for s in client.sessions()] == [0] * GONE
     assert_serving(url)
 
 
@@ -700,7 +700,7 @@ def test_clients_that_never_answer_their_tools_do_not_starve_other_sessions(back
         socks = [post_turn(url, npc, TOOL_LINE) for npc in stalled]
         try:
             for sock in socks:
-                read_until(sock, b"event: tool_request")  # both workers now wait for answers that never come
+                read_until(sock, b"event: tool_request")  # both wait for answers that never come
             npc = client.create_session("chat.json")
             replies: list[str] = []
             thread = threading.Thread(target=lambda: replies.append(client.turn(npc.id, "Hello").reply), daemon=True)
@@ -709,7 +709,7 @@ def test_clients_that_never_answer_their_tools_do_not_starve_other_sessions(back
             starved = not replies
         finally:
             for sock in socks:
-                sock.close()  # their turns are cancelled, which frees the workers
+                sock.close()  # their turns are cancelled (were they holding the workers, that frees them)
         thread.join(DEADLINE)
         assert replies, "the turn never ran"
     assert not starved, "a well-behaved client's turn waited behind clients that never answer their tools"
