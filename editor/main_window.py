@@ -668,6 +668,11 @@ class MainWindow(QMainWindow):
         doc.set_path(path)
         self.load_problems = []
         doc.set_asset(asset)
+        # Nothing of the old asset stays on show: its test turns, path marks and visit counts name
+        # nodes the new asset may have under the same ids (the Tests dock clears its own results).
+        self.dock(TurnInspectorDock).forget_external()
+        self.canvas.highlight_path([])
+        self.canvas.clear_coverage()
         if modified:
             doc.undo_stack.resetClean()
         self.properties.show_selection([])

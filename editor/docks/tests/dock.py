@@ -193,9 +193,12 @@ class TestsDock(QDockWidget):
             self._path = path
             self.results.clear()
             self._assets.clear()
-            self.coverage = None
             self.entries = []
             self._then = None
+            self.setWindowTitle("Tests")  # not "Tests (1 failed)" of the old asset's run
+            self.set_status("")
+            if self.coverage is not None:
+                self.clear_coverage()  # its counts are not of the new asset's same-named nodes
         if not path:
             self._reading = False
             self._listed_now([])

@@ -199,6 +199,12 @@ class TurnInspectorDock(QDockWidget):
         self.refresh()
         self.turn_picker.setCurrentIndex(self.turn_picker.findData(label))
 
+    def forget_external(self) -> None:
+        """Drop the turns from elsewhere (another asset's test runs): their ids name other nodes."""
+        if self.external:
+            self.external.clear()
+            self.refresh()
+
     def _path(self) -> list[int]:
         tree = self.conversation.saved.tree
         return tree.path() if tree is not None else []
