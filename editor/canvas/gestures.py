@@ -31,7 +31,7 @@ from editor.commands import (
 from editor.node_search import NodeSearch
 from editor.node_types import view_of
 from runtime.asset import layout as auto_layout
-from runtime.asset.model import END, new_node
+from runtime.asset.model import END, palette_node
 from runtime.nodes import shown_exits
 
 NODE_MIME = MIME_TYPE  # NodeGraphQt's viewer only accepts drags of a few formats; reuse its own
@@ -252,7 +252,7 @@ class Gestures(QObject):
         view = view_of(type_name)
         node_id = doc.unique_id(view.new_id)
         x, y = pos if pos is not None else self.free_spot()
-        node = new_node(type_name, node_id, position=(float(x), float(y)))
+        node = palette_node(type_name, node_id, position=(float(x), float(y)))
         parent = MacroCommand(f"Add {view.label}")
         AddNodeCommand(doc, node, None, parent)
         if not doc.asset.start_node:

@@ -50,7 +50,7 @@ from runtime.problems import AssetError, Problem
 _NODE_KEY_ORDER = (
     "id", "type", "title", "model_name", "context_size", "max_tokens", "max_summary_tokens",
     "system_prompt", "input", "template", "placement", "history_role", "history_mode", "history_window",
-    "temperature", "top_p", "seed",
+    "temperature", "top_p", "min_p", "repeat_penalty", "seed",
 )
 _TRAILING_NODE_KEYS = ("default_exit", "fallback_exit", "position", "metadata")
 _ASSET_KEY_ORDER = ("version", "name", "default_model", "start_node", "variables", "enable_diagnostics")

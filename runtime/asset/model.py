@@ -67,7 +67,7 @@ __all__ = [
     "ASSET_VERSION", "END", "ID_PATTERN", "NODE_TYPES", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "Asset", "Attribute",
     "ClassifyAttributes", "ClassifyIntent", "FieldError", "Generate", "GenerateAndSpeak", "GeneratingNode",
     "Intent", "KnowledgeEntry", "ModelParams", "Node", "NodeBase", "Retrieve", "SamplingParams", "Strict",
-    "Summarize", "Tool", "ToolCall", "VariableValue", "is_valid_id", "new_node",
+    "Summarize", "Tool", "ToolCall", "VariableValue", "is_valid_id", "new_node", "palette_node",
 ]
 
 
@@ -113,8 +113,15 @@ class Asset(Strict):
 
 
 def new_node(type_name: str, node_id: str, **fields: Any) -> NodeBase:
-    """A node of ``type_name`` with its defaults (the editor's palette and tests use this)."""
+    """A node of ``type_name`` with its field defaults (what a file that omits a field means)."""
     return node_model(type_name)(id=node_id, **fields)
+
+
+def palette_node(type_name: str, node_id: str, **fields: Any) -> NodeBase:
+    """A node the designer adds (the editor's palette, Add menu, Tab search): the field defaults
+    with the type's ``NEW_NODE_FIELDS`` over them, then ``fields``."""
+    model = node_model(type_name)
+    return model(id=node_id, **{**model.NEW_NODE_FIELDS, **fields})
 
 
 def _add_to_union(entry: NodeType) -> None:

@@ -26,6 +26,9 @@ from runtime.models.journal import DecodeJournal
 
 Role = Literal["system", "user", "assistant", "tool"]
 
+# How many recent tokens a repeat penalty looks back over (llama.cpp's own default), on every backend.
+REPEAT_LAST_N = 64
+
 
 @dataclass(frozen=True)
 class ChatMessage:
@@ -41,6 +44,8 @@ class GenerationRequest:
     max_tokens: int
     temperature: float = 0.7
     top_p: float = 0.95
+    min_p: float = 0.05  # 0: off; only with a temperature above 0
+    repeat_penalty: float = 1.0  # 1.0: off; over the last REPEAT_LAST_N tokens
     seed: int = -1
     # Constraints (the llama backend turns them into a grammar):
     choices: list[str] | None = None  # the output is exactly one of these strings

@@ -42,6 +42,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import LlamaGrammar
 
 from runtime.backends.base import (
+    REPEAT_LAST_N,
     Backend,
     ChatMessage,
     GenerationRequest,
@@ -720,12 +721,17 @@ class LlamaNodeSession(NodeSession):
                 sampler.close()
                 raise BackendError(f"llama.cpp rejected the output grammar: {_last_llama_error() or grammar[:200]}")
             llama_cpp.llama_sampler_chain_add(sampler.sampler, handle)
+        if request.repeat_penalty != 1.0:
+            # First, as llama.cpp's own chain has it, so greedy decoding is penalized too. This build's
+            # llama_sampler_init_penalties still takes n_vocab first (internals.add_penalties passes it).
+            sampler.add_penalties(self.model.n_vocab, REPEAT_LAST_N, request.repeat_penalty, 0.0, 0.0)
         if request.temperature <= 0:
             sampler.add_greedy()
         else:
             sampler.add_top_k(40)
             sampler.add_top_p(request.top_p, 1)
-            sampler.add_min_p(0.05, 1)
+            if request.min_p > 0:
+                sampler.add_min_p(request.min_p, 1)
             sampler.add_temp(request.temperature)
             seed = request.seed if request.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED
             sampler.add_dist(seed & 0xFFFFFFFF)

@@ -36,6 +36,7 @@ from pathlib import PurePath
 from typing import Any
 
 from runtime.backends.base import (
+    REPEAT_LAST_N,
     Backend,
     ChatMessage,
     GenerationRequest,
@@ -365,9 +366,11 @@ class ServerNodeSession(ServerSession):
             "temperature": max(request.temperature, 0.0),
             "top_k": 40,
             "top_p": request.top_p,
-            "min_p": 0.05,
-            "repeat_penalty": 1.0,
-            "samplers": ["top_k", "top_p", "min_p", "temperature"],
+            "min_p": request.min_p,
+            "repeat_penalty": request.repeat_penalty,
+            "repeat_last_n": REPEAT_LAST_N,
+            # The embedded engine's chain, in its order ("penalties" is a no-op at 1.0).
+            "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
             "seed": request.seed if request.seed >= 0 else -1,
             "stop": [s for s in request.stop if s],
         }

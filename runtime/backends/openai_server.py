@@ -264,6 +264,15 @@ class OpenAISession(ServerSession):
         }
         if request.seed >= 0:
             body["seed"] = request.seed
+        # Not OpenAI's own parameters (its frequency/presence penalties are additive, not llama.cpp's
+        # multiplicative one), so sent only when the node uses them: vLLM reads min_p and
+        # repetition_penalty, llama.cpp's and llama-cpp-python's servers min_p and repeat_penalty,
+        # and each ignores the other's name. OpenAI's own API refuses them: there set min_p 0 and
+        # repeat_penalty 1.
+        if request.min_p > 0:
+            body["min_p"] = request.min_p
+        if request.repeat_penalty != 1.0:
+            body["repetition_penalty"] = body["repeat_penalty"] = request.repeat_penalty
         session = current_session_key()
         if session:
             body["user"] = session

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from runtime.backends.base import REPEAT_LAST_N
 from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, FreeFormData, VariableValue
 from runtime.prompting.budget import TOKENS_PER_MESSAGE
 
@@ -33,8 +34,21 @@ if TYPE_CHECKING:  # pragma: no cover
 END = ""  # an exit that names no node ends the turn
 
 __all__ = [
-    "END", "ID_PATTERN", "OPTIONAL_SLOT_PATTERN", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "FieldError", "ModelParams",
-    "ModelUse", "NodeBase", "SamplingParams", "Strict", "VariableValue", "field_help", "is_valid_id",
+    "END",
+    "ID_PATTERN",
+    "OPTIONAL_SLOT_PATTERN",
+    "REPEAT_LAST_N",
+    "SLOT_PATTERN",
+    "TOKENS_PER_MESSAGE",
+    "FieldError",
+    "ModelParams",
+    "ModelUse",
+    "NodeBase",
+    "SamplingParams",
+    "Strict",
+    "VariableValue",
+    "field_help",
+    "is_valid_id",
 ]
 
 
@@ -159,6 +173,10 @@ class AnswerInContext(Strict):
 class SamplingParams(Strict):
     temperature: float = Field(0.7, ge=0.0, le=2.0, **field_help("Sampling temperature; 0 always picks the likeliest token.", "Sampling"))
     top_p: float = Field(0.95, gt=0.0, le=1.0, **field_help("Nucleus sampling: keep the smallest set of tokens whose probability reaches this.", "Sampling"))
+    min_p: float = Field(0.05, ge=0.0, lt=1.0, **field_help("Drop tokens whose probability is below this fraction of the likeliest token's (llama.cpp's min-p); 0 turns it off. Only at a temperature above 0.", "Sampling"))
+    # 1.0 (off) is what a node without the field had before the field existed; new nodes start at
+    # NEW_NODE_FIELDS' 1.1 (runtime.nodes.generate).
+    repeat_penalty: float = Field(1.0, ge=1.0, le=2.0, **field_help(f"Make tokens used in the last {REPEAT_LAST_N} tokens (prompt and reply) less likely: 1.0 is off, 1.1 is mild. Stops a reply from looping one phrase up to Max Tokens.", "Sampling"))
     seed: int = Field(1, ge=-1, **field_help("Random seed. A fixed seed (0 or more, the default) repeats replies, so a replay on the same build gives the same replies; -1 picks a new one every call. The Conversation dock can re-roll every seed at once.", "Sampling"))
 
 
@@ -181,6 +199,9 @@ class NodeBase(Strict):
     # Its ``check`` reads files (a knowledge file), so it runs on every validation; other types'
     # ``check`` results are kept while the node is unchanged (``runtime.asset.validation.Validator``).
     CHECK_READS_FILES: ClassVar[bool] = False
+    # What a node added in the editor starts with beyond the field defaults. The field defaults are
+    # what a file without the field means, so they stay as they were; better starting values go here.
+    NEW_NODE_FIELDS: ClassVar[dict[str, Any]] = {}
 
     @property
     def type_name(self) -> str:

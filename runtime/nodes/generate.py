@@ -49,6 +49,11 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
 
     RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = True
     STREAMS_TO_CHAT: ClassVar[bool] = True
+    # Not the field defaults (256 tokens, the model's whole context, no penalty), which invited a
+    # reply that loops up to a long cap: 128 tokens is a few spoken sentences, 2048 holds a long
+    # talk on any model this runs and costs a quarter of an 8k context's KV cache, and 1.1 is
+    # llama.cpp's usual mild repeat penalty.
+    NEW_NODE_FIELDS: ClassVar[dict[str, Any]] = {"max_tokens": 128, "context_size": 2048, "repeat_penalty": 1.1}
 
     def exits(self) -> dict[str, str]:
         return {"default_exit": self.default_exit}
@@ -105,7 +110,7 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
 
         request = GenerationRequest(
             prompt.messages, max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-            seed=run.seed(self.seed), json_schema=self.output_schema(),
+            min_p=self.min_p, repeat_penalty=self.repeat_penalty, seed=run.seed(self.seed), json_schema=self.output_schema(),
         )
         splitter = SentenceSplitter() if self.speaks() else None
 

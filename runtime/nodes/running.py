@@ -23,6 +23,7 @@ from runtime.dialogue.history import DialogHistory, Entry, Summary
 from runtime.events import Event, EventCallback
 from runtime.models.journal import EMPTY, DecodeJournal
 from runtime.nodes.base import NodeBase
+from runtime.nodes.repetition import runaway_warning
 from runtime.prompting.budget import PromptBudget
 from runtime.prompting.prompt import PromptPart, slot_text
 
@@ -231,7 +232,8 @@ class NodeRun:
             diag.timings = NodeTimings(prompt_ms=result.prompt_ms, generate_ms=result.generate_ms)
             diag.warnings += result.warnings
             if result.finish_reason == "length":
-                diag.warnings.append(f"the output was cut at max_tokens ({result.generated} tokens)")
+                diag.warnings.append(runaway_warning(result.text, result.generated)
+                                     or f"the output was cut at max_tokens ({result.generated} tokens)")
 
     def record_parts(self, parts: list[PromptPart], context_size: int) -> None:
         self.turn.prompts[self.node.id] = RecordedPrompt(parts, context_size)

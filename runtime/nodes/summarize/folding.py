@@ -254,7 +254,7 @@ def fold_turns(
     fold.messages = fold_messages(node, summary_seen, folded_turns, source)
     request = GenerationRequest(
         fold.messages, max_tokens=node.max_summary_tokens, temperature=node.temperature, top_p=node.top_p,
-        seed=node.seed,
+        min_p=node.min_p, repeat_penalty=node.repeat_penalty, seed=node.seed,
     )
     fold.result = generate(request)
     if fold.result.cancelled:
