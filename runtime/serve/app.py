@@ -353,7 +353,7 @@ def _invalid_message(request: Request, error: RequestValidationError) -> str:
     content_type = request.headers.get("content-type", "")
     if first.get("loc") == ("body",) and "json" not in content_type:
         return (f"the body must be a JSON object sent as Content-Type: application/json (it came as "
-                f"{content_type or 'no content type'})")
+                f"{content_type[:80] or 'no content type'})")
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
     return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
