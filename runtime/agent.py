@@ -87,6 +87,9 @@ class TurnResult:
     prompts: dict[str, RecordedPrompt] = field(default_factory=dict)
     turn_id: int = -1  # the turn's id in the conversation tree
     backend: str = ""  # what ran its model calls (``Backend.label``)
+    # It said and wrote what an alternative of it already had (``ConversationTree.twin``): ``turn_id``
+    # is that alternative's, and no new one was added.
+    repeated: bool = False
 
 
 class Agent:
@@ -269,8 +272,10 @@ class Agent:
         self._go_to(self.tree.leaf_from(turn_id))
 
     def regenerate(self, index: int, **run: Any) -> TurnResult:
-        """Run turn ``index`` again with its player line: a new alternative of that turn. The turns
-        after it stay on the old branch. On failure the conversation is as it was."""
+        """Run turn ``index`` again with its player line: a new alternative of that turn, or, when it
+        comes out as one already did (the same seeds), that alternative (``TurnResult.repeated``). The
+        turns after it stay on the old branch (``recorded_lines`` gives them to replay on the new one).
+        On failure the conversation is as it was."""
         path = self.tree.path()
         line = self.tree.nodes[path[index]].turn.player
         return self._branch_from(index, line, edited=False, run=run)
@@ -284,8 +289,10 @@ class Agent:
         alternative of that turn with the same state after it; it becomes the current turn. Returns its id."""
         path = self.tree.path()
         old = self.tree.nodes[path[index]]
-        turn_id = self.tree.add(old.parent, Turn(old.turn.player, list(entries)), old.after, edited=True,
-                                exact=old.exact)
+        turn = Turn(old.turn.player, list(entries))
+        turn_id = self.tree.twin(old.parent, turn, old.after)
+        if turn_id is None:
+            turn_id = self.tree.add(old.parent, turn, old.after, edited=True, exact=old.exact)
         self._go_to(turn_id)
         return turn_id
 
@@ -351,7 +358,13 @@ class Agent:
 
         index = len(self.history.turns)
         self.history.turns.append(Turn(player_line, run.entries))
-        turn_id = self.tree.add(self.tree.current, self.history.turns[-1], self._state(), edited=edited)
+        after = self._state()
+        # A turn that came out as an alternative already did (a replay, or a regeneration with the same
+        # seeds) is that alternative again: its later turns stay under it, and "2/2" never reads as "1/2".
+        turn_id = self.tree.twin(self.tree.current, self.history.turns[-1], after)
+        repeated = turn_id is not None
+        if turn_id is None:
+            turn_id = self.tree.add(self.tree.current, self.history.turns[-1], after, edited=edited)
         self.tree.select(turn_id)
         reply = "\n".join(r for r in run.replies if r)
         diagnostics = None
@@ -363,7 +376,7 @@ class Agent:
             )
         run.emit(TurnFinished(index, reply, list(run.path)))
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
-                          self.backend.label)
+                          self.backend.label, repeated)
 
     def _walk(self, run: TurnState, cancel: threading.Event) -> None:
         """Run the graph's nodes from the start node to END."""

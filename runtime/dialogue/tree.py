@@ -84,6 +84,31 @@ class ConversationTree:
         """The turns that could stand where ``turn_id`` stands (its siblings, itself included), oldest first."""
         return list(self.children[self.nodes[turn_id].parent])
 
+    def twin(self, parent: int | None, turn: Turn, after: AgentState) -> int | None:
+        """The turn after ``parent`` that says and writes what ``turn`` does and leaves the state
+        ``after`` leaves (the seed salt aside: it only says how the same turn was sampled), if there
+        is one: a replayed or regenerated turn that came out the same is that turn, not another
+        alternative that reads the same (a designer could not tell the two apart)."""
+        for sibling in self.children.get(parent, []):
+            node = self.nodes[sibling]
+            if node.turn == turn and replace(node.after, seed_salt=after.seed_salt) == after:
+                return sibling
+        return None
+
+    def branch_steps(self, turn_id: int, path: list[int] | None = None) -> list[tuple[int, int, int]]:
+        """Where ``turn_id``'s path leaves ``path`` (default: the current path) and which alternative it
+        takes at each turn from there that has more than one: (turn index from 0, alternative from 1,
+        alternatives). Two turns of the same depth off the path always differ in these."""
+        path = self.path() if path is None else path
+        own = self.path(turn_id)
+        fork = next((i for i, (a, b) in enumerate(zip(own, path)) if a != b), min(len(own), len(path)))
+        steps = []
+        for index in range(fork, len(own)):
+            siblings = self.alternatives(own[index])
+            if len(siblings) > 1:
+                steps.append((index, siblings.index(own[index]) + 1, len(siblings)))
+        return steps
+
     def leaf_from(self, turn_id: int | None) -> int | None:
         """The end of the branch last followed from ``turn_id``."""
         node = turn_id

@@ -201,9 +201,9 @@ def test_retrieval_with_embeddings_embeds_the_entries_once(model, backend, monke
 
 
 def test_rewind_and_regenerate_on_the_sample_model_are_reproducible_and_reuse_the_cache(model):
-    """Fixed seeds: a regenerated turn with an unchanged graph gives the same reply; after rewinding
-    three turns, the node reads only what follows the prefix its cache still holds; a re-rolled seed
-    gives another alternative."""
+    """Fixed seeds: a regenerated turn with an unchanged graph gives the same reply (and is the same
+    alternative); after rewinding three turns, the node reads only what follows the prefix its cache
+    still holds; a re-rolled seed gives another alternative."""
     from runtime.backends.llama import LlamaBackend
 
     backend = LlamaBackend(asset_dir=examples_dir())
@@ -218,11 +218,43 @@ def test_rewind_and_regenerate_on_the_sample_model_are_reproducible_and_reuse_th
         # exchange on) is read again, not the whole prompt.
         assert 0 < reply.tokens.evaluated < reply.tokens.prompt and not reply.tokens.cold
         assert reply.tokens.reused >= first[1].diagnostics.nodes[0].tokens.prompt - 40
-        assert len(agent.tree.alternatives(again.turn_id)) == 2
+        # the same turn, its cache read the same way: that alternative again, not a second one like it
+        assert again.repeated and again.turn_id == first[2].turn_id
+        assert len(agent.tree.alternatives(again.turn_id)) == 1
         agent.reroll_seeds(12345)
         rerolled = agent.regenerate(2)
-        assert len(agent.tree.alternatives(rerolled.turn_id)) == 3
+        assert len(agent.tree.alternatives(rerolled.turn_id)) == 2
         agent.select_turn(first[2].turn_id)
         assert [t.player for t in agent.history.turns] == LINES[:5]
+    finally:
+        backend.close()
+
+
+def test_regenerate_then_replay_the_later_turns_adds_no_alternative_twice(model):
+    """Friction 19 on the sample model: regenerate turn 2 with re-rolled seeds, replay the old branch's
+    later turns on the new one, then replay them again and the whole first branch: each turn that comes
+    out the same (same line, same replies, its caches read the same way) is the turn already there."""
+    from runtime.backends.llama import LlamaBackend
+
+    backend = LlamaBackend(asset_dir=examples_dir())
+    try:
+        agent = Agent(example("chat", model, reply={"max_tokens": 12, "seed": 3}), backend, str(examples_dir()))
+        first = [agent.run_turn(line).turn_id for line in LINES[:4]]
+        later = agent.recorded_lines(2)
+        agent.reroll_seeds(777)
+        again = agent.regenerate(1)
+        assert not again.repeated and agent.tree.alternatives(again.turn_id) == [first[1], again.turn_id]
+        replayed = [agent.run_turn(line) for line, _old in later]
+        assert not any(r.repeated for r in replayed) and len(agent.tree) == 7
+        agent.rewind(2)
+        twice = [agent.run_turn(line) for line, _old in later]
+        assert [r.turn_id for r in twice] == [r.turn_id for r in replayed] and all(r.repeated for r in twice)
+        assert [r.reply for r in twice] == [r.reply for r in replayed]
+        assert len(agent.tree) == 7 and len(agent.tree.alternatives(twice[0].turn_id)) == 1
+        # the first branch, with the first seeds, once more from its first turn: all four turns are its own
+        agent.reroll_seeds(0)
+        agent.rewind(0)
+        assert [agent.run_turn(line).turn_id for line in LINES[:4]] == first
+        assert len(agent.tree) == 7 and len(agent.tree.alternatives(first[1])) == 2
     finally:
         backend.close()

@@ -17,8 +17,14 @@ from tests.runtime.test_behaviour_unchanged import _without_timings, every_node_
 SIZES = {"think": 25, "reply": 45, "fold": 30}
 
 
-def agent() -> Agent:
-    return Agent(every_node_type_asset(), backend(SIZES))
+def agent(version: dict[str, str] | None = None) -> Agent:
+    """The test agent; ``version["tag"]``, when given, starts every reply of the player-facing node
+    (so a regenerated turn can come out other than before, as a changed graph or seed would make it)."""
+    scripted = backend(SIZES)
+    if version is not None:
+        plain = scripted._reply
+        scripted._reply = lambda key, request: (version["tag"] if key == "reply" else "") + plain(key, request)
+    return Agent(every_node_type_asset(), scripted)
 
 
 def prompts_and_state(result) -> list:
@@ -49,11 +55,13 @@ def test_rewinding_gives_the_prompts_of_a_conversation_that_never_had_the_later_
 
 
 def test_regenerate_keeps_alternatives_and_the_old_branch() -> None:
-    a = agent()
+    version = {"tag": ""}
+    a = agent(version)
     said = lines()[:5]
     ids = [a.run_turn(line).turn_id for line in said]
     a.asset.node("reply").system_prompt = "Be terse."  # the designer fixed the prompt
     a._nodes["reply"] = a.asset.node("reply")
+    version["tag"] = "Tersely: "  # and the reply changed with it
     again = a.regenerate(2)
     assert again.turn == 2 and len(a.history.turns) == 3, "the turns after it stay on the old branch"
     assert a.tree.alternatives(again.turn_id) == [ids[2], again.turn_id]
@@ -103,9 +111,11 @@ def test_a_failed_regeneration_leaves_the_conversation_as_it_was() -> None:
 
 
 def test_the_tree_survives_export_and_import_and_older_files_still_load() -> None:
-    a = agent()
+    version = {"tag": ""}
+    a = agent(version)
     for line in lines()[:4]:
         a.run_turn(line)
+    version["tag"] = "again: "
     a.regenerate(1)
     a.rewind(1)
     text = dumps_history(a.export_dialog())
@@ -174,3 +184,68 @@ def test_a_graph_that_lost_a_node_continues_the_conversation_with_keep_nodes() -
     assert set(saved.tree.nodes[0].after.windows) == {"npc", "other"}, "the old dialog is unchanged"
     new.rewind(1)
     assert new.run_turn("once more").reply
+
+
+def test_a_replayed_or_regenerated_turn_that_comes_out_the_same_is_the_same_alternative() -> None:
+    """Friction 19: regenerate a turn, replay the later turns on the new branch, then replay the whole
+    conversation again: a turn that says and writes what an alternative already did (and leaves the
+    same state) is that alternative, so the "n/m" counts and the tree hold no two that read the same."""
+    version = {"tag": ""}
+    a = agent(version)
+    said = lines()[:5]
+    ids = [a.run_turn(line).turn_id for line in said]
+    assert not any(a.tree.nodes[i].edited for i in ids)
+
+    version["tag"] = "v2 "  # the graph writes other replies now
+    later = a.recorded_lines(3)
+    again = a.regenerate(2)
+    assert not again.repeated and a.tree.alternatives(again.turn_id) == [ids[2], again.turn_id]
+    # the later turns of the old branch, replayed on the new one: new turns there, once each
+    replayed = [a.run_turn(line) for line, _old in later]
+    assert [r.repeated for r in replayed] == [False, False]
+    assert [t.player for t in a.history.turns] == said and len(a.tree) == 8
+    assert a.tree.alternatives(replayed[0].turn_id) == [replayed[0].turn_id], "turn 4 has one alternative here"
+
+    # the same replay again: every turn comes out as before, so no alternative is added
+    a.rewind(3)
+    twice = [a.run_turn(line) for line, _old in later]
+    assert [r.repeated for r in twice] == [True, True] and [r.turn_id for r in twice] == [r.turn_id for r in replayed]
+    assert len(a.tree) == 8
+
+    # regenerating turn 3 with the first graph again gives turn 3's first reply: that alternative (1/2), whose
+    # later turns are still under it
+    version["tag"] = ""
+    first = a.regenerate(2)
+    assert first.repeated and first.turn_id == ids[2] and len(a.tree.alternatives(ids[2])) == 2
+    assert a.tree.children[ids[2]] == [ids[3]]
+    a.rewind(0)
+    assert [a.run_turn(line).turn_id for line in said] == ids and len(a.tree) == 8
+
+    # an edited reply that says what an alternative says is that alternative too
+    a.rewind(3)
+    assert a.edit_reply(2, list(a.tree.nodes[ids[2]].turn.entries)) == ids[2]
+    assert len(a.tree) == 8
+
+
+def test_a_turn_that_reads_the_same_but_leaves_another_state_is_another_alternative() -> None:
+    """Only the same state after it makes a turn the same: variables changed before it lead elsewhere."""
+    a = agent()
+    for line in lines()[:2]:
+        a.run_turn(line)
+    a.rewind(1)
+    a.set_variable("mood", "grim")
+    again = a.run_turn(lines()[1])
+    assert not again.repeated and len(a.tree.alternatives(again.turn_id)) == 2
+
+
+def test_branch_steps_tell_turns_off_the_path_apart() -> None:
+    a = agent()
+    said = lines()[:3]
+    ids = [a.run_turn(line).turn_id for line in said]
+    other = a.edit_player_line(1, "another line").turn_id
+    deeper = a.run_turn("and then").turn_id
+    a.select_turn(ids[1])
+    assert a.tree.path() == ids
+    assert a.tree.branch_steps(deeper) == [(1, 2, 2)]
+    assert a.tree.branch_steps(other) == [(1, 2, 2)]
+    assert a.tree.branch_steps(ids[2]) == []
