@@ -186,10 +186,31 @@ class Validator:
                     trouble = models.problem(name)
                     if trouble:
                         warning(trouble, node.id if field == "model_name" else "", field)
+        if model_context is not None:
+            for node, fact in zip(asset.nodes, ordered):
+                if fact.uses_model:
+                    for problem in _above_trained(asset, node, model_context):
+                        error(problem, node.id, "context_size")
         for node in asset.nodes:
             _run_check(node, "check_in_graph", lambda node=node: node.check_in_graph(checks.about(node)), problems,
                        source)
         return problems
+
+
+def _above_trained(asset: Asset, node: NodeBase, model_context: ModelContext) -> list[str]:
+    """Why a Context Size above the model's trained size cannot run: an error, not a warning, since
+    every backend refuses such a context when the node runs (the turn fails), so the asset as it
+    stands does not work with this model."""
+    found = []
+    for use in node.model_uses():
+        name = asset.model_source(use.model_name, use.field)[0]
+        trained = model_context(name) if name and use.context_size else None
+        if trained and use.context_size > trained:
+            found.append(
+                f"context_size ({use.context_size:,}) is larger than {Path(name).name} was trained for "
+                f"({trained:,} tokens): the engine refuses to run this node. Lower it to {trained:,} or less, "
+                f"or set 0 to use the model's own ({trained:,})")
+    return found
 
 
 # --- a node type's own code, which may fail (a plugin's above all) -----------------------------------
