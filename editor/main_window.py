@@ -430,6 +430,11 @@ class MainWindow(QMainWindow):
         self.canvas.text_dropped.connect(self.paste_text)
         self.palette.add_requested.connect(self.canvas.add_node)
         self.problems_dock.problem_activated.connect(self.show_problem)
+        # A node named in a dock (a chat reply, the inspector's path, a test's check, a VRAM row): one
+        # click shows it on the canvas
+        for dock in (self.conversation_dock, self.dock(TurnInspectorDock), self.dock(TestsDock),
+                     self.dock(VramEstimatorDock)):
+            dock.node_clicked.connect(self.show_node)
         self.properties.input_problems_changed.connect(self._show_problems)
         tests = self.dock(TestsDock)
         tests.turn_opened.connect(self._open_test_turn)
@@ -635,6 +640,16 @@ class MainWindow(QMainWindow):
         errors = sum(p.severity == "error" for p in everything)
         counts = (len(self.document.asset.nodes), "node"), (errors, "error"), (len(everything) - errors, "warning")
         self.status.setText(" \u00b7 ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts))
+
+    def show_node(self, node_id: str) -> bool:
+        """Select the node ``node_id`` and centre it on the canvas; False when the asset has no such node
+        (a followed session of another asset, a test turn of an older graph)."""
+        if self.attach.mismatch or not self.document.has_node(node_id):
+            self.statusBar().showMessage(f"No node {node_id!r} in this asset", 4000)
+            return False
+        self.canvas.select([node_id])
+        self.canvas.center_on(node_id)
+        return True
 
     def show_problem(self, node_id: str, field: str) -> None:
         """Select the node a problem names and focus the field in the Properties dock."""

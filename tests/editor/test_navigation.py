@@ -3,8 +3,14 @@ click from the canvas (selected and centred), and Ctrl+F finds nodes by what the
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+
+from editor.docks.tests.dock import TestsDock
+from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.docks.vram_estimator.dock import VramEstimatorDock
 
 
 def _search_and_enter(qtbot, window, text: str) -> list[str]:
@@ -57,3 +63,140 @@ def test_tab_search_hides_categories_without_a_match(qtbot, window):
     assert shown == ["Memory"]
     search.grab().save("/tmp/n/search_summ.png")
     search.hide()
+
+
+# --- a node named in a dock: one click shows it on the canvas --------------------------------------
+
+ROUTER = {
+    "version": 1, "name": "router", "default_model": "missing.gguf", "start_node": "classify",
+    "nodes": [
+        {"id": "classify", "type": "ClassifyIntent", "intents": [{"name": "greet", "exit": "hello"}],
+         "fallback_exit": "hello", "position": [0, 0]},
+        {"id": "hello", "type": "GenerateAndSpeak", "system_prompt": "Greet.", "template": "Hi",
+         "position": [300, 0]},
+        {"id": "far", "type": "Generate", "system_prompt": "Far away.", "position": [4000, 3000]},
+    ],
+}
+SUITE = """\
+asset: router.json
+cases:
+  - name: exits
+    turns:
+      - say: "greet me please"
+        expect:
+          exits: {hello: "somewhere"}
+"""
+
+
+def _look_away(window) -> None:
+    """Scroll the canvas to the far node, with nothing selected."""
+    window.canvas.select([])
+    window.canvas.center_on("far")
+
+
+def assert_shown(window, node_id: str) -> None:
+    """``node_id`` alone is selected, and centred in the view."""
+    assert window.canvas.selected_ids() == [node_id]
+    node = window.canvas.canvas_node(node_id).view.sceneBoundingRect()
+    view = window.canvas.drawing.visible_rect()
+    assert view.contains(node), f"{node_id} at {node} is not in the view {view}"
+    near = 0.02 * max(view.width(), view.height())  # NodeGraphQt centres to the nearest view pixel or so
+    assert abs(node.center().x() - view.center().x()) < near and abs(node.center().y() - view.center().y()) < near
+
+
+def _anchor_point(browser, href: str):
+    """Where in ``browser``'s viewport the link ``href`` is drawn (scanning it as a person's eye would)."""
+    viewport = browser.viewport()
+    for y in range(2, viewport.height(), 3):
+        for x in range(2, viewport.width(), 3):
+            point = QPoint(x, y)
+            if browser.anchorAt(point) == href:
+                return point
+    raise AssertionError(f"no link {href!r} in {browser.toHtml()[:2000]}")
+
+
+@pytest.fixture
+def router(window, tmp_path, qtbot):
+    from runtime.backends.scripted import ScriptedBackend
+    from tests.editor.docks.tests.listing import open_listed
+
+    (tmp_path / "router.json").write_text(json.dumps(ROUTER), encoding="utf-8")
+    (tmp_path / "router.suite.yaml").write_text(SUITE, encoding="utf-8")
+    window.suite_run.make_backend = ScriptedBackend
+    open_listed(qtbot, window, tmp_path / "router.json")
+    window.conversation.use_backend(ScriptedBackend)
+    window.canvas.finish_building()
+    return window
+
+
+def _talk(window, qtbot) -> None:
+    with qtbot.waitSignal(window.conversation.turn_finished, timeout=30_000):
+        assert window.conversation.say("greet me please")
+    qtbot.waitUntil(lambda: not window.conversation.busy, timeout=30_000)
+
+
+def test_a_click_on_a_replys_node_name_in_the_chat_shows_that_node(router, qtbot):
+    window = router
+    _talk(window, qtbot)
+    chat = window.conversation_dock.chat
+    window.conversation_dock.show()
+    window.conversation_dock.raise_()
+    qtbot.waitUntil(lambda: chat.isVisible() and chat.viewport().height() > 20, timeout=3000)
+    _look_away(window)
+    point = _anchor_point(chat, "node:hello")
+    qtbot.mouseClick(chat.viewport(), Qt.MouseButton.LeftButton, pos=point)
+    assert_shown(window, "hello")
+    window.conversation_dock.grab().save("/tmp/n/chat_node_link.png")
+
+
+def test_a_click_on_a_node_of_the_inspectors_path_shows_that_node(router, qtbot):
+    window = router
+    _talk(window, qtbot)
+    inspector = window.dock(TurnInspectorDock)
+    assert "href='classify'" in inspector.path_label.text()
+    _look_away(window)
+    inspector.path_label.linkActivated.emit("classify")
+    assert_shown(window, "classify")
+    assert inspector.current_node_id() == "classify", "the inspector shows that node's details too"
+
+
+def test_a_click_on_a_tests_check_shows_the_node_it_is_about(router, qtbot):
+    window = router
+    tests = window.dock(TestsDock)
+    with qtbot.waitSignal(tests.run.finished, timeout=30_000):
+        assert tests.run_all()
+    check = tests.tree.topLevelItem(0).child(0).child(0).child(0)
+    assert "hello takes somewhere" in check.text(0)
+    _look_away(window)
+    tests.tree.itemClicked.emit(check, 0)
+    assert_shown(window, "hello")
+
+
+def test_a_click_on_a_problem_shows_its_node(router, qtbot):
+    window = router
+    problems = window.problems_dock
+    row = next(i for i, p in enumerate(problems.problems) if p.node_id == "far")
+    window.canvas.select([])
+    window.canvas.center_on("classify")
+    problems.tree.itemClicked.emit(problems.tree.topLevelItem(row), 0)
+    assert_shown(window, "far")
+
+
+def test_a_click_on_a_vram_row_shows_its_node(router, qtbot):
+    window = router
+    vram = window.dock(VramEstimatorDock)
+    vram.update_estimate()
+    nodes = next(vram.table.topLevelItem(i) for i in range(vram.table.topLevelItemCount())
+                 if vram.table.topLevelItem(i).text(0) == "Node contexts")
+    row = next(nodes.child(i) for i in range(nodes.childCount()) if nodes.child(i).text(0) == "hello")
+    _look_away(window)
+    vram.table.itemClicked.emit(row, 0)
+    assert_shown(window, "hello")
+
+
+def test_a_node_of_another_asset_is_said_not_found(router):
+    window = router
+    window.canvas.select([])
+    assert not window.show_node("summarize")
+    assert window.canvas.selected_ids() == []
+    assert "No node 'summarize'" in window.statusBar().currentMessage()

@@ -27,6 +27,7 @@ STYLE = """
   .edited { color: #e5c07b; font-size: small; }
   .same { color: #8fd18f; font-size: small; }
   .changed { color: #e5c07b; font-size: small; font-weight: bold; }
+  a.node { color: #d9a55b; font-weight: bold; text-decoration: none; }
   a.act { color: #7fb2e5; text-decoration: none; font-size: small; }
   .via { color: #7d7d7d; font-size: small; }
 """
@@ -53,6 +54,12 @@ def node_label(asset: Asset | None, node_id: str) -> str:
         if node.title and node.title != node_id:
             return f"{node.title} ({node_id})"
     return node_id
+
+
+def node_link(asset: Asset | None, node_id: str, after: str = "") -> str:
+    """A node's name as a ``node:ID`` link (the dock shows the node on the canvas), ``after`` inside it."""
+    return (f"<a class='node' href='node:{html.escape(node_id, quote=True)}' title='Show this node on the canvas'>"
+            f"{_e(node_label(asset, node_id))}{after}</a>")
 
 
 def tool_text(tool: str, arguments: dict) -> str:
@@ -120,10 +127,10 @@ def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, 
         for entry in turn.entries:
             if isinstance(entry, Reply):
                 hidden = "" if entry.replay else " <span class='hidden'>(hidden step: not replayed)</span>"
-                rows.append(f"<p><span class='node'>{_e(node_label(asset, entry.node))}:</span>{hidden} "
+                rows.append(f"<p>{node_link(asset, entry.node, ':')}{hidden} "
                             f"{_e(entry.text)}</p>")
             elif isinstance(entry, ToolExchange):
-                rows.append(f"<p class='tool'>\u2692 {_e(node_label(asset, entry.node))} called "
+                rows.append(f"<p class='tool'>\u2692 {node_link(asset, entry.node)} called "
                             f"{_e(tool_text(entry.tool, entry.arguments))} \u2192 {_e(entry.result)}</p>")
         if index in via:
             rows.append(f"<p class='via' title='{html.escape(via[index], quote=True)}'>via {_e(via[index])}</p>")
@@ -168,8 +175,10 @@ class ChatView(QTextBrowser):
         self._append(f"<p><span class='who'>Player:</span> <span class='player'>{_e(line)}</span></p>")
         self._streaming_node = ""
 
-    def begin_node(self, label: str) -> None:
-        self._append(f"<p><span class='node'>{_e(label)}:</span> </p>")
+    def begin_node(self, label: str, node_id: str = "") -> None:
+        name = (f"<a class='node' href='node:{html.escape(node_id, quote=True)}' title='Show this node on the "
+                f"canvas'>{_e(label)}:</a>") if node_id else f"<span class='node'>{_e(label)}:</span>"
+        self._append(f"<p>{name} </p>")
         self._streaming_node = label
 
     def stream(self, text: str) -> None:

@@ -115,6 +115,7 @@ def _shows_output(type_name: str) -> bool:
 
 class ConversationDock(QDockWidget):
     test_case_saved = Signal(str)  # the suite file a case was saved to
+    node_clicked = Signal(str)  # a reply's node name: the window selects and centres that node
     history_file_done = Signal(bool)  # an Import or Export ended (on its thread): whether it worked
 
     def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
@@ -463,7 +464,7 @@ class ConversationDock(QDockWidget):
     def _on_event(self, event: object) -> None:
         if isinstance(event, NodeStarted):
             if _shows_output(event.type):
-                self.chat.begin_node(node_label(self.asset, event.node))
+                self.chat.begin_node(node_label(self.asset, event.node), event.node)
             self.set_status(f"Running {event.node}\u2026")
         elif isinstance(event, Token):
             self.chat.stream(event.text)
@@ -644,6 +645,9 @@ class ConversationDock(QDockWidget):
     # --- branches: regenerate, edit, rewind, replay -------------------------------------------
 
     def _chat_link(self, url) -> None:
+        if url.toString().startswith("node:"):  # showing a node changes nothing: read-only too
+            self.node_clicked.emit(url.toString()[len("node:"):])
+            return
         if self.read_only:
             self.show_error(f"Read-only: {self.read_only}")
             return

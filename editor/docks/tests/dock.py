@@ -45,6 +45,7 @@ from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 PASS, FAIL = "\u2713", "\u2717"
 PASS_COLOUR, FAIL_COLOUR, DIM_COLOUR = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
 ROLE = Qt.ItemDataRole.UserRole
+NODE_ROLE = Qt.ItemDataRole.UserRole + 1  # a check's row: the node the check is about, to show on the canvas
 CaseKey = tuple[str, str]  # suite file name, case name
 
 
@@ -85,6 +86,7 @@ class TestsDock(QDockWidget):
     __test__ = False  # not a pytest test class
 
     turn_opened = Signal(object, str, str)  # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks)
+    node_clicked = Signal(str)  # a check's row names a node: the window selects and centres it
     coverage_changed = Signal(object)  # runtime.suites.report.Coverage of the last run, or None: clear it
     suites_listed = Signal()  # the tree shows the suite files beside the asset as they were just read
 
@@ -368,6 +370,7 @@ class TestsDock(QDockWidget):
             child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
             child.setToolTip(0, check.message)
             child.setData(0, ROLE, ("turn", *key, outcome.number))
+            child.setData(0, NODE_ROLE, check.node)
         item.setExpanded(bool(failed or outcome.error))
 
     # --- running --------------------------------------------------------------------------------
@@ -573,6 +576,9 @@ class TestsDock(QDockWidget):
         data = item.data(0, ROLE)
         if data and data[0] == "turn":
             self.open_turn(data[1], data[2], data[3])
+        node_id = item.data(0, NODE_ROLE)
+        if node_id:
+            self.node_clicked.emit(node_id)
 
 
 def _set_result(item: QTreeWidgetItem, text: str, passed: bool | None) -> None:

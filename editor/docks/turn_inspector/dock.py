@@ -7,7 +7,7 @@ import html
 import re
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -92,6 +92,8 @@ EXTERNAL_KEPT = 20
 PathHighlighter = Callable[[list[str]], None]
 
 class TurnInspectorDock(QDockWidget):
+    node_clicked = Signal(str)  # a node of the path: the window selects and centres it on the canvas
+
     def __init__(self, conversation: LiveConversation, highlight_path: PathHighlighter | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__("Turn Inspector", parent)
@@ -129,6 +131,7 @@ class TurnInspectorDock(QDockWidget):
         self.path_label.setWordWrap(True)
         self.path_label.setTextFormat(Qt.TextFormat.RichText)
         self.path_label.linkActivated.connect(self.show_node)
+        self.path_label.linkActivated.connect(self.node_clicked)
         summary.addWidget(self.path_label, 1)
         # What the embedded backend's cache snapshots held after the turn (its RAM use, against the budget)
         self.snapshots_label = QLabel(self)

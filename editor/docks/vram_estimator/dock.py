@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
     QComboBox,
@@ -183,6 +183,8 @@ class MemoryChart(QWidget):
 
 
 class VramEstimatorDock(QDockWidget):
+    node_clicked = Signal(str)  # a node's row: the window selects and centres that node
+
     def __init__(self, document, parent: QWidget | None = None, conversation: LiveConversation | None = None,
                  backends: BackendChoice | None = None) -> None:
         super().__init__("VRAM Estimator", parent)
@@ -269,6 +271,7 @@ class VramEstimatorDock(QDockWidget):
         self.table.setHeaderLabels(["", "RAM", "VRAM", "Details"])
         self.table.setColumnWidth(0, 200)
         self.table.setRootIsDecorated(True)
+        self.table.itemClicked.connect(self._row_clicked)
         layout.addWidget(self.table, 1)
         self.problems = QLabel(self)
         self.problems.setWordWrap(True)
@@ -364,6 +367,11 @@ class VramEstimatorDock(QDockWidget):
                         kv_type=self.kv_type.currentText(), flash_attn=self.flash_attn.currentData(),
                         snapshot_budget=int(self.snapshot_budget_mib * MIB))
 
+    def _row_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        node_id = item.data(0, Qt.ItemDataRole.UserRole)
+        if isinstance(node_id, str) and node_id:
+            self.node_clicked.emit(node_id)
+
     def update_estimate(self, *_changed: object) -> None:
         """Estimate the document's asset now (GGUF headers are cached, so this is arithmetic)."""
         doc = self.document
@@ -419,11 +427,14 @@ class VramEstimatorDock(QDockWidget):
                                              f"{len(e.nodes)} model-backed node(s), one context each"])
         for n in e.nodes:
             if n.context is None:
-                QTreeWidgetItem(nodes, [n.node_id, "-", "-", f"{n.model}: could not be read"])
+                unread = QTreeWidgetItem(nodes, [n.node_id, "-", "-", f"{n.model}: could not be read"])
+                unread.setData(0, Qt.ItemDataRole.UserRole, n.node_id)
                 continue
             c = n.context
             node_item = QTreeWidgetItem(nodes, [n.node_id, mib(n.ram_bytes), mib(n.vram_bytes),
                                                 f"{c.n_ctx} tokens of context"])
+            node_item.setData(0, Qt.ItemDataRole.UserRole, n.node_id)
+            node_item.setToolTip(0, "Click to show this node on the canvas")
             QTreeWidgetItem(node_item, ["KV cache", mib(c.kv_ram + c.recurrent_ram), mib(c.kv_vram + c.recurrent_vram),
                                         f"{c.cells} cells, {e.settings.kv_type}"])
             QTreeWidgetItem(node_item, ["compute buffer", mib(c.compute_ram + c.output_ram), mib(c.compute_vram),
