@@ -7,6 +7,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from runtime.models.memory import (
     gpu_memory_bytes,
 )
 from runtime.names import without_surrogates
-from runtime.nodes.base import ModelParams
+from runtime.nodes.base import ModelParams, context_zero_text
 from runtime.problems import InputError, Problem
 
 MAX_GPU_MEMORY_GB = 100_000  # 100 TB: beyond any machine, so a larger number is a typo
@@ -85,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(estimate_json(estimate), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(without_surrogates(estimate_table(estimate)))  # a model file name that is not UTF-8
+        own = {n.id for n in asset.nodes for use in n.model_uses() if use.context_size == 0 and n.id not in overrides}
+        sys.stdout.write(without_surrogates(estimate_table(estimate, own)))  # a model file name that is not UTF-8
     for problem in estimate.problems:
         print(problem, file=sys.stderr)
     return 1 if estimate.problems else 0
@@ -238,13 +240,15 @@ def snapshot_mib(n: int) -> str:
     return f"{n / MIB:,.1f}".removesuffix(".0")
 
 
-def estimate_table(e: Estimate) -> str:
+def estimate_table(e: Estimate, own_context: Collection[str] = ()) -> str:
+    """The estimate as a table; nodes in ``own_context`` have Context Size 0, said beside their n_ctx."""
     s = e.settings
     rows = [("node", "model", "n_ctx", "KV MiB", "compute MiB", "RAM MiB", "VRAM MiB")]
     for n in e.nodes:
         c = n.context
         model = n.model_path.name if n.model_path else f"{n.model} (unreadable)"
-        rows.append((n.node_id, model, str(c.n_ctx) if c else "-", _mib(n.kv_bytes), _mib(n.compute_bytes), _mib(n.ram_bytes), _mib(n.vram_bytes)))
+        n_ctx = "-" if c is None else context_zero_text(c.n_ctx) if n.node_id in own_context else str(c.n_ctx)
+        rows.append((n.node_id, model, n_ctx, _mib(n.kv_bytes), _mib(n.compute_bytes), _mib(n.ram_bytes), _mib(n.vram_bytes)))
     for m in e.models:
         rows.append((f"weights ({len(m.node_ids)} node{'s' if len(m.node_ids) != 1 else ''})", m.path.name, "", "", "", _mib(m.weights.ram), _mib(m.weights.vram)))
     rows.append(("total", "", "", "", "", _mib(e.ram_bytes), _mib(e.vram_bytes)))

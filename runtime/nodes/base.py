@@ -133,6 +133,11 @@ class ModelUse:
     field: str = "model_name"  # the node field the model is set in
 
 
+def context_zero_text(trained: int | None) -> str:
+    """What a Context Size of 0 stands for, as the editor and the command line show it."""
+    return f"0 = the model's own ({trained:,})" if trained else "0 = the model's own"
+
+
 class ModelParams(Strict):
     """Parameters every node that calls a language model has."""
 

@@ -16,8 +16,10 @@ from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
 from editor.document import Document, FieldRejected
 from editor.node_types import view_of
-from runtime.asset.model import END, Asset, NodeBase
+from runtime.asset.model import END, Asset, ModelParams, NodeBase
+from runtime.asset.validation import ModelFiles
 from runtime.nodes import node_model
+from runtime.nodes.base import context_zero_text
 from runtime.problems import Problem
 
 AGENT_EXCLUDE = ("version", "nodes")
@@ -133,6 +135,7 @@ class PropertiesDock(QDockWidget):
         with _Quiet(form):
             form.set_values(node)
         self._apply_limits(form, node)
+        self._show_context_zero(form, node)
         self._show_errors(form, node_id)
 
     def _apply_limits(self, form: ModelForm, node: NodeBase) -> None:
@@ -141,6 +144,14 @@ class PropertiesDock(QDockWidget):
             editor = form.editors.get(name)
             if isinstance(editor, IntEditor):
                 editor.set_maximum(maximum)
+
+    def _show_context_zero(self, form: ModelForm, node: NodeBase) -> None:
+        """Context Size 0 says which size it stands for: the trained size of the node's model, read
+        from its GGUF header (cached by runtime.models.gguf) when the file is there."""
+        editor = form.editors.get("context_size")
+        if isinstance(editor, IntEditor) and isinstance(node, ModelParams):
+            trained = ModelFiles(self.document.asset_dir).context(self.document.asset.model_for(node))
+            editor.set_zero_means(context_zero_text(trained))
 
     def _show_errors(self, form: ModelForm, node_id: str) -> None:
         for name, editor in form.editors.items():

@@ -466,6 +466,11 @@ class IntEditor(FieldEditor):
         with QSignalBlocker(self.spin):
             self.spin.setMaximum(top)
 
+    def set_zero_means(self, text: str) -> None:
+        """What the field's 0 stands for, shown in place of a bare "0" (Context Size: the model's own)."""
+        if self.static_range[0] == 0:
+            self.spin.setSpecialValueText(text)
+
     def value(self) -> int:
         return self.spin.value()
 
