@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -50,6 +50,7 @@ from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.doctor_dialog import DoctorDialog, open_doctor_dialog
 from editor.document import Document
 from editor.garbage import collect_on_the_ui_thread
+from editor.node_find import NodeFind
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind
 from editor.runtime_worker import LiveConversation, TurnRecord
@@ -150,6 +151,7 @@ class MainWindow(QMainWindow):
         self.suite_run = SuiteRun(self)
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []
+        self._node_find: NodeFind | None = None  # Ctrl+F's popup, made when first asked for
         self.problems: list[Problem] = []
         self._validator = Validator()
         self.docks: dict[str, QDockWidget] = {}
@@ -309,6 +311,8 @@ class MainWindow(QMainWindow):
         self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
         # Not Ctrl+Shift+S: that is Save As.
         self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+Home", canvas=True)
+        self.find_action = self._action("&Find Node\u2026", self.find_node, standard_shortcuts(Key.Find, "Ctrl+F"),
+                                        tip="Find a node by its title, id, prompt, template or intents (Ctrl+F)")
         self.search_action = self._action("Add Node by &Name\u2026", self.canvas.show_node_search, "Tab",
                                           canvas=True, tip="Type a node type's name (Tab)")
         self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
@@ -353,6 +357,8 @@ class MainWindow(QMainWindow):
                          self.delete_action])
         edit.addSeparator()
         edit.addActions([self.select_all_action, self.start_action])
+        edit.addSeparator()
+        edit.addAction(self.find_action)
 
         self.add_menu = bar.addMenu("&Add")
         self._fill_add_menu(self.add_menu, at_cursor=False)
@@ -640,6 +646,16 @@ class MainWindow(QMainWindow):
         errors = sum(p.severity == "error" for p in everything)
         counts = (len(self.document.asset.nodes), "node"), (errors, "error"), (len(everything) - errors, "warning")
         self.status.setText(" \u00b7 ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts))
+
+    def find_node(self) -> NodeFind:
+        """Edit > Find Node (Ctrl+F): a popup at the top of the canvas; the node picked is shown."""
+        if self._node_find is None:
+            self._node_find = NodeFind(self)
+            self._node_find.chosen.connect(self.show_node)
+        viewport = self.canvas.viewer.viewport()
+        self._node_find.popup_at(self.document.asset, viewport.mapToGlobal(QPoint(viewport.width() // 2, 8)),
+                                 min(480, max(300, viewport.width() - 40)))
+        return self._node_find
 
     def show_node(self, node_id: str) -> bool:
         """Select the node ``node_id`` and centre it on the canvas; False when the asset has no such node

@@ -7,10 +7,12 @@ import json
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtTest import QTest
 
 from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
+from runtime.resources import examples_dir
 
 
 def _search_and_enter(qtbot, window, text: str) -> list[str]:
@@ -200,3 +202,49 @@ def test_a_node_of_another_asset_is_said_not_found(router):
     assert not window.show_node("summarize")
     assert window.canvas.selected_ids() == []
     assert "No node 'summarize'" in window.statusBar().currentMessage()
+
+
+# --- Ctrl+F ------------------------------------------------------------------------------------------
+
+def _find(qtbot, window, text: str):
+    window.canvas.viewer.setFocus()
+    QTest.keyClick(window.canvas.viewer, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    finder = window._node_find
+    assert finder is not None, "Ctrl+F opened nothing"
+    qtbot.waitUntil(finder.isVisible, timeout=3000)
+    qtbot.keyClicks(finder.line, text)
+    return finder
+
+
+@pytest.mark.parametrize(("typed", "found"), [
+    ("warn the", ["warn"]),  # a title
+    ("smalltalk", ["smalltalk"]),  # an id (and the classifier's fallback exit names it too)
+    ("market is north", ["directions"]),  # a prompt
+    ("tries to force", ["classify"]),  # an intent's description
+    ("ASK_DIRECTIONS", ["classify"]),  # an intent's name, case ignored
+])
+def test_ctrl_f_finds_nodes_by_what_they_say(qtbot, window, typed, found):
+    assert window.open_path(str(examples_dir() / "intent_router.json"), as_example=True)
+    finder = _find(qtbot, window, typed)
+    assert finder.matches()[:len(found)] == found
+    finder.hide()
+
+
+def test_ctrl_f_finds_a_template_and_enter_shows_the_node(qtbot, window):
+    assert window.open_path(str(examples_dir() / "chat.json"), as_example=True)
+    assert "{{vars.time_of_day}}" in window.document.node("reply").template
+    window.canvas.select([])
+    finder = _find(qtbot, window, "time_of_day")
+    assert finder.matches() == ["reply"]
+    assert "template: It is {{vars.time_of_day}}" in finder.list.item(0).text()
+    finder.grab().save("/tmp/n/find.png")
+    qtbot.keyClick(finder.line, Qt.Key.Key_Return)
+    assert not finder.isVisible()
+    assert window.canvas.selected_ids() == ["reply"]
+
+
+def test_ctrl_f_says_when_no_node_matches(qtbot, window):
+    assert window.open_path(str(examples_dir() / "chat.json"), as_example=True)
+    finder = _find(qtbot, window, "zzzz-nowhere")
+    assert finder.matches() == [] and finder.nothing.isVisibleTo(finder)
+    finder.hide()
