@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QSizePolicy,
     QTabWidget,
     QToolButton,
     QTreeWidget,
@@ -92,6 +93,8 @@ class RawJsonDock(QDockWidget):
 
         row = QHBoxLayout()
         self.title = QLabel("No turn yet", self)
+        # a long turn title is cut, never widening the dock past the column it sits in
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row.addWidget(self.title, 1)
         self.search = QLineEdit(self)
         self.search.setPlaceholderText("Search keys and values (Enter: next)")

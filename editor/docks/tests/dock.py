@@ -21,7 +21,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QDockWidget,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
@@ -34,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.document import Document
+from editor.flow_layout import wrapping_row
 from editor.runtime_worker import turn_record
 from editor.suite_run import SuiteRun
 from runtime.asset.model import Asset
@@ -111,7 +111,6 @@ class TestsDock(QDockWidget):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(3)
-        bar = QHBoxLayout()
         tip = " on the graph as it is in the editor (unsaved edits included), on a model copy of its own"
         self.run_all_button = self._button("Run all", "Run every case of every suite" + tip, self.run_all)
         self.run_selected_button = self._button("Run selected", "Run the selected case (or every case of the "
@@ -120,18 +119,15 @@ class TestsDock(QDockWidget):
         self.refresh_button = self._button("Refresh", "Read the suite files beside the asset again", self.refresh)
         self.clear_coverage_button = self._button("Clear coverage", "Take the visit and exit counts off the canvas",
                                                   self.clear_coverage)
-        for button in (self.run_all_button, self.run_selected_button, self.stop_button, self.refresh_button,
-                       self.clear_coverage_button):
-            bar.addWidget(button)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(16)
         self.progress.setFormat("%v of %m cases")
         self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.progress.hide()
-        bar.addWidget(self.progress)
-        bar.addStretch(1)
-        layout.addLayout(bar)
+        # wraps in a narrow dock: in one row the buttons set a 384 px minimum width
+        layout.addWidget(wrapping_row(self, [self.run_all_button, self.run_selected_button, self.stop_button,
+                                             self.refresh_button, self.clear_coverage_button, self.progress]))
         self.status = QLabel(self)
         self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -206,6 +206,9 @@ class VramEstimatorDock(QDockWidget):
         self.gpu.addItem(CUSTOM, None)
         self.gpu.addItem(NO_GPU, 0.0)
         self.gpu.setCurrentIndex(list(GPU_PRESETS_GB).index(8))
+        # "Custom…" and "No GPU" need not fit closed: the dock stays under 360 px wide
+        self.gpu.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.gpu.setMinimumContentsLength(5)
         controls.addWidget(self.gpu)
         self.custom_gb = QDoubleSpinBox(self)
         self.custom_gb.setRange(0.5, 512)
