@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtWidgets import QDockWidget, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from editor.node_appearance import SEVERITY_COLOURS
 from runtime.problems import Problem
@@ -24,8 +24,24 @@ class ProblemsDock(QDockWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.itemActivated.connect(self._activated)
         self.tree.itemClicked.connect(self._activated)
-        self.setWidget(self.tree)
+        # With nothing to show the dock is one line, "No problems", so the docks beside it get the room
+        self.none_label = QLabel("No problems", self)
+        self.none_label.setObjectName("no_problems")
+        self.none_label.setStyleSheet("color: #8a8a8a; padding: 2px 4px;")
+        body = QWidget(self)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.none_label)
+        layout.addWidget(self.tree)
+        self.setWidget(body)
         self.problems: list[Problem] = []
+        self._show_empty(True)
+
+    def _show_empty(self, empty: bool) -> None:
+        self.tree.setVisible(not empty)
+        self.none_label.setVisible(empty)
+        body = self.widget()
+        body.setMaximumHeight(self.none_label.sizeHint().height() if empty else 16_777_215)
 
     def set_problems(self, problems: list[Problem]) -> None:
         if problems == self.problems and self.tree.topLevelItemCount() == len(problems):
@@ -42,6 +58,7 @@ class ProblemsDock(QDockWidget):
             item.setData(0, Qt.ItemDataRole.UserRole, (problem.node_id, problem.field))
             items.append(item)
         self.tree.addTopLevelItems(items)
+        self._show_empty(not self.problems)
         errors = sum(p.severity == "error" for p in self.problems)
         warnings = len(self.problems) - errors
         self.setWindowTitle(f"Problems ({errors} error{'s' if errors != 1 else ''}, "
