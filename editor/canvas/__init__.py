@@ -182,6 +182,27 @@ class Canvas(QObject):
         if viewer.get_zoom() > 0.1:
             viewer.reset_zoom(rect.center())
 
+    def frame_readably(self) -> None:
+        """F: the selection, or the whole graph when nothing is selected, but never below
+        ``LEGIBLE_SCALE``: a graph too large for that is shown from START on (``frame_for_reading``),
+        a selection too large around its centre."""
+        selected = self.graph.selected_nodes()
+        if not selected:
+            self.frame_for_reading()
+            return
+        self.frame_selection()
+        viewer = self.viewer
+        if viewer.transform().m11() >= LEGIBLE_SCALE:
+            return
+        rect = selected[0].view.sceneBoundingRect()
+        for node in selected[1:]:
+            rect = rect.united(node.view.sceneBoundingRect())
+        size = viewer.viewport().size()
+        width, height = size.width() / LEGIBLE_SCALE, size.height() / LEGIBLE_SCALE
+        centre = rect.center()
+        viewer._scene_range = QRectF(centre.x() - width / 2, centre.y() - height / 2, width, height)
+        viewer._update_scene()
+
     def frame_for_reading(self) -> None:
         """How an opened graph is first shown: whole, when that leaves its node summaries legible (a
         scale of ``LEGIBLE_SCALE``); otherwise at that scale from the START terminal on (a small
