@@ -65,6 +65,7 @@ from editor.server_attach import ServerAddress, ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
+from editor.workspace import Workspace, preset_buttons
 from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.asset.model import Asset
@@ -106,7 +107,6 @@ class DockSpec:
     name: str
     area: Qt.DockWidgetArea
     make: Callable[[MainWindow], QDockWidget]
-    tab_with: str = ""  # start as a tab behind this dock
 
 
 # The window's docks, in the order they are built. Each gets the services it needs from the window
@@ -119,13 +119,13 @@ DOCKS: list[DockSpec] = [
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
              lambda w: ConversationDock(w.conversation, w, w.download, w.backends)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w), tab_with="ProblemsDock"),
+             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w)),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
+             lambda w: RawJsonDock(w.conversation, w)),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends), tab_with="PropertiesDock"),
+             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends)),
     DockSpec("TestsDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TestsDock(w.document, w.suite_run, w), tab_with="ProblemsDock"),
+             lambda w: TestsDock(w.document, w.suite_run, w)),
 ]
 
 
@@ -162,13 +162,8 @@ class MainWindow(QMainWindow):
             dock.setObjectName(spec.name)
             self.addDockWidget(spec.area, dock)
             self.docks[spec.name] = dock
-        self.tabifyDockWidget(self.palette, self.dock(UndoHistoryDock))
-        self.palette.raise_()
-        if not isinstance(app_settings.app_settings().value("window/state"), QByteArray):
-            # After the first show: Qt 6.11 leaves stale tab bars painted when docks are tabified before it.
-            QTimer.singleShot(0, self, self._tabify_docks)
-        self.resizeDocks([self.properties], [380], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.problems_dock], [140], Qt.Orientation.Vertical)
+        # Which docks stand around the canvas: the Author, Talk and Test presets (View menu, Ctrl+1/2/3)
+        self.workspace = Workspace(self, self.docks)
 
         self.attach_panel = AttachPanel(self.attach, self)
         self.attach_panel.hide()
@@ -202,42 +197,11 @@ class MainWindow(QMainWindow):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._framed_once:
-            # the canvas has its real size only once the window is laid out: frame the graph then
+            # The docks take their shares of the window only once it has its final size, and the
+            # canvas its real size after that: frame the graph then.
             self._framed_once = True
-            QTimer.singleShot(0, self, self.canvas.frame_for_reading)
-
-    def resize(self, *size) -> None:
-        super().resize(*size)
-        if not self.isVisible():
-            self._asked_size = self.size()
-
-    def _tabify_docks(self) -> None:
-        """Stack the docks whose spec names ``tab_with`` behind that dock (each behind the previous one).
-
-        Until then the docks stood side by side and may have widened the window past the size asked
-        for (or past a small screen); once they are tabbed it fits again, so give it that size back."""
-        self._stack_docks()
-        asked = getattr(self, "_asked_size", None)
-        screen = self.screen().availableGeometry().size() if self.screen() else None
-        target = asked if asked is not None else self.size()
-        if screen is not None and not screen.isEmpty() and asked is None:
-            target = target.boundedTo(screen)
-        if target != self.size():
-            # after the tabbed layout has settled, or the old minimum width still holds
-            QTimer.singleShot(0, self, lambda: QMainWindow.resize(self, target))
-        # the canvas changed size with the docks: show the graph legibly in its final size
-        QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self.canvas.frame_for_reading))
-
-    def _stack_docks(self) -> None:
-        last: dict[str, str] = {}
-        for spec in DOCKS:
-            if spec.tab_with:
-                behind = last.get(spec.tab_with, spec.tab_with)
-                self.tabifyDockWidget(self.docks[behind], self.docks[spec.name])
-                last[spec.tab_with] = spec.name
-        for spec in DOCKS:
-            if spec.tab_with:
-                self.docks[spec.tab_with].raise_()
+            self.workspace.window_shown()
+            QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self.canvas.frame_for_reading))
 
     # --- docks by type --------------------------------------------------------------------------
 
@@ -315,8 +279,8 @@ class MainWindow(QMainWindow):
                                         tip="Find a node by its title, id, prompt, template or intents (Ctrl+F)")
         self.search_action = self._action("Add Node by &Name\u2026", self.canvas.show_node_search, "Tab",
                                           canvas=True, tip="Type a node type's name (Tab)")
-        self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
-                                         tip="Zoom to the selected nodes, or to all nodes")
+        self.frame_action = self._action("&Frame Selection", self.canvas.frame_readably, "F", canvas=True,
+                                         tip="Zoom to the selected nodes, or to all nodes, never too small to read")
         self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
                                           tip="Arrange the graph in layers from the start node")
         self.download_sample_action = self._action(
@@ -386,6 +350,9 @@ class MainWindow(QMainWindow):
 
         view = bar.addMenu("&View")
         view.addActions([self.frame_action, self.layout_action])
+        view.addSeparator()
+        view.addActions([*self.workspace.actions.values(), self.workspace.reset_action])
+        bar.setCornerWidget(preset_buttons(self.workspace, bar), Qt.Corner.TopRightCorner)
         view.addSeparator()
         for dock in self.docks.values():
             view.addAction(dock.toggleViewAction())
@@ -641,7 +608,11 @@ class MainWindow(QMainWindow):
 
     def _show_problems(self, *_ignored: object) -> None:
         everything = self.load_problems + self.properties.rejected + self.problems
+        was_empty = not self.problems_dock.problems
         self.problems_dock.set_problems(everything)
+        if was_empty and everything and self.problems_dock.height() < 120:
+            # the dock was one line ("No problems"): give the rows room to be read
+            self.resizeDocks([self.problems_dock], [160], Qt.Orientation.Vertical)
         self.canvas.mark_problems(everything)
         errors = sum(p.severity == "error" for p in everything)
         counts = (len(self.document.asset.nodes), "node"), (errors, "error"), (len(everything) - errors, "warning")
@@ -890,19 +861,19 @@ class MainWindow(QMainWindow):
     def _restore_layout(self) -> None:
         store = app_settings.app_settings()
         geometry = store.value("window/geometry")
-        state = store.value("window/state")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
         else:
             self.resize(1400, 860)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+        # one saved arrangement per workspace preset (editor/workspace.py), not one for the window
+        self.workspace.start()
 
     def save_layout(self) -> None:
         store = app_settings.app_settings()
         store.setValue("window/geometry", self.saveGeometry())
-        store.setValue("window/state", self.saveState())
+        store.remove("window/state")
         store.sync()
+        self.workspace.remember()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if not self.maybe_save():

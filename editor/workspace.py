@@ -1,0 +1,216 @@
+"""Workspace presets: which docks stand around the canvas for a task, and where.
+
+Three presets, Author, Talk and Test, switch with one click (the buttons at the menu bar's right)
+or one key (Ctrl+1/2/3). Each remembers the arrangement the designer left it in (QMainWindow's
+saveState, one per preset, in the settings) and comes back that way. No preset tabs docks together:
+what a task needs is in view side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QMainWindow, QToolButton, QWidget
+
+from editor import settings as app_settings
+
+Area = Qt.DockWidgetArea
+LEFT, RIGHT, BOTTOM = Area.LeftDockWidgetArea, Area.RightDockWidgetArea, Area.BottomDockWidgetArea
+
+# Where a dock goes when a preset does not show it: opened from the View menu, it appears there,
+# beside the others and never as a tab behind one.
+HOME: dict[str, Qt.DockWidgetArea] = {
+    "PaletteDock": LEFT, "UndoHistoryDock": LEFT,
+    "PropertiesDock": RIGHT, "VramEstimatorDock": RIGHT, "ProblemsDock": RIGHT, "ConversationDock": RIGHT,
+    "TurnInspectorDock": BOTTOM, "TestsDock": BOTTOM, "RawJsonDock": BOTTOM,
+}
+# No column wider than this at first: the canvas leads (every dock's minimum width is at most 360 px).
+COLUMN_MAX = 380
+
+
+@dataclass(frozen=True)
+class Place:
+    """One dock of a preset: its area, and its share of the window across that area
+    (the width of a side column, the height of the bottom row)."""
+
+    dock: str
+    area: Qt.DockWidgetArea
+    share: float
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    key: str
+    tip: str
+    places: tuple[Place, ...]  # in order: docks of one area stack (side columns) or stand side by side (bottom)
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("Author", "Ctrl+1", "Build the graph: canvas, Properties and Problems (with the Palette)", (
+        Place("PaletteDock", LEFT, 0.12),
+        Place("PropertiesDock", RIGHT, 0.27),
+        Place("ProblemsDock", RIGHT, 0.27),
+    )),
+    Preset("Talk", "Ctrl+2", "Talk to the character: canvas, Conversation and Turn Inspector", (
+        Place("ConversationDock", RIGHT, 0.30),
+        Place("TurnInspectorDock", BOTTOM, 0.36),
+    )),
+    Preset("Test", "Ctrl+3", "Run the tests: canvas, Tests and Turn Inspector side by side", (
+        Place("TestsDock", BOTTOM, 0.42),
+        Place("TurnInspectorDock", BOTTOM, 0.42),
+    )),
+)
+DEFAULT = PRESETS[0].name
+
+
+def preset_named(name: str) -> Preset:
+    for preset in PRESETS:
+        if preset.name == name:
+            return preset
+    raise LookupError(f"no workspace preset named {name!r} (presets: {', '.join(p.name for p in PRESETS)})")
+
+
+def _state_key(name: str) -> str:
+    return f"workspace/{name}/state"
+
+
+class Workspace(QObject):
+    """The window's presets: ``switch`` to one, ``remember`` the current arrangement."""
+
+    switched = Signal(str)  # the preset now in use
+
+    def __init__(self, window: QMainWindow, docks: dict[str, QDockWidget]) -> None:
+        super().__init__(window)
+        self.window = window
+        self.docks = docks
+        self.current = ""
+        self._unsized: Preset | None = None  # arranged before the window had its size: sized at the first show
+        self.settled = False  # the docks have their shares of the shown window
+        self.group = QActionGroup(self)
+        self.group.setExclusive(True)
+        self.actions: dict[str, QAction] = {}
+        for preset in PRESETS:
+            action = QAction(f"&{preset.name} Workspace", window)
+            action.setIconText(preset.name)  # what its button in the menu bar says
+            action.setCheckable(True)
+            action.setShortcut(QKeySequence(preset.key))
+            action.setToolTip(f"{preset.tip} ({preset.key})")
+            action.setStatusTip(preset.tip)
+            action.setData(preset.name)
+            action.triggered.connect(lambda _c=False, n=preset.name: self.switch(n))
+            self.group.addAction(action)
+            window.addAction(action)
+            self.actions[preset.name] = action
+        self.reset_action = QAction("&Reset Workspace", window)
+        self.reset_action.setStatusTip("Put the docks of this workspace back where they start")
+        self.reset_action.triggered.connect(lambda _c=False: self.reset())
+        window.addAction(self.reset_action)
+
+    # --- switching ----------------------------------------------------------------------------
+
+    def switch(self, name: str) -> None:
+        """Keep the current preset's arrangement, then show ``name`` as it was left (or as it starts)."""
+        preset_named(name)  # a wrong name says so before anything moves
+        if self.current and self.current != name:
+            self.remember()
+        self.current = name
+        self.actions[name].setChecked(True)
+        state = app_settings.app_settings().value(_state_key(name))
+        if not (isinstance(state, QByteArray) and self.window.restoreState(state)):
+            self.arrange(preset_named(name))
+        app_settings.app_settings().setValue("workspace/current", name)
+        self.switched.emit(name)
+
+    def reset(self) -> None:
+        """The current preset as it starts; the arrangement it had is forgotten."""
+        store = app_settings.app_settings()
+        store.remove(_state_key(self.current))
+        self.arrange(preset_named(self.current))
+
+    def remember(self) -> None:
+        """Save the arrangement on screen as the current preset's."""
+        if self.current:
+            store = app_settings.app_settings()
+            store.setValue(_state_key(self.current), self.window.saveState())
+            store.setValue("workspace/current", self.current)
+            store.sync()
+
+    def start(self) -> None:
+        """The preset used last (Author the first time), as it was left."""
+        saved = app_settings.app_settings().value("workspace/current")
+        names = [p.name for p in PRESETS]
+        self.switch(saved if saved in names else DEFAULT)
+
+    # --- a preset's first arrangement ---------------------------------------------------------
+
+    def arrange(self, preset: Preset) -> None:
+        """Place the preset's docks, hide the rest in their home areas, and size them from the
+        window's size (now, and once more when the window has its final size)."""
+        window = self.window
+        for dock in self.docks.values():
+            dock.setFloating(False)
+            window.removeDockWidget(dock)
+        shown = {place.dock for place in preset.places}
+        for place in preset.places:
+            window.addDockWidget(place.area, self.docks[place.dock], _flow(place.area))
+        for name, dock in self.docks.items():
+            if name not in shown:
+                window.addDockWidget(HOME.get(name, RIGHT), dock, _flow(HOME.get(name, RIGHT)))
+        for name, dock in self.docks.items():
+            dock.setVisible(name in shown)
+        if self.window.isVisible():
+            self._size(preset)
+        else:
+            self._unsized = preset
+
+    def window_shown(self) -> None:
+        """The window is shown at its size: give a preset arranged before that its shares (after
+        this turn of the event loop, when the window is laid out)."""
+        QTimer.singleShot(0, self, self._settle)
+
+    def _settle(self) -> None:
+        if self._unsized is not None:
+            self._size(self._unsized)
+            self._unsized = None
+        self.settled = True
+
+    def _size(self, preset: Preset) -> None:
+        window = self.window
+        width, height = window.width(), window.height()
+        across = [p for p in preset.places if p.area in (LEFT, RIGHT)]
+        if across:
+            # one width per column: the first dock of each side sets it
+            columns = {p.area: p for p in reversed(across)}
+            window.resizeDocks([self.docks[p.dock] for p in columns.values()],
+                               [min(COLUMN_MAX, int(width * p.share)) for p in columns.values()],
+                               Qt.Orientation.Horizontal)
+        bottom = [p for p in preset.places if p.area == BOTTOM]
+        if bottom:
+            window.resizeDocks([self.docks[bottom[0].dock]], [int(height * bottom[0].share)], Qt.Orientation.Vertical)
+            if len(bottom) > 1:  # side by side, in equal parts
+                window.resizeDocks([self.docks[p.dock] for p in bottom], [width // len(bottom)] * len(bottom),
+                                   Qt.Orientation.Horizontal)
+
+
+def _flow(area: Qt.DockWidgetArea) -> Qt.Orientation:
+    """Docks of a side column stack; docks of the bottom row stand side by side."""
+    return Qt.Orientation.Horizontal if area == BOTTOM else Qt.Orientation.Vertical
+
+
+def preset_buttons(workspace: Workspace, parent: QWidget) -> QWidget:
+    """A small segmented control of the presets, for the menu bar's corner (it costs no height)."""
+    box = QWidget(parent)
+    box.setObjectName("workspace_buttons")
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(0, 0, 4, 0)
+    layout.setSpacing(0)
+    for preset in PRESETS:
+        button = QToolButton(box)
+        button.setDefaultAction(workspace.actions[preset.name])
+        button.setAutoRaise(True)
+        button.setObjectName(f"workspace_{preset.name.lower()}")
+        layout.addWidget(button)
+    return box
