@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 from PySide6.QtCore import QEventLoop, Qt, Signal
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QToolButton,
     QTreeWidget,
@@ -235,6 +237,33 @@ class ConversationDock(QDockWidget):
         replay_layout.addWidget(self.replay_stop_button)
         self.replay_bar.hide()
         layout.addWidget(self.replay_bar)
+        # After a regeneration: the later turns stay on the old branch; offer to say them again on the new one
+        self.later_bar = QFrame(self)
+        self.later_bar.setObjectName("later_bar")
+        self.later_bar.setStyleSheet("QFrame#later_bar { background: #1c3346; border-radius: 3px; }")
+        later_layout = QVBoxLayout(self.later_bar)  # the label above its buttons: readable in a narrow dock
+        later_layout.setContentsMargins(6, 4, 6, 4)
+        self.later_label = QLabel(self.later_bar)
+        self.later_label.setWordWrap(True)
+        # its wrapped lines are its least height: a short dock squeezes the chat, never this sentence
+        self.later_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        self.later_replay_button = QPushButton("\u25b6 Replay them here", self.later_bar)
+        self.later_replay_button.setToolTip("Send the later turns' lines again after the regenerated turn, with the "
+                                            "graph as it is now (step by step if Replay step by step is on)")
+        self.later_replay_button.clicked.connect(lambda _c=False: self.replay_later_turns())
+        self.later_leave_button = QPushButton("Leave them", self.later_bar)
+        self.later_leave_button.setToolTip("Keep the later turns where they are (Branches, or \u25c0 \u25b6 on the turn)")
+        self.later_leave_button.clicked.connect(lambda _c=False: self._drop_later_offer())
+        later_buttons = QHBoxLayout()
+        later_buttons.addWidget(self.later_replay_button)
+        later_buttons.addWidget(self.later_leave_button)
+        later_buttons.addStretch(1)
+        later_layout.addWidget(self.later_label)
+        later_layout.addLayout(later_buttons)
+        self.later_bar.hide()
+        layout.addWidget(self.later_bar)
+        self.regenerating: tuple[int, frozenset[int], list[tuple[str, str]]] | None = None  # index, ids before, later
+        self.later_offer: tuple[int, int, list[tuple[str, str]]] | None = None  # turn id, its index, later lines
         self.step_by_step = QCheckBox("Replay step by step", self)
         self.step_by_step.setToolTip("\u25b6 replay sends one recorded line per click of Next turn")
 
@@ -356,6 +385,8 @@ class ConversationDock(QDockWidget):
         self.show_error(f"Nothing changed: {message}")
 
     def _restarted(self) -> None:
+        self.regenerating = None
+        self._drop_later_offer()
         self._show_history(self.conversation.saved)
         self.set_status("New conversation.")
 
@@ -497,8 +528,48 @@ class ConversationDock(QDockWidget):
         if d.backend and self._is_chosen(d.backend):
             self.backend_in_use = d.backend
             self._show_backend_label()
+        regenerating, self.regenerating = self.regenerating, None
+        if regenerating is not None and regenerating[0] == record.turn:
+            self._regenerated(record, regenerating[1], regenerating[2])
+
+    def _regenerated(self, record: TurnRecord, known: frozenset[int], later: list[tuple[str, str]]) -> None:
+        """Say what regenerating turn ``record.turn`` gave, and offer to say the later turns again after it."""
+        tree = self.conversation.saved.tree
+        alternatives = tree.alternatives(record.turn_id) if tree is not None and record.turn_id in tree.nodes else []
+        at = f"{alternatives.index(record.turn_id) + 1}/{len(alternatives)}" if record.turn_id in alternatives else ""
+        number = record.turn + 1
+        if record.turn_id in known:  # the runtime found it had this alternative already
+            said = (f"<b>Turn {number} came out as before</b> ({at}): fixed seeds repeat a reply; "
+                    "Re-roll seeds for another one.")
+        else:
+            said = f"<b>Turn {number} has a new reply</b> ({at})."
+        if not later:
+            self.set_status(f"{self.status.text()} \u00b7 {re.sub('<[^>]+>', '', said)}")
+            return
+        turns = f"turn {number + 1}" if len(later) == 1 else f"turns {number + 1}\u2013{number + len(later)}"
+        where = "is kept after it" if record.turn_id in known else "stays on the old branch"
+        if len(later) > 1:
+            where = where.replace("is kept", "are kept").replace("stays", "stay")
+        self.later_offer = (record.turn_id, record.turn, later)
+        self.later_label.setText(f"{said} The later {turns} {where}.")
+        self.later_replay_button.setText(f"\u25b6 Replay {turns} here")
+        self.later_bar.show()
+
+    def replay_later_turns(self) -> bool:
+        """Say the lines of the turns that followed a regenerated turn again after it (the offer's button)."""
+        offer = self.later_offer
+        if offer is None or self.conversation.busy or self.read_only:
+            return False
+        self._drop_later_offer()
+        self.conversation.continue_with(offer[1] + 1, offer[2], step=self.step_by_step.isChecked())
+        return True
+
+    def _drop_later_offer(self) -> None:
+        self.later_offer = None
+        self.later_bar.hide()
 
     def _turn_failed(self, failure: TurnFailure) -> None:
+        self.regenerating = None
         if not self.line.text() and self.turn_line:
             self.line.setText(self.turn_line)  # the player's line is not lost: fix the cause, press Enter
         if failure.cancelled:
@@ -630,6 +701,8 @@ class ConversationDock(QDockWidget):
         self.set_status("The sample model could not be downloaded; your conversation is unchanged.", error=True)
 
     def _show_history(self, saved: SavedDialog) -> None:
+        if self.later_offer is not None and (saved.tree is None or saved.tree.current != self.later_offer[0]):
+            self._drop_later_offer()  # the conversation moved on from the regenerated turn: the offer is stale
         if not self.conversation.busy:
             self._redraw(saved)
         self._fill_branches()
@@ -663,14 +736,40 @@ class ConversationDock(QDockWidget):
             self.show_error("Wait for the turn to finish first.")
             return
         if action == "regenerate":
-            self.conversation.regenerate(index)
+            self.regenerate(index)
         elif action == "rewind":
-            self.conversation.rewind(index)
-            self.set_status(f"Back to before turn {index + 1}; the later turns are kept as a branch (Branches).")
+            self.rewind(index)
         elif action == "replay":
             self.conversation.replay(index, step=self.step_by_step.isChecked())
         elif action == "edit":
             self.edit_turn(index)
+
+    def regenerate(self, index: int) -> bool:
+        """Run turn ``index`` (from 0) again; once it has run, offer to replay the turns that followed it."""
+        saved = self.conversation.saved
+        tree = saved.tree
+        later = []
+        if tree is not None:
+            later = [(tree.nodes[i].turn.player, turn_reply(self.asset, tree.nodes[i].turn))
+                     for i in tree.path()[index + 1:]]
+        self._drop_later_offer()
+        if not self.conversation.regenerate(index):
+            return False
+        self.regenerating = (index, frozenset(tree.nodes) if tree is not None else frozenset(), later)
+        return True
+
+    def rewind(self, index: int) -> bool:
+        """Go back to before turn ``index`` (from 0), with its line in the box, selected: edit it or send it again."""
+        turns = self.conversation.saved.history.turns
+        line = turns[index].player if 0 <= index < len(turns) else ""
+        if not self.conversation.rewind(index):
+            return False
+        self.line.setText(line)
+        self.line.selectAll()
+        self.line.setFocus()
+        self.set_status(f"Back to before turn {index + 1}: its line is in the box below, to edit or send again. The "
+                        "later turns are kept as a branch (Branches).")
+        return True
 
     def edit_turn(self, index: int) -> None:
         saved = self.conversation.saved
