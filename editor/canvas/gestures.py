@@ -42,6 +42,28 @@ SEARCH_RINGS = 12
 PIPE_CLICK_DISTANCE = 2.0  # NodeGraphQt's: a press and release closer than this is a click on a pipe
 
 
+def _after_the_chain(keys: list[str], edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Layout-only edges that put the nodes a turn cannot reach (not connected yet) after the nodes
+    it can: from each node where the connected chain ends (its exits all end the turn) to each
+    unreached node. Without them an unconnected node has no predecessor, lands in the first column
+    beside START, left of the classifier it is about to be connected from, and its pipe runs backwards."""
+    succ: dict[str, list[str]] = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    reached, todo = {START_KEY}, [START_KEY]
+    while todo:
+        for child in succ.get(todo.pop(), []):
+            if child not in reached:
+                reached.add(child)
+                todo.append(child)
+    chain_ends = [n for n in keys if n in reached and n not in (START_KEY, END_KEY)
+                  and all(t == END_KEY for t in succ.get(n, []))]
+    if not chain_ends:  # nothing connected from START, or every chain loops: no order to keep
+        return []
+    unreached = [n for n in keys if n not in reached and n != END_KEY]
+    return [(end, node) for end in chain_ends for node in unreached]
+
+
 def node_type_mime(type_name: str) -> QMimeData:
     """The drag payload of a palette entry."""
     mime = QMimeData()
@@ -309,7 +331,7 @@ class Gestures(QObject):
             for target in shown_exits(node).values():
                 edges.append((node.id, END_KEY if target == END else target))
         sizes = {k: drawing.node_size(k) for k in keys}
-        placed = auto_layout.layered_positions(keys, edges, sizes, roots=[START_KEY])
+        placed = auto_layout.layered_positions(keys, edges + _after_the_chain(keys, edges), sizes, roots=[START_KEY])
         moves = {}
         for key, new in placed.items():
             if key.startswith("@"):
