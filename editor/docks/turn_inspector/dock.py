@@ -245,8 +245,9 @@ class TurnInspectorDock(QDockWidget):
         shown = {self.compare_picker.itemData(i) for i in range(self.compare_picker.count())}
         for turn_id in sorted(set(records) - shown):
             record = records[turn_id]
-            self.compare_picker.addItem(_turn_label(record.turn, record.diagnostics.player, " (another branch)"),
-                                        turn_id)
+            self.compare_picker.addItem(_branch_label(tree, turn_id, record), turn_id)
+            self.compare_picker.setItemData(self.compare_picker.count() - 1, record.diagnostics.player,
+                                            Qt.ItemDataRole.ToolTipRole)
         for picker, value in ((self.turn_picker, keep), (self.compare_picker, compare)):
             index = picker.findData(value)
             fallback = (live - 1 if live else picker.count() - 1) if picker is self.turn_picker else 0
@@ -487,6 +488,17 @@ def numerics_warnings(old: TurnRecord, new: TurnRecord) -> list[str]:
         lines.append(f"{backend or 'The backend'} is not reproducible ({repro.note}): differences in the output "
                      "may come from its numerics, not from the graph.")
     return lines
+
+
+def _branch_label(tree, turn_id: int, record: TurnRecord) -> str:
+    """A turn off the current branch, told apart from every other one: at which turns its branch takes
+    which alternative (``ConversationTree.branch_steps``), and the start of its reply."""
+    steps = tree.branch_steps(turn_id) if tree is not None and turn_id in tree.nodes else []
+    where = f" \u00b7 branch ({', '.join(f'turn {i + 1}: {at}/{n}' for i, at, n in steps)})" if steps \
+        else " \u00b7 further on"
+    reply = " ".join(record.diagnostics.reply.split())
+    more = "\u2026" if len(reply) > 32 else ""
+    return f"Turn {record.turn + 1}{where}: \u201c{reply[:32]}{more}\u201d"
 
 
 def _turn_label(index: int, player: str, suffix: str = "") -> str:

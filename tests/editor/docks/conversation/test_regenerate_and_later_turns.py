@@ -96,3 +96,33 @@ def test_rewind_here_puts_that_turns_line_in_the_box_selected(talked, qtbot):
     dock.send_button.click()
     qtbot.waitUntil(lambda: idle(conversation) and len(conversation.saved.history.turns) == 3, timeout=WAIT_MS)
     assert alternatives_on_path(conversation) == [1, 1, 1] and dock.line.text() == ""
+
+
+def test_compare_names_each_turn_of_another_branch_apart(talked, qtbot):
+    """Two regenerations of turn 2, each with the later turns replayed: the Turn Inspector's Compare list
+    offers turns 3 and 4 of both other branches, each named by the alternative its branch takes."""
+    from editor.docks.turn_inspector.dock import TurnInspectorDock
+
+    window, version = talked
+    dock, conversation = window.conversation_dock, window.conversation
+    for tag in ("Second: ", "Third: "):
+        version["tag"] = tag
+        dock._chat_link(QUrl("turn:regenerate:1"))
+        qtbot.waitUntil(lambda: idle(conversation) and not dock.later_bar.isHidden(), timeout=WAIT_MS)
+        dock.later_replay_button.click()
+        qtbot.waitUntil(lambda: idle(conversation) and len(conversation.saved.history.turns) == 4, timeout=WAIT_MS)
+    assert alternatives_on_path(conversation) == [1, 3, 1, 1]
+    inspector = window.dock(TurnInspectorDock)
+    inspector.refresh()
+    picker = inspector.compare_picker
+    labels = [picker.itemText(i) for i in range(picker.count())]
+    elsewhere = [label for label in labels if "branch (" in label]
+    assert len(elsewhere) == 4, labels  # turns 3 and 4 of the first two alternatives of turn 2
+    assert len(set(elsewhere)) == 4, labels
+    assert any(label.startswith("Turn 4 \u00b7 branch (turn 2: 1/3)") for label in elsewhere), labels
+    assert any(label.startswith("Turn 4 \u00b7 branch (turn 2: 2/3): \u201cSecond: ") for label in elsewhere), labels
+    window.resize(1366, 768)
+    picker.showPopup()
+    SHOTS.mkdir(exist_ok=True)
+    picker.view().window().grab().save(str(SHOTS / "compare-branches.png"))
+    picker.hidePopup()
