@@ -38,6 +38,7 @@ class Place:
     dock: str
     area: Qt.DockWidgetArea
     share: float
+    along: float = 0.0  # docks side by side in the bottom row: each one's share of the row's width
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ PRESETS: tuple[Preset, ...] = (
         Place("TurnInspectorDock", BOTTOM, 0.36),
     )),
     Preset("Test", "Ctrl+3", "Run the tests: canvas, Tests and Turn Inspector side by side", (
-        Place("TestsDock", BOTTOM, 0.42),
-        Place("TurnInspectorDock", BOTTOM, 0.42),
+        Place("TestsDock", BOTTOM, 0.42, along=0.4),
+        Place("TurnInspectorDock", BOTTOM, 0.42, along=0.6),  # the prompts and their diff need the width
     )),
 )
 DEFAULT = PRESETS[0].name
@@ -190,9 +191,9 @@ class Workspace(QObject):
         bottom = [p for p in preset.places if p.area == BOTTOM]
         if bottom:
             window.resizeDocks([self.docks[bottom[0].dock]], [int(height * bottom[0].share)], Qt.Orientation.Vertical)
-            if len(bottom) > 1:  # side by side, in equal parts
-                window.resizeDocks([self.docks[p.dock] for p in bottom], [width // len(bottom)] * len(bottom),
-                                   Qt.Orientation.Horizontal)
+            if len(bottom) > 1:  # side by side
+                window.resizeDocks([self.docks[p.dock] for p in bottom],
+                                   [int(width * (p.along or 1 / len(bottom))) for p in bottom], Qt.Orientation.Horizontal)
 
 
 def _flow(area: Qt.DockWidgetArea) -> Qt.Orientation:
