@@ -9,6 +9,7 @@ flash attention picker shows "on" and is locked until the KV cache is f16 again.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
@@ -48,6 +49,7 @@ WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 2
 NODE_COLOURS = [QColor(200, 160, 80), QColor(90, 180, 110), QColor(170, 120, 210), QColor(79, 179, 179),
                 QColor(220, 120, 90), QColor(150, 190, 90)]
 CHART_HEIGHT = 92  # two bars with their totals
+LABEL_W = 46  # the bars' names at their left
 CUSTOM = "Custom\u2026"
 NO_GPU = "No GPU (CPU only)"
 
@@ -89,9 +91,31 @@ def snapshot_text(e: Estimate) -> str:
             "taken only when a rewind or a trim cuts cached cells).")
 
 
+@dataclasses.dataclass(frozen=True)
+class ChartRow:
+    """One bar of the chart as painted: ``scale`` bytes fill its whole width."""
+
+    device: str  # "vram" or "ram"
+    top: float
+    height: float
+    scale: int
+    magnified: int = 1  # 1: true to scale; N: an inset N times the scale of the bars above it
+    label: str = ""
+
+
 class MemoryChart(QWidget):
     """Two stacked bars, VRAM and RAM: each model's weights, then each node's KV cache and compute
-    buffer; a line marks the GPU's memory. ``legend()`` says what each colour is."""
+    buffer; a line marks the GPU's memory. ``legend()`` says what each colour is.
+
+    Both bars are true to scale against the GPU's memory (or the larger total, when it is bigger or
+    there is no GPU), so 535 MiB and 1.35 GiB on an 8 GB GPU look as different as they are. When the
+    totals fill under 9 % of that, a labelled inset under each bar shows its start magnified ten
+    times (or a hundred, ...), so the parts still read."""
+
+    INSET_FILL = 0.9  # an inset magnifies by 10, 100, ... while the larger total fills at most this of it
+    BAR = 22
+    THIN_BAR = 12  # the bars' height beside an inset
+    INSET = 10
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -100,7 +124,11 @@ class MemoryChart(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(400, CHART_HEIGHT)
+        return QSize(400, self.chart_height())
+
+    def chart_height(self) -> int:
+        rows = self.rows()
+        return max(CHART_HEIGHT, int(rows[-1].top + rows[-1].height + 16)) if rows else CHART_HEIGHT
 
     def legend(self) -> list[tuple[str, QColor]]:
         """Every segment kind of both bars, in bar order: (what it is, its colour)."""
@@ -114,6 +142,10 @@ class MemoryChart(QWidget):
 
     def set_estimate(self, estimate: Estimate | None) -> None:
         self.estimate = estimate
+        height = self.chart_height()
+        if height != self.minimumHeight():
+            self.setMinimumHeight(height)
+            self.updateGeometry()
         self.update()
 
     def segments(self, device: str) -> list[tuple[str, int, QColor]]:
@@ -135,51 +167,100 @@ class MemoryChart(QWidget):
             out.append((f"{n.node_id} compute buffer", compute, colour.darker(140)))
         return out
 
+    def scale(self) -> int:
+        """Bytes the full width of the true-to-scale bars stands for."""
+        e = self.estimate
+        if e is None:
+            return 1
+        return max(e.settings.gpu_memory, e.vram_bytes, e.ram_bytes, 1)
+
+    def magnification(self) -> int:
+        """The inset's factor: the largest power of ten at which the larger total still fills at most
+        ``INSET_FILL`` of the inset; 1 (no inset) when the totals fill over 9 % of the bars, which
+        reads well enough. Powers of ten only, so within a decade a bigger graph looks bigger."""
+        e = self.estimate
+        if e is None:
+            return 1
+        used = max(e.vram_bytes, e.ram_bytes, 1)
+        factor = 1
+        while used * factor * 10 <= self.INSET_FILL * self.scale():
+            factor *= 10
+        return factor
+
+    def rows(self) -> list[ChartRow]:
+        """The bars, top to bottom, where they are painted (tests read this rather than pixels). With
+        an inset the bars are thinner, so the chart keeps its height (the dock has no room to spare)."""
+        if self.estimate is None:
+            return []
+        scale, factor = self.scale(), self.magnification()
+        rows, top = [], 8.0
+        for device in ("vram", "ram"):
+            if factor == 1:
+                rows.append(ChartRow(device, top, self.BAR, scale))
+                top += self.BAR + 18
+                continue
+            rows.append(ChartRow(device, top, self.THIN_BAR, scale))
+            label = f"\u00d7{factor}: 0 to {mib(scale // factor)} magnified"
+            rows.append(ChartRow(device, top + self.THIN_BAR + 2, self.INSET, scale // factor, factor, label))
+            top += self.THIN_BAR + 2 + self.INSET + 16
+        return rows
+
+    def filled_width(self, row: ChartRow) -> float:
+        """How wide the row's segments are together, in pixels."""
+        width = self._bar_width()
+        return min(width, sum(size for _n, size, _c in self.segments(row.device)) / row.scale * width)
+
+    def _bar_width(self) -> float:
+        return max(1.0, self.width() - LABEL_W - 10)
+
     def paintEvent(self, _event) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         e = self.estimate
-        label_w = 46
-        width = self.width() - label_w - 10
+        width = self._bar_width()
         if e is None:
             painter.setPen(QColor(150, 150, 150))
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no estimate")
             return
         gpu = e.settings.gpu_memory
-        used = max(e.vram_bytes, e.ram_bytes, 1)
-        # A small graph on a big GPU would be a sliver: then zoom in and point at the GPU's size instead.
-        zoomed = gpu > 4 * used
-        scale_max = used * 1.25 if zoomed else max(gpu, used)
-        for row, (device, total) in enumerate((("vram", e.vram_bytes), ("ram", e.ram_bytes))):
-            top = 8 + row * 40
-            painter.setPen(QColor(200, 200, 200))
-            painter.drawText(QRectF(2, top, label_w, 22), Qt.AlignmentFlag.AlignVCenter, device.upper())
-            bar = QRectF(label_w, top, width, 22)
-            painter.setPen(QPen(QColor(90, 90, 90)))
+        totals = {"vram": e.vram_bytes, "ram": e.ram_bytes}
+        rows = self.rows()
+        for row in rows:
+            top = row.top
+            bar = QRectF(LABEL_W, top, width, row.height)
+            painter.setPen(QColor(200, 200, 200) if row.magnified == 1 else QColor(150, 150, 150))
+            name = row.device.upper() if row.magnified == 1 else f"\u00d7{row.magnified}"
+            painter.drawText(QRectF(2, top - 2, LABEL_W, row.height + 4), Qt.AlignmentFlag.AlignVCenter, name)
+            dashed = Qt.PenStyle.SolidLine if row.magnified == 1 else Qt.PenStyle.DashLine
+            painter.setPen(QPen(QColor(90, 90, 90), 1, dashed))
             painter.setBrush(QColor(35, 35, 35))
             painter.drawRect(bar)
+            painter.save()
+            painter.setClipRect(bar)  # an inset's segments past its scale are cut at its edge
             x = bar.left()
             painter.setPen(Qt.PenStyle.NoPen)
-            for _name, size, colour in self.segments(device):
-                w = size / scale_max * width
+            for _name, size, colour in self.segments(row.device):
+                w = size / row.scale * width
                 painter.setBrush(colour)
                 painter.drawRect(QRectF(x, bar.top() + 1, w, bar.height() - 2))
                 x += w
-            painter.setPen(QColor(220, 220, 220))
-            painter.drawText(QRectF(label_w, top + 22, width, 16), Qt.AlignmentFlag.AlignLeft, mib(total))
-            if device == "vram" and gpu > 0 and zoomed:
-                painter.setPen(QColor(240, 90, 90))
-                text = f"GPU {mib(gpu)} \u25b8 (zoomed in)"
-                tw = painter.fontMetrics().horizontalAdvance(text)
-                painter.drawText(QRectF(self.width() - tw - 8, top + 22, tw + 4, 16), Qt.AlignmentFlag.AlignRight, text)
-            elif device == "vram" and gpu > 0:
-                px = label_w + gpu / scale_max * width
+            painter.restore()
+            if row.device == "vram" and row.magnified == 1 and gpu > 0:
+                px = LABEL_W + gpu / row.scale * width
                 painter.setPen(QPen(QColor(240, 90, 90), 2))
-                painter.drawLine(int(px) - 1, int(top) - 4, int(px) - 1, int(top) + 26)
-                text = f"GPU {mib(gpu)}"
-                tw = painter.fontMetrics().horizontalAdvance(text)
-                painter.drawText(QRectF(min(px - tw - 4, self.width() - tw - 4), top + 22, tw + 2, 16),
-                                 Qt.AlignmentFlag.AlignRight, text)
+                painter.drawLine(int(px) - 1, int(top) - 4, int(px) - 1, int(top + row.height) + 4)
+            if row is not rows[-1] and rows[rows.index(row) + 1].device == row.device:
+                continue  # the bar's texts go under its inset
+            # Under each bar (and its inset): its total on the left; on the right the GPU's size
+            # (VRAM) or what the insets magnify (RAM, the last line).
+            text_top = top + row.height
+            painter.setPen(QColor(220, 220, 220))
+            painter.drawText(QRectF(LABEL_W, text_top, width, 16), Qt.AlignmentFlag.AlignLeft, mib(totals[row.device]))
+            right = (f"GPU {mib(gpu)}" if gpu > 0 else "") if row.device == "vram" else row.label
+            if right:
+                painter.setPen(QColor(240, 90, 90) if row.device == "vram" else QColor(160, 160, 160))
+                tw = painter.fontMetrics().horizontalAdvance(right)
+                painter.drawText(QRectF(self.width() - tw - 10, text_top, tw + 4, 16), Qt.AlignmentFlag.AlignRight, right)
 
 
 class VramEstimatorDock(QDockWidget):
