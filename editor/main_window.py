@@ -803,7 +803,7 @@ class MainWindow(QMainWindow):
         if not nodes:
             return []
         if pos is None:
-            offset = (40.0, 40.0)
+            offset = self.canvas.clear_offset(nodes)  # beside the originals, never on top of them
         else:
             left = min(n.position[0] for n in nodes)
             top = min(n.position[1] for n in nodes)
@@ -821,7 +821,8 @@ class MainWindow(QMainWindow):
         ids = self.canvas.selected_ids()
         if not ids:
             return []
-        pasted = prepare_paste([self.document.node(i) for i in ids], set(self.document.asset.node_ids()))
+        originals = [self.document.node(i) for i in ids]
+        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), self.canvas.clear_offset(originals))
         self.document.push(add_nodes(self.document, pasted, f"Duplicate {len(pasted)} node{'s' if len(pasted) != 1 else ''}"))
         new_ids = [n.id for n in pasted]
         self.canvas.select(new_ids)

@@ -119,6 +119,10 @@ class Canvas(QObject):
         """A top-left for a node of ``size`` that overlaps no node."""
         return self.gestures.free_spot(size)
 
+    def clear_offset(self, nodes: list) -> tuple[float, float]:
+        """How far to move copies of ``nodes`` so they overlap no node (``Gestures.clear_offset``)."""
+        return self.gestures.clear_offset(nodes)
+
     def auto_layout(self) -> None:
         """Lay the graph out in layers from the start node; one undo step."""
         self.gestures.auto_layout()

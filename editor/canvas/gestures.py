@@ -244,7 +244,20 @@ class Gestures(QObject):
         self.search.popup_at(anchor)
 
     def _on_search_chosen(self, type_name: str) -> None:
-        self.add_node(type_name, self._search_at)
+        at = self._search_at
+        if at is not None:
+            # at the mouse, but inside the view: a node added near its edge was cut off
+            view = self.drawing.visible_rect().adjusted(NODE_GAP / 2, NODE_GAP / 2, -NODE_GAP / 2, -NODE_GAP / 2)
+            w, h = NEW_NODE_SIZE
+            at = (max(view.left(), min(at[0], view.right() - w)), max(view.top(), min(at[1], view.bottom() - h)))
+        node_id = self.add_node(type_name, at)
+        placed = self.drawing.nodes[node_id].view.sceneBoundingRect()
+        view = self.drawing.visible_rect()
+        if not view.contains(placed):  # taller than a new node is guessed to be: pan to show it whole
+            dx = max(0.0, placed.right() + 8 - view.right()) - max(0.0, view.left() - placed.left() + 8)
+            dy = max(0.0, placed.bottom() + 8 - view.bottom()) - max(0.0, view.top() - placed.top() + 8)
+            self.viewer._scene_range.translate(dx, dy)  # NodeGraphQt pans by moving its scene range
+            self.viewer._update_scene()
         self.viewer.setFocus()
 
     def _on_search_triggered(self, identifier: str, pos: tuple) -> None:
@@ -318,6 +331,34 @@ class Gestures(QObject):
                 return spot.left(), spot.top()
         below = max((r.bottom() for r in taken), default=y0)
         return x0, below + NODE_GAP
+
+    def clear_offset(self, nodes: list) -> tuple[float, float]:
+        """How far to move copies of ``nodes`` (a paste, a duplicate) so that they overlap no node on
+        the canvas: beside the group to the right first, then below, then further away. Nodes drawn
+        here are measured as drawn; others (pasted from elsewhere) as a new node."""
+        boxes = []
+        for node in nodes:
+            drawn = self.drawing.nodes.get(node.id)
+            w, h = NEW_NODE_SIZE
+            if drawn is not None:
+                size = drawn.view.sceneBoundingRect().size()
+                w, h = size.width(), size.height()
+            boxes.append(QRectF(node.position[0], node.position[1], w, h))
+        if not boxes:
+            return (0.0, 0.0)
+        group = boxes[0]
+        for rect in boxes[1:]:
+            group = group.united(rect)
+        taken = [n.view.sceneBoundingRect().adjusted(-NODE_GAP / 2, -NODE_GAP / 2, NODE_GAP / 2, NODE_GAP / 2)
+                 for n in self.graph.all_nodes()]
+        step_x, step_y = group.width() + NODE_GAP, group.height() + NODE_GAP
+        cells = [(col, row) for col in range(SEARCH_RINGS) for row in range(SEARCH_RINGS)]
+        cells.sort(key=lambda c: (max(c), c[1], c[0]))  # the nearest ring first; in it, rightwards first
+        for col, row in cells[1:]:
+            dx, dy = col * step_x, row * step_y
+            if not any(box.translated(dx, dy).intersects(other) for box in boxes for other in taken):
+                return (dx, dy)
+        return (0.0, max(r.bottom() for r in taken) + NODE_GAP - group.top())
 
     def auto_layout(self) -> None:
         """Lay the graph out in layers from the start node; one undo step."""
