@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --screenshot: say LINE to the character first (repeatable; runs on the model)")
     parser.add_argument("--show-dock", action="append", default=[], metavar="NAME",
                         help="with --screenshot: bring this dock to the front (e.g. TurnInspectorDock)")
+    parser.add_argument("--workspace", choices=["Author", "Talk", "Test"],
+                        help="start in this workspace preset (the View menu's, Ctrl+1/2/3)")
     parser.add_argument("--self-test", action="store_true",
                         help="run one turn of the example chat agent on the sample model, print the reply and exit")
     parser.add_argument("--exit-when-ready", action="store_true",
@@ -102,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases["import_main_window"] = seconds_since_launch()
     apply_theme(app)
     window = MainWindow()
+    if args.workspace:
+        window.workspace.switch(args.workspace)
     phases["window_built"] = seconds_since_launch()
     if args.screenshot or args.exit_when_ready:
         window.resize(*args.size)

@@ -307,3 +307,13 @@ def test_docks_are_never_built_as_tabs(sized_window, qtbot):
     tabbed = {name: [d.objectName() for d in window.tabifiedDockWidgets(dock)]
               for name, dock in window.docks.items() if isinstance(dock, QDockWidget)}
     assert not any(tabbed.values()), tabbed
+
+
+def test_the_command_line_starts_in_a_preset():
+    """``parley-studio --workspace Talk`` (the README's screenshots of a conversation use it)."""
+    from editor.app import build_parser
+
+    assert build_parser().parse_args(["--workspace", "Talk"]).workspace == "Talk"
+    assert build_parser().parse_args([]).workspace is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--workspace", "Chat"])
