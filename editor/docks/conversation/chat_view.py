@@ -34,9 +34,11 @@ STYLE = """
 
 # Links in a turn's header: ``turn:ACTION:INDEX`` (INDEX from 0, the turn's place in the branch), and
 # ``branch:TURN_ID`` for the < > arrows between a turn's alternatives. The dock handles them.
-TURN_ACTIONS = (("regenerate", "\u21bb regenerate", "Run this turn again; later turns stay on the old branch"),
+TURN_ACTIONS = (("regenerate", "\u21bb regenerate", ("Run this turn again; the dock then offers to replay the later "
+                 "turns after it (they stay on the old branch otherwise)")),
                 ("edit", "\u270e edit", "Edit the player's line (or the reply) and go on from there"),
-                ("rewind", "\u21b6 rewind here", "Go back to before this turn, exactly as it was then"),
+                ("rewind", "\u21b6 rewind here", ("Go back to before this turn, exactly as it was then, with its "
+                 "line in the box to edit or send again")),
                 ("replay", "\u25b6 replay from here", "Send the player's lines again from this turn with the graph as it is now"))
 
 
