@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+PRELOAD_LLAMA_AFTER_MS = 300
 MAX_WINDOW_SIDE = 16_384  # Qt's own limit on a widget's width and height is 16,777,215; no screen is this big
 
 
@@ -118,6 +119,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         phases["asset_open"] = seconds_since_launch()
     if args.exit_when_ready:
         return leave(_exit_when_ready(app, window, phases))
+    from PySide6.QtCore import QTimer
+
+    from editor.runtime_worker import preload_llama
+
+    # llama.cpp's bindings once the window is up and idle, well before anyone can type a first line
+    # (a conversation imports them itself if it starts sooner).
+    QTimer.singleShot(PRELOAD_LLAMA_AFTER_MS, preload_llama)
     if args.screenshot:
         if args.talk and _talk(app, window, args.talk) != 0:
             window.document.undo_stack.setClean()

@@ -9,6 +9,7 @@ only while the window follows the session.
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -37,7 +38,9 @@ from editor.server_attach import (
     error_text,
     server_address,
 )
-from runtime.serve.protocol import Health, SessionOut
+
+if TYPE_CHECKING:  # the window imports this module as it starts; runtime.serve is for when it attaches
+    from runtime.serve.protocol import Health, SessionOut
 
 ADDRESS_KEY = "attach/address"
 ERROR_STYLE = "color: #ff8080;"

@@ -48,13 +48,18 @@ from runtime.prompting.prompt import PromptPart
 
 log = logging.getLogger("parley.editor")
 
-# Import llama.cpp's bindings now, on the UI thread while the app starts: importing them (numpy,
-# ctypes, loading the shared libraries) holds the GIL for ~110 ms, which froze the UI when it
-# happened on the worker at the first turn. A broken install is reported when a conversation starts.
-try:
-    import runtime.backends.llama  # noqa: F401
-except (ImportError, OSError, RuntimeError) as exc:  # pragma: no cover - depends on the install
-    log.warning("llama.cpp bindings could not be loaded yet: %s", exc)
+
+def preload_llama() -> None:
+    """Import llama.cpp's bindings on the UI thread, once: importing them (numpy, ctypes, loading the
+    shared libraries) holds the GIL for ~110 ms, which froze the UI when it happened on the worker at
+    the first turn. parley-studio calls this once its window is up (not while it starts: 0.1 s of
+    every launch), and a conversation before its worker starts. A broken install is reported when a
+    conversation starts."""
+    try:
+        import runtime.backends.llama  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as exc:  # pragma: no cover - depends on the install
+        log.warning("llama.cpp bindings could not be loaded yet: %s", exc)
+
 
 # Settings an agent cannot change once created (every ModelParams node has them): a change needs a new agent.
 FIXED_NODE_FIELDS = tuple(ModelParams.model_fields)
@@ -720,6 +725,7 @@ class LiveConversation(ThreadService):
 
     def _start(self) -> None:
         if not self.thread.isRunning() and not self.thread.isFinished():
+            preload_llama()  # here on the UI thread, not on the worker as it makes the backend
             self.thread.start()
 
     # --- history ----------------------------------------------------------------------------

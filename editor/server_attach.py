@@ -22,9 +22,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from editor.runtime_worker import LiveConversation, TurnRecord, turn_record
@@ -37,8 +36,10 @@ from runtime.events import Event, NodeFinished, NodeStarted, Speak, Summarized, 
 from runtime.nodes.running import RecordedPrompt
 from runtime.problems import InputError
 from runtime.prompting.prompt import PromptPart
-from runtime.serve.client import ParleyClient, ParleyError, ServerEvent
-from runtime.serve.protocol import SessionOut, TurnDetail
+
+if TYPE_CHECKING:
+    from runtime.serve.client import ParleyClient, ServerEvent
+    from runtime.serve.protocol import SessionOut, TurnDetail
 
 log = logging.getLogger("parley.editor")
 
@@ -56,6 +57,8 @@ def server_address(text: str) -> str:
                          "(what `parley serve` printed when it started).")
     if "://" not in url:
         url = f"http://{url}"
+    import httpx  # here and below, not at the top: the window imports this module as it starts (0.1 s)
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as exc:
@@ -76,6 +79,8 @@ class ServerAddress:
     token: str = field(default="", repr=False)
 
     def client(self, timeout: float = REQUEST_TIMEOUT) -> ParleyClient:
+        from runtime.serve.client import ParleyClient
+
         return ParleyClient(self.url, self.token or None, timeout=timeout)
 
 
@@ -86,6 +91,10 @@ def via_label(url: str, backend: str) -> str:
 
 def error_text(exc: BaseException, url: str) -> str:
     """A server's error in the designer's words, with what to do."""
+    import httpx
+
+    from runtime.serve.client import ParleyError
+
     if isinstance(exc, ParleyError):
         if exc.code == "unauthorized":
             return (f"{url} wants a token: type the one the server was started with (the variable named by its "
@@ -163,6 +172,8 @@ class SessionView:
 def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | None = None) -> SessionView:
     """Read ``session_id``: its history and the details of ``turn_ids`` (None: every turn of the current
     branch). What cannot be read is noted, not raised, except the session itself (ParleyError)."""
+    from runtime.serve.client import ParleyError
+
     session = client.session(session_id)
     notes: list[str] = []
     saved = None
@@ -217,6 +228,10 @@ class SessionFollower(QObject):
 
     @Slot()
     def follow(self) -> None:
+        import httpx
+
+        from runtime.serve.client import ParleyError
+
         g, reason = self.generation, ""
         try:
             for event in self.watch:

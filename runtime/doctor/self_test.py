@@ -14,10 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.backends.base import Backend, Reproducibility
-from runtime.backends.llama import LlamaBackend
 from runtime.backends.llama_server import CACHED_PROMPTS_NOTE, LlamaServerBackend
 from runtime.doctor.cases import CASES, Case, ReplayCaseResult, run_cases
 from runtime.doctor.numerics import SETTINGS, NumericsProbe, SelfTestCancelled, probe_numerics
@@ -25,6 +24,9 @@ from runtime.models.context_settings import FLASH_ATTN, KV_TYPE, FlashAttention,
 from runtime.models.folder import resolve_model
 from runtime.nodes.running import TurnCancelled
 from runtime.problems import BackendError
+
+if TYPE_CHECKING:
+    from runtime.backends.llama import LlamaBackend
 
 Verdict = Literal["yes", "same threads", "no", "not allowed", "not known"]
 # How a verdict reads in a table.
@@ -152,6 +154,10 @@ def embedded_report(model: str, *, asset_dir: str | os.PathLike[str] | None = No
     path = resolve_model(model, asset_dir)
 
     def make(generating: int | None = threads, reading: int | None = threads) -> LlamaBackend:
+        # Imported here: the editor's window imports this module as it starts, and llama.cpp's
+        # bindings take 0.1 s (editor.runtime_worker.preload_llama loads them once it is up).
+        from runtime.backends.llama import LlamaBackend
+
         return LlamaBackend(n_threads=generating, n_threads_batch=reading, flash_attn=flash_attn, kv_type=kv_type)
 
     first = make()

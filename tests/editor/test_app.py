@@ -40,8 +40,8 @@ def test_exit_when_ready_reports_the_launch_in_order(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PARLEY_STUDIO_SETTINGS=str(tmp_path / "s.ini"),
                PARLEY_STUDIO_RECOVERY=str(tmp_path / "recovery"))
     env.pop("PARLEY_LAUNCH_TIME", None)  # from the kernel's start time of the process
-    example = sorted(examples_dir().glob("*.json"))[0]
-    run = subprocess.run([sys.executable, "-m", "editor.app", "--exit-when-ready", str(example)], env=env,
+    example = min(examples_dir().glob("*.json"))
+    run = subprocess.run([sys.executable, "-m", "editor.app", "--exit-when-ready", str(example)], check=False, env=env,
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -50,3 +50,20 @@ def test_exit_when_ready_reports_the_launch_in_order(tmp_path):
     times = list(phases.values())
     assert times == sorted(times) and 0 < times[0]
     assert report["ready_s"] == phases["ready"]
+
+
+def test_the_window_starts_without_what_it_needs_later():
+    """The main window's modules leave llama.cpp's bindings, numpy, the gguf package, httpx and the
+    server (runtime.serve) to the first use (0.5 s of every launch, issue 23), and NodeGraphQt's Qt
+    module is served lazily (editor.qt_for_nodegraph), not by Qt.py."""
+    import os
+    import subprocess
+    import sys
+
+    later = ["llama_cpp", "runtime.backends.llama", "numpy", "gguf", "httpx", "runtime.serve", "rank_bm25", "jinja2",
+             "fastapi", "uvicorn", "runtime.doctor.self_test"]
+    code = (f"import sys, editor.main_window; loaded = [m for m in {later!r} if m in sys.modules]; "
+            "assert not loaded, loaded; assert 'QtSubmodule' in repr(type(sys.modules['Qt'].QtCore)), sys.modules['Qt']")
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "QT_PREFERRED_BINDING": "PySide6"})
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rank_bm25 import BM25Okapi
-
 from runtime.files.reading import input_file_problem
 from runtime.problems import InputError, Problem
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rank_bm25 import BM25Okapi
+
     from runtime.nodes.retrieve.node import Retrieve
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -62,6 +62,21 @@ def words(text: str) -> list[str]:
     return [w for w in (m.lower() for m in _WORD.findall(text)) if w not in STOP_WORDS]
 
 
+def __getattr__(name: str) -> Any:
+    """``BM25Okapi``, imported when first asked for: rank_bm25 imports numpy (0.07 s), and loading
+    any asset imports this module (the editor, as it starts)."""
+    if name == "BM25Okapi":
+        from rank_bm25 import BM25Okapi
+
+        globals()["BM25Okapi"] = BM25Okapi
+        return BM25Okapi
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _bm25_index_type() -> type[BM25Okapi]:
+    return globals().get("BM25Okapi") or __getattr__("BM25Okapi")
+
+
 class BM25Ranker:
     def __init__(self) -> None:
         # the index of the last entries ranked: a node ranks the same entries every turn
@@ -76,7 +91,7 @@ class BM25Ranker:
         if self._index is None or tuple(entries) != self._indexed:
             self._indexed = tuple(entries)
             self._corpus = [words(e.text) or [""] for e in entries]
-            self._index = BM25Okapi(self._corpus)
+            self._index = _bm25_index_type()(self._corpus)
         corpus = self._corpus
         scores = self._index.get_scores(terms)
         # A term in most entries gets a tiny (epsilon) weight; a term in no entry scores 0.
