@@ -50,6 +50,7 @@ from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.doctor_dialog import DoctorDialog, open_doctor_dialog
 from editor.document import Document
 from editor.garbage import collect_on_the_ui_thread
+from editor.help_menu import fill_help_menu
 from editor.node_find import NodeFind
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind
@@ -357,6 +358,9 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             view.addAction(dock.toggleViewAction())
 
+        self.help_menu = bar.addMenu("&Help")
+        self.help_actions = fill_help_menu(self.help_menu, self)
+
         menu = context_menu(self.canvas)
         add_here = menu.addMenu("Add Node")
         self._fill_add_menu(add_here, at_cursor=True)
@@ -604,6 +608,9 @@ class MainWindow(QMainWindow):
         # the same problems as validate_asset, in a fraction of the time on a large graph.
         self.problems = self._validator.validate(doc.asset, doc.path, asset_dir=doc.asset_dir,
                                                  models=ModelFiles(doc.asset_dir))
+        if not doc.asset.nodes:
+            # A new asset has no nodes yet: a normal state, which the canvas's hint explains, not an error
+            self.problems = [p for p in self.problems if not (p.field == "nodes" and not p.node_id)]
         self._show_problems()
 
     def _show_problems(self, *_ignored: object) -> None:

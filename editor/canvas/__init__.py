@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import QObject, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor
-from PySide6.QtWidgets import QMenu, QWidget
+from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
 from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing
 from editor.canvas.following import DocumentFollower
@@ -29,6 +29,9 @@ __all__ = [
     "set_background",
 ]
 
+EMPTY_HINT = ("<p><b>An empty agent</b></p><p>Press <b>Tab</b> to add a node by name, drag one from the "
+              "Palette, or right-click for the Add Node menu.<br/>The first node you add is where each turn "
+              "starts.</p><p>Or open a worked example: File \u25b8 Examples.</p>")
 LEGIBLE_SCALE = 0.85  # at this scale or more the summaries painted on nodes are legible (>= 9 px capitals)
 
 
@@ -58,6 +61,37 @@ class Canvas(QObject):
         self.viewer.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         self.gestures.file_dropped.connect(self.file_dropped)
         self.gestures.text_dropped.connect(self.text_dropped)
+        # An asset with no nodes (File > New) is a normal start: say how to begin, over the canvas
+        # a child of the view, not of its viewport: panning scrolls the viewport's children with it
+        self.empty_hint = QLabel(EMPTY_HINT, self.viewer)
+        self.empty_hint.setObjectName("emptyCanvasHint")
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setTextFormat(Qt.TextFormat.RichText)
+        self.empty_hint.setStyleSheet("QLabel#emptyCanvasHint { color: #9a9a9a; font-size: 14px;"
+                                      " background: transparent; }")
+        self.empty_hint.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)  # drops still land
+        self.viewer.viewport().installEventFilter(self)  # kept centred as the canvas resizes
+        for signal in (document.node_added, document.node_removed, document.reset):
+            signal.connect(self._show_empty_hint)
+        self._show_empty_hint()
+
+    def _show_empty_hint(self, *_changed: object) -> None:
+        self.empty_hint.setVisible(not self.document.asset.nodes)
+        self._centre_empty_hint()
+
+    def _centre_empty_hint(self) -> None:
+        area = self.viewer.viewport().geometry()
+        width = max(120, min(440, area.width() - 40))
+        height = self.empty_hint.heightForWidth(width)
+        # above the middle, where the START and END terminals sit
+        top = area.top() + max(12, area.height() // 4 - height // 2)
+        self.empty_hint.setGeometry(area.center().x() - width // 2, top, width, height)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() in (QEvent.Type.Resize, QEvent.Type.Show):
+            self._centre_empty_hint()
+        return False
 
     @property
     def widget(self) -> QWidget:
