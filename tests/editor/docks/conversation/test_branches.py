@@ -120,7 +120,11 @@ def test_rewind_edit_and_replay_with_the_changed_graph(talked, qtbot):
     assert [t.player for t in conversation.saved.history.turns] == ["Good morning! Any breakfast?"]
     assert "\u270e edited" in chat_text(dock)
 
-    # the branches panel lists every turn ever written, the current branch in bold
+    # the branches panel lists every turn ever written, the current branch in bold (the dock in view: a
+    # workspace may keep it behind another tab)
+    dock.show()
+    dock.raise_()
+    qtbot.waitUntil(dock.isVisible, timeout=5000)
     dock.branches_button.setChecked(True)
     dock.toggle_branches()
     items = []
@@ -131,7 +135,9 @@ def test_rewind_edit_and_replay_with_the_changed_graph(talked, qtbot):
             walk(item.child(i))
 
     walk(dock.branches.invisibleRootItem())
-    assert len(items) == len(conversation.saved.tree) >= 8
+    # 3 turns, 2 replayed with the changed graph, 1 edited: the first replay's turns came out the same, so they
+    # are the turns already there, not 3 more alternatives like them
+    assert len(items) == len(conversation.saved.tree) >= 6
     assert sum(item.font(0).bold() for item in items) == 1
     for size in ((1366, 768), (1920, 1080)):
         window.resize(*size)
