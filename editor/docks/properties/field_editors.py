@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.docks.properties.mustache import MustacheHighlighter
+from editor.document import EDITOR_METADATA_KEY
 from runtime.models.folder import format_parameters, list_models, models_dir
 
 EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")
@@ -444,6 +445,44 @@ class JsonEditor(FieldEditor):
         if current != value:
             with QSignalBlocker(self.text):
                 self.text.setPlainText(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+class MetadataEditor(JsonEditor):
+    """A ``metadata`` object without the keys the editor keeps there for itself (``hidden``: the
+    terminals' places): those stay in the value, and in the file, unchanged, but not in the text."""
+
+    def __init__(self, hidden: tuple[str, ...] = (EDITOR_METADATA_KEY,), parent: QWidget | None = None) -> None:
+        self.hidden = hidden
+        self._kept: dict[str, Any] = {}
+        super().__init__(parent)
+        self.text.setToolTip("Free-form data kept as it is. The editor's own layout data is kept too, not shown here.")
+
+    def _parse(self) -> None:
+        try:
+            shown = json.loads(self.text.toPlainText() or "{}")
+        except json.JSONDecodeError as exc:
+            self.set_error(f"JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}")
+            return
+        self.set_error("")
+        if isinstance(shown, dict):
+            value: Any = {k: v for k, v in shown.items() if k not in self.hidden} | self._kept
+        else:
+            value = shown  # not an object: the asset's validation says so
+        self._value = value
+        self.edited.emit(value, True)
+
+    def set_value(self, value: Any) -> None:
+        self._value = value
+        full = value if isinstance(value, dict) else {}
+        self._kept = {k: full[k] for k in self.hidden if k in full}
+        shown = {k: v for k, v in full.items() if k not in self.hidden} if isinstance(value, dict) else value
+        try:
+            current = json.loads(self.text.toPlainText() or "{}")
+        except json.JSONDecodeError:
+            current = object()
+        if current != shown:
+            with QSignalBlocker(self.text):
+                self.text.setPlainText(json.dumps(shown, indent=2, ensure_ascii=False) if shown else "")
 
 
 class IntEditor(FieldEditor):

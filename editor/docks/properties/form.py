@@ -29,6 +29,7 @@ from editor.docks.properties.field_editors import (
     JsonEditor,
     LineEditor,
     LinesEditor,
+    MetadataEditor,
     ModelEditor,
     OptionalTextEditor,
     PositionEditor,
@@ -78,6 +79,8 @@ def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = N
         return ModelListEditor(item_model, record_form)
     if origin is list:
         return LinesEditor()
+    if name == "metadata":
+        return MetadataEditor()  # without the editor's own layout data
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if args == [str]:
