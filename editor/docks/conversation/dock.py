@@ -444,6 +444,7 @@ class ConversationDock(QDockWidget):
         if reason:
             self.tool_panel.hide()
             self.replay_bar.hide()
+            self._drop_later_offer()  # its replay would change a conversation that is not this window's
         self._busy(self.conversation.busy)
         if reason:
             self._redraw()

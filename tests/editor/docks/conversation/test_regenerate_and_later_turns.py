@@ -92,6 +92,8 @@ def test_rewind_here_puts_that_turns_line_in_the_box_selected(talked, qtbot):
     assert len(conversation.saved.history.turns) == 2
     assert dock.line.text() == LINES[2] and dock.line.selectedText() == LINES[2]
     assert "its line is in the box" in dock.status.text()
+    SHOTS.mkdir(exist_ok=True)
+    dock.grab().save(str(SHOTS / "rewind-line.png"))
     # sent as it is, it is turn 3 again: the same turn, not an alternative that reads the same
     dock.send_button.click()
     qtbot.waitUntil(lambda: idle(conversation) and len(conversation.saved.history.turns) == 3, timeout=WAIT_MS)
