@@ -75,13 +75,18 @@ MAX_SNAPSHOT_BUDGET_MIB = 1 << 20
 
 
 def default_snapshot_budget_mib() -> int:
-    """The embedded backend's own budget (``runtime.backends.llama.SNAPSHOT_BUDGET_MIB``); 0 when
-    llama.cpp's bindings cannot be loaded, as there is then no embedded backend to take snapshots."""
+    """The embedded backend's own budget (``runtime.models.context_settings.SNAPSHOT_BUDGET_MIB``); 0
+    when llama.cpp's bindings are not installed, as there is then no embedded backend to take snapshots.
+    Whether they are is asked without loading them (the window asks as it starts; loading takes 0.1 s)."""
+    import importlib.util
+
+    from runtime.models.context_settings import SNAPSHOT_BUDGET_MIB
+
     try:
-        from runtime.backends.llama import SNAPSHOT_BUDGET_MIB
-    except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
-        return 0
-    return int(SNAPSHOT_BUDGET_MIB)
+        installed = importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):  # pragma: no cover - depends on the install
+        installed = False
+    return int(SNAPSHOT_BUDGET_MIB) if installed else 0
 
 
 def snapshot_budget_mib() -> int:
