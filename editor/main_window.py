@@ -5,6 +5,7 @@ Docks are built from ``DOCKS`` so a new panel is one entry there plus its module
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,6 @@ from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
-from editor.doctor_dialog import DoctorDialog, open_doctor_dialog
 from editor.document import Document
 from editor.garbage import collect_on_the_ui_thread
 from editor.help_menu import fill_help_menu
@@ -76,6 +76,7 @@ from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
 
 if TYPE_CHECKING:
+    from editor.doctor_dialog import DoctorDialog
     from runtime.suites.report import Coverage
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
@@ -482,6 +483,9 @@ class MainWindow(QMainWindow):
 
     def run_self_test(self) -> DoctorDialog:
         """Backend → Reproducibility Self-Test…: the chosen backend on the open asset's model."""
+        # Imported here: it imports llama.cpp's bindings (0.1 s), not wanted while the window starts.
+        from editor.doctor_dialog import open_doctor_dialog
+
         return open_doctor_dialog(self.backends, self.document.asset.default_model, self.document.asset_dir, self)
 
     def edit_snapshot_budget(self) -> bool:
@@ -895,7 +899,8 @@ class MainWindow(QMainWindow):
         self.conversation.shutdown()
         self.download.shutdown()
         self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread
-        for dialog in self.findChildren(DoctorDialog):
+        doctor = sys.modules.get("editor.doctor_dialog")  # no self-test window was opened unless it is imported
+        for dialog in self.findChildren(doctor.DoctorDialog) if doctor else ():
             dialog.run.shutdown()  # a self-test stops with its window
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
