@@ -85,3 +85,20 @@ def test_opening_another_file_leaves_nothing_stale(window, failed_run, qtbot, tm
 def test_file_new_leaves_nothing_stale(window, failed_run, qtbot):
     window.new_asset()
     assert_nothing_stale(window)
+
+
+def test_a_live_turn_of_one_example_leaves_nothing_on_the_next(window, qtbot):
+    """chat and long_conversation share the node id ``reply``."""
+    assert window.open_path(str(examples_dir() / "chat.json"), as_example=True)
+    window.conversation.use_backend(ScriptedBackend)
+    with qtbot.waitSignal(window.conversation.turn_finished, timeout=30_000):
+        assert window.conversation.say("hello")
+    qtbot.waitUntil(lambda: not window.conversation.busy, timeout=30_000)
+    inspector = window.dock(TurnInspectorDock)
+    assert inspector.record is not None and window.canvas.highlighted_path() == ["reply"]
+    assert window.dock(RawJsonDock).data is not None
+    assert window.open_path(str(examples_dir() / "long_conversation.json"), as_example=True)
+    assert window.document.has_node("reply")
+    assert_nothing_stale(window)
+    # the worker starts the new conversation on its thread: the chat follows when it has
+    qtbot.waitUntil(lambda: "hello" not in window.conversation_dock.chat.toPlainText(), timeout=10_000)
