@@ -90,6 +90,9 @@ class Workspace(QObject):
         self.current = ""
         self._unsized: Preset | None = None  # arranged before the window had its size: sized at the first show
         self.settled = False  # the docks have their shares of the shown window
+        self._moving = False  # docks shown or hidden by a switch, not by the designer
+        for dock in docks.values():
+            dock.visibilityChanged.connect(lambda visible, d=dock: self._opened(d) if visible else None)
         self.group = QActionGroup(self)
         self.group.setExclusive(True)
         self.actions: dict[str, QAction] = {}
@@ -120,8 +123,12 @@ class Workspace(QObject):
         self.current = name
         self.actions[name].setChecked(True)
         state = app_settings.app_settings().value(_state_key(name))
-        if not (isinstance(state, QByteArray) and self.window.restoreState(state)):
-            self.arrange(preset_named(name))
+        self._moving = True
+        try:
+            if not (isinstance(state, QByteArray) and self.window.restoreState(state)):
+                self.arrange(preset_named(name))
+        finally:
+            self._moving = False
         app_settings.app_settings().setValue("workspace/current", name)
         self.switched.emit(name)
 
@@ -129,7 +136,46 @@ class Workspace(QObject):
         """The current preset as it starts; the arrangement it had is forgotten."""
         store = app_settings.app_settings()
         store.remove(_state_key(self.current))
-        self.arrange(preset_named(self.current))
+        self._moving = True
+        try:
+            self.arrange(preset_named(self.current))
+        finally:
+            self._moving = False
+
+    def _opened(self, dock: QDockWidget) -> None:
+        """A dock the designer opened beside the preset's (View menu) gets the room it asks for
+        along its column or row, not the least it can live with."""
+        if self._moving or dock.isFloating() or not self.window.isVisible():
+            return
+        QTimer.singleShot(0, self, lambda: self._give_room(dock))
+
+    def _give_room(self, dock: QDockWidget) -> None:
+        in_preset = self.current and dock.objectName() in {p.dock for p in preset_named(self.current).places}
+        if in_preset or not dock.isVisible() or dock.isFloating():
+            return  # the preset's own docks have their shares already
+        self.window.layout().activate()  # measure the docks as laid out now, not as they were before
+        area = self.window.dockWidgetArea(dock)
+        if area == BOTTOM:
+            wanted, now, orientation = dock.sizeHint().width(), dock.width(), Qt.Orientation.Horizontal
+        else:
+            wanted, now, orientation = dock.sizeHint().height(), dock.height(), Qt.Orientation.Vertical
+            body = dock.widget()
+            if body is not None and body.hasHeightForWidth():  # wrapped labels: as tall as this width needs
+                wanted = max(wanted, body.heightForWidth(body.width()) + dock.height() - body.height())
+        if now >= wanted:
+            return
+        # the docks beside it in its column (or row) give up the room, each in proportion to its size
+        size = (lambda d: d.width()) if orientation == Qt.Orientation.Horizontal else (lambda d: d.height())
+        others = [d for d in self.docks.values() if d is not dock and d.isVisible() and not d.isFloating()
+                  and self.window.dockWidgetArea(d) == area]
+        room = sum(size(d) for d in others)
+        if room <= 0:
+            self.window.resizeDocks([dock], [wanted], orientation)
+        else:
+            spare = max(0, room - (wanted - now))
+            self.window.resizeDocks([dock, *others], [wanted, *(int(spare * size(d) / room) for d in others)],
+                                    orientation)
+        self.window.layout().activate()  # at once: what the designer looks at next is laid out
 
     def remember(self) -> None:
         """Save the arrangement on screen as the current preset's."""

@@ -74,6 +74,7 @@ def suites(tmp_path) -> Path:
 @pytest.fixture
 def dock(window, suites, qtbot):
     window.suite_run.make_backend = ScriptedBackend
+    window.workspace.switch("Test")  # the Tests dock on screen, as when a designer runs the tests
     return open_listed(qtbot, window, suites)
 
 
