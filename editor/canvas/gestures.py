@@ -334,7 +334,8 @@ class Gestures(QObject):
 
     def clear_offset(self, nodes: list) -> tuple[float, float]:
         """How far to move copies of ``nodes`` (a paste, a duplicate) so that they overlap no node on
-        the canvas: beside the group to the right first, then below, then further away. Nodes drawn
+        the canvas: not at all when their place is free, else beside the group to the right first,
+        then below, then further away. Nodes drawn
         here are measured as drawn; others (pasted from elsewhere) as a new node."""
         boxes = []
         for node in nodes:
@@ -354,7 +355,7 @@ class Gestures(QObject):
         step_x, step_y = group.width() + NODE_GAP, group.height() + NODE_GAP
         cells = [(col, row) for col in range(SEARCH_RINGS) for row in range(SEARCH_RINGS)]
         cells.sort(key=lambda c: (max(c), c[1], c[0]))  # the nearest ring first; in it, rightwards first
-        for col, row in cells[1:]:
+        for col, row in cells:  # (0, 0) first: nodes cut and pasted back go where they were
             dx, dy = col * step_x, row * step_y
             if not any(box.translated(dx, dy).intersects(other) for box in boxes for other in taken):
                 return (dx, dy)

@@ -7,6 +7,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QCursor
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
 
 from runtime.asset.model import Asset, new_node
 
@@ -67,3 +68,12 @@ def test_tab_search_near_the_views_edge_places_the_node_inside_the_view(two_node
     view = window.canvas.drawing.visible_rect()
     assert view.contains(placed), f"the node at {placed} is cut off by the view {view}"
     window.canvas.widget.grab().save("/tmp/n/tab_edge.png")
+
+
+def test_cut_and_paste_puts_the_nodes_back_where_they_were(two_nodes):
+    window = two_nodes
+    window.canvas.select(["reply"])
+    window.cut()
+    assert not window.document.has_node("reply")
+    (pasted,) = window.paste_text(QApplication.clipboard().text(), None)
+    assert window.document.node(pasted).position == (320.0, 0.0), "its place was free"
