@@ -3,7 +3,6 @@ shortcuts, listed from the window's own actions, so the list is never out of dat
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
@@ -46,6 +45,8 @@ def doc_files() -> list[tuple[str, Path]]:
 
 
 def version() -> str:
+    from importlib import metadata  # only when About is shown: the window starts without it
+
     try:
         return metadata.version("parley-studio")
     except metadata.PackageNotFoundError:
