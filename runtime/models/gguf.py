@@ -12,17 +12,21 @@ header with ``struct`` takes a few tens of milliseconds, and tests check that
 both agree. Arrays longer than :data:`MAX_ARRAY_KEPT` elements (vocabularies,
 merges) are skipped, and only their lengths are kept in ``array_lengths``.
 
-Results are cached by (path, modification time, size). The ``gguf`` package is imported at the
-first read, not with this module: it imports numpy (0.09 s of the editor's start, which reads no model).
+Results are cached by (path, modification time, size). The ``gguf`` package's definitions are read
+at the first read, not with this module, and from its ``constants`` module alone: the package imports
+numpy (0.09 s of the editor's start, and of an open's VRAM estimate).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import math
 import mmap
 import os
 import re
 import struct
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -32,6 +36,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from runtime.problems import InputError, Problem
+
+log = logging.getLogger("parley.runtime")
 
 MAX_ARRAY_KEPT = 4096  # per-layer arrays are kept; vocabularies and merges are not
 # Bounds a crafted header cannot pass: every real model is far inside them. Declared lengths are
@@ -47,17 +53,41 @@ _CACHE_SIZE = 32
 DEFAULT_ALIGNMENT = 32  # gguf.GGUF_DEFAULT_ALIGNMENT (tests check they agree)
 
 
+def _gguf_constants() -> Any:
+    """The gguf package's ``constants`` module (plain enums and tables), without the package: the
+    package's ``__init__`` imports numpy (0.09 s, 0.4 s under load), which opening an asset paid for
+    its VRAM estimate. The package itself when it is imported already, or when its module cannot be
+    read as a file (a frozen app)."""
+    loaded = sys.modules.get("gguf")
+    if loaded is not None:
+        return loaded
+    try:
+        spec = importlib.util.find_spec("gguf")  # finds the package without running it
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        source = Path(folders[0]) / "constants.py" if folders else None
+        if source is not None and source.is_file():
+            own = importlib.util.spec_from_file_location("runtime.models._gguf_constants", source)
+            if own is not None and own.loader is not None:
+                module = importlib.util.module_from_spec(own)
+                own.loader.exec_module(module)
+                return module
+    except Exception as exc:  # noqa: BLE001 - any trouble reading it alone: import the package as usual
+        log.debug("reading gguf.constants alone failed (%s); importing the gguf package", exc)
+    import gguf
+
+    return gguf
+
+
 @cache
 def _gguf() -> SimpleNamespace:
-    """The ``gguf`` package's definitions this module reads files with (imported once, when first needed)."""
-    from gguf import (
-        GGML_QUANT_SIZES,
-        GGUF_DEFAULT_ALIGNMENT,
-        GGUF_MAGIC,
-        GGMLQuantizationType,
-        GGUFValueType,
-        LlamaFileType,
-    )
+    """The ``gguf`` package's definitions this module reads files with (read once, when first needed)."""
+    constants = _gguf_constants()
+    GGML_QUANT_SIZES = constants.GGML_QUANT_SIZES
+    GGUF_DEFAULT_ALIGNMENT = constants.GGUF_DEFAULT_ALIGNMENT
+    GGUF_MAGIC = constants.GGUF_MAGIC
+    GGMLQuantizationType = constants.GGMLQuantizationType
+    GGUFValueType = constants.GGUFValueType
+    LlamaFileType = constants.LlamaFileType
 
     value = GGUFValueType
     scalars: dict[int, str] = {

@@ -153,3 +153,23 @@ def test_the_gguf_package_is_imported_at_the_first_read_only():
     code = ("import sys, runtime.models.gguf as g; assert 'gguf' not in sys.modules and 'numpy' not in sys.modules; "
             "import gguf; assert g.DEFAULT_ALIGNMENT == gguf.GGUF_DEFAULT_ALIGNMENT")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_read_needs_only_the_gguf_packages_constants(sample_model):
+    """A header is read with the package's constants module alone (no numpy: an open's VRAM estimate
+    paid 0.09 s for it), and those are the package's own definitions."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from runtime.models.gguf import read_gguf, row_bytes, _gguf; "
+            f"info = read_gguf({str(sample_model)!r}); row_bytes('Q8_0', 64); "
+            "assert 'numpy' not in sys.modules and 'gguf' not in sys.modules, 'numpy or gguf imported'; "
+            "spec = _gguf(); import gguf; "
+            "assert {t.name: s for t, s in spec.GGML_QUANT_SIZES.items()} == "
+            "{t.name: s for t, s in gguf.GGML_QUANT_SIZES.items()}; "
+            "assert [(t.name, t.value) for t in spec.LlamaFileType] == [(t.name, t.value) for t in gguf.LlamaFileType]; "
+            "assert [(t.name, t.value) for t in spec.GGUFValueType] == [(t.name, t.value) for t in gguf.GGUFValueType]; "
+            "assert spec.GGUF_MAGIC == gguf.GGUF_MAGIC; print(info.quantization)")
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == read_gguf(sample_model).quantization
