@@ -8,6 +8,8 @@ with no asset, and with a 500-node asset (``bench_open_large``'s generator), lau
 Targets: under 1.5 s with no asset, and under 1.0 s more with the 500-node asset. The same run also
 runs bench_open_large (in-process: asking an open window to open the file, to its first paint) so the
 two figures come from one load of the machine; the load averages before and after are recorded.
+Compiled modules are kept between launches, as an installed app has them; a few launches without
+them (PYTHONDONTWRITEBYTECODE) are recorded beside.
 
     python bench/bench_open_process.py [--nodes 500] [--runs 7]
 """
@@ -50,11 +52,21 @@ def launcher() -> list[str]:
     return [sys.executable, "-m", "editor.app"]
 
 
-def launch(command: list[str], asset: Path | None, scratch: Path, run: int) -> dict:
-    """One launch to an interactive window: the outside wall time and the process's own phases."""
+def launch(command: list[str], asset: Path | None, scratch: Path, run: int, bytecode: bool = True) -> dict:
+    """One launch to an interactive window: the outside wall time and the process's own phases.
+
+    ``bytecode``: Python's compiled modules are kept between launches (in ``scratch``), as an
+    installed app has them; without it every launch compiles the project's modules again (what
+    PYTHONDONTWRITEBYTECODE, set on some development machines, does to an editable install)."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", QT_PREFERRED_BINDING="PySide6",
                PARLEY_STUDIO_SETTINGS=str(scratch / f"settings-{run}.ini"),
                PARLEY_STUDIO_RECOVERY=str(scratch / f"recovery-{run}"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")  # not beside the sources of a shared tree
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     args = [*command, "--exit-when-ready", "--size", "1600x1000", *([str(asset)] if asset else [])]
     env["PARLEY_LAUNCH_TIME"] = repr(time.time())
     started = time.perf_counter()
@@ -97,6 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--uncompiled-runs", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "open_process.json"))
     args = parser.parse_args()
 
@@ -106,12 +119,14 @@ def main() -> int:
     command = launcher()
     load_before = os.getloadavg()
 
-    launch(command, None, scratch, -1)  # warm-up: the first launch reads every file from disk
+    launch(command, asset, scratch, -1)  # warm-up: reads every file from disk and compiles the modules
     empty: list[dict] = []
     large: list[dict] = []
     for run in range(args.runs):
         empty.append(launch(command, None, scratch, 2 * run))
         large.append(launch(command, asset, scratch, 2 * run + 1))
+    # The same without kept bytecode, fewer times: what a development tree with PYTHONDONTWRITEBYTECODE pays.
+    uncompiled = [launch(command, None, scratch, 1000 + run, bytecode=False) for run in range(args.uncompiled_runs)]
     in_process = in_process_figure(args.nodes, scratch)
     load_after = os.getloadavg()
     shutil.rmtree(scratch, ignore_errors=True)
@@ -129,6 +144,9 @@ def main() -> int:
         "asset": {"median_s": large_s, "max_s": round(max(r["ready_s"] for r in large), 4),
                   "phase_medians_s": phase_medians(large), "runs": large},
         "asset_beyond_no_asset_s": extra,
+        "bytecode": "kept between launches (PYTHONPYCACHEPREFIX in a scratch folder), as an installed app has it",
+        "no_asset_without_kept_bytecode": {"median_s": median_of(uncompiled, "ready_s") if uncompiled else None,
+                                           "runs": uncompiled},
         "in_process_open_s": in_process,
         "targets": {"no_asset_s": TARGET_EMPTY_S, "asset_beyond_no_asset_s": TARGET_ASSET_EXTRA_S},
         "meets_targets": empty_s < TARGET_EMPTY_S and extra < TARGET_ASSET_EXTRA_S,
