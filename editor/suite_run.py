@@ -9,6 +9,10 @@ or its own connection to the server the designer picked) of its own, so the test
 the Conversation dock is untouched by it. Runs use the backend picked for the window
 (``backend_factory``, set by the window from its ``BackendChoice``).
 
+Each finished case is kept (``runtime.suites.kept``: its current run and, when it passed, as its
+last passing run, in the user's data folder) on the run's thread, before the dock hears of it; the
+Tests dock then compares a failed turn with the same turn of the last passing run (``TurnComparison``).
+
 ``SuiteReading`` (``SuiteRun.reading``) reads the suite files beside an asset on a thread of its
 own too: a large suite takes seconds to parse, and the UI must not wait for it.
 """
@@ -19,20 +23,37 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from editor.thread_service import OneRunService
 from runtime.backends.base import Backend
 from runtime.suites.file import SUITE_SUFFIXES, LoadedSuite, suites_beside
+from runtime.suites.kept import AssetChange, KeptRuns, kept_run
 from runtime.suites.report import CaseResult, Report, TurnOutcome
 from runtime.suites.run import run_suites
+
+if TYPE_CHECKING:
+    from editor.runtime_worker import TurnRecord
 
 log = logging.getLogger("parley.editor")
 
 BackendFactory = Callable[[], Backend]
 # asset folder -> a maker of the backends a run uses (the window's backend choice)
 BackendFactoryFor = Callable[[str], BackendFactory]
+
+
+@dataclass
+class TurnComparison:
+    """A test turn beside the same turn of its case's last passing run, as the Turn Inspector opens it."""
+
+    against: TurnRecord | None  # the passing run's turn (None: no passing run kept, or it had no prompts)
+    against_label: str  # how the pickers name it
+    focus: str = ""  # the node whose expectation failed ("": the replying node)
+    changes: list[AssetChange] = field(default_factory=list)  # the asset edits since that run
+    why_none: str = ""  # when ``against`` is None: why
 
 
 class _SuiteWorker(QObject):
@@ -43,16 +64,27 @@ class _SuiteWorker(QObject):
     finished = Signal(object)  # Report
     failed = Signal(str)
 
-    def __init__(self, loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: threading.Event) -> None:
+    def __init__(self, loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: threading.Event,
+                 kept: KeptRuns | None = None) -> None:
         super().__init__()
         self.loaded = loaded
         self.make_backend = make_backend
         self.cancel = cancel
+        self.kept = kept
+
+    def _case_done(self, result: CaseResult) -> None:
+        suite = next((s for s in self.loaded if s.name == result.suite), None)
+        if self.kept is not None and suite is not None and result.error != "stopped":
+            try:
+                self.kept.keep(kept_run(suite.path, result, suite.asset))
+            except OSError:  # the run still counts; only its comparison later is lost
+                log.warning("could not keep the run of %s in %s", result.case, self.kept.folder, exc_info=True)
+        self.case_done.emit(result)
 
     @Slot()
     def run(self) -> None:
         try:
-            report = run_suites(self.loaded, self.make_backend, on_case=self.case_done.emit,
+            report = run_suites(self.loaded, self.make_backend, on_case=self._case_done,
                                 on_turn=self.turn_done.emit, cancel=self.cancel)
         except Exception as exc:  # a failing case is in the report; this is the run itself failing
             log.exception("the test run failed")
@@ -152,8 +184,10 @@ class SuiteRun(OneRunService):
     finished = Signal(object)  # Report (the whole run, with coverage); also after Stop
     failed = Signal(str)  # the run could not go on at all (not a failing case)
 
-    def __init__(self, parent: QObject | None = None, make_backend: BackendFactory | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, make_backend: BackendFactory | None = None,
+                 kept: KeptRuns | None = None) -> None:
         super().__init__("parley-test-run", parent)
+        self.kept = kept if kept is not None else KeptRuns()  # each case's current and last passing run
         self.make_backend = make_backend  # a fixed maker (tests); else ``backend_factory``'s, else embedded
         self.backend_factory: BackendFactoryFor | None = None
         self.stopping = False
@@ -171,7 +205,7 @@ class SuiteRun(OneRunService):
             return False
         self._cancel = threading.Event()
         self.stopping = False
-        worker = _SuiteWorker(loaded, self._maker(asset_dir), self._cancel)
+        worker = _SuiteWorker(loaded, self._maker(asset_dir), self._cancel, self.kept)
         thread = self._new_thread(worker)
         thread.started.connect(worker.run)
         # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +33,13 @@ KEPT_VERSION = 1
 LAYOUT_KEY = "parley_studio"
 
 
+FOLDER_VARIABLE = "PARLEY_TEST_RUNS"  # another folder for them (tests keep theirs apart)
+
+
 def kept_runs_folder() -> Path:
+    """``$PARLEY_TEST_RUNS``, else ``test-runs`` in the user's data folder."""
+    if os.environ.get(FOLDER_VARIABLE):
+        return Path(os.environ[FOLDER_VARIABLE])
     import platformdirs
 
     return platformdirs.user_data_path("parley-studio", appauthor=False) / "test-runs"

@@ -19,6 +19,7 @@ def private_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("PARLEY_STUDIO_SETTINGS", str(tmp_path / "settings" / "parley-studio.ini"))
     monkeypatch.setenv("PARLEY_STUDIO_RECOVERY", str(tmp_path / "recovery"))
     monkeypatch.setenv("PARLEY_BACKENDS", str(tmp_path / "settings" / "backends.json"))
+    monkeypatch.setenv("PARLEY_TEST_RUNS", str(tmp_path / "test-runs"))
     return tmp_path
 
 

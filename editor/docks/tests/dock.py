@@ -5,7 +5,8 @@ read on a thread of their own (``SuiteRun.reading``: a large suite takes seconds
 shows them once read (``suites_listed``). Run all and Run selected read the files again first. A run goes through the window's ``SuiteRun`` (its own thread and model copy) on the graph as it is in
 the editor, unsaved edits included; each case's turns appear as they finish. A suite file that
 cannot be read is listed with its problems (file, line, case, field). A click on a turn sends its
-record and checks out (``turn_opened``) for the Turn Inspector; a run's node and exit counts go out as
+record and checks out (``turn_opened``) for the Turn Inspector, a failed one with the same turn of
+the case's last passing run (kept by the run: ``runtime.suites.kept``) and the asset edits since; a run's node and exit counts go out as
 ``coverage_changed`` for the canvas. The dock never imports another dock or the canvas.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
@@ -21,6 +23,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QDockWidget,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
@@ -33,13 +36,13 @@ from PySide6.QtWidgets import (
 )
 
 from editor.document import Document
-from editor.flow_layout import wrapping_row
-from editor.runtime_worker import turn_record
-from editor.suite_run import SuiteRun
+from editor.runtime_worker import TurnRecord, turn_record
+from editor.suite_run import SuiteRun, TurnComparison
 from runtime.asset.model import Asset
 from runtime.problems import Problem
 from runtime.suites.checks import Check
 from runtime.suites.file import LoadedSuite, SuiteBeside
+from runtime.suites.kept import asset_changes, blamed_node
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
 PASS, FAIL = "\u2713", "\u2717"
@@ -85,7 +88,9 @@ def turn_note(outcome: TurnOutcome) -> str:
 class TestsDock(QDockWidget):
     __test__ = False  # not a pytest test class
 
-    turn_opened = Signal(object, str, str)  # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks)
+    # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks), and for a failed turn a
+    # TurnComparison with the same turn of the last passing run (else None: nothing to compare)
+    turn_opened = Signal(object, str, str, object)
     node_clicked = Signal(str)  # a check's row names a node: the window selects and centres it
     coverage_changed = Signal(object)  # runtime.suites.report.Coverage of the last run, or None: clear it
     suites_listed = Signal()  # the tree shows the suite files beside the asset as they were just read
@@ -111,6 +116,7 @@ class TestsDock(QDockWidget):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(3)
+        bar = QHBoxLayout()
         tip = " on the graph as it is in the editor (unsaved edits included), on a model copy of its own"
         self.run_all_button = self._button("Run all", "Run every case of every suite" + tip, self.run_all)
         self.run_selected_button = self._button("Run selected", "Run the selected case (or every case of the "
@@ -119,15 +125,18 @@ class TestsDock(QDockWidget):
         self.refresh_button = self._button("Refresh", "Read the suite files beside the asset again", self.refresh)
         self.clear_coverage_button = self._button("Clear coverage", "Take the visit and exit counts off the canvas",
                                                   self.clear_coverage)
+        for button in (self.run_all_button, self.run_selected_button, self.stop_button, self.refresh_button,
+                       self.clear_coverage_button):
+            bar.addWidget(button)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(16)
         self.progress.setFormat("%v of %m cases")
         self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.progress.hide()
-        # wraps in a narrow dock: in one row the buttons set a 384 px minimum width
-        layout.addWidget(wrapping_row(self, [self.run_all_button, self.run_selected_button, self.stop_button,
-                                             self.refresh_button, self.clear_coverage_button, self.progress]))
+        bar.addWidget(self.progress)
+        bar.addStretch(1)
+        layout.addLayout(bar)
         self.status = QLabel(self)
         self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -565,8 +574,27 @@ class TestsDock(QDockWidget):
             self.set_status(f"Turn {number} of \u201c{case}\u201d has no prompts to show: {why}", error=True)
             return False
         asset = self._assets.get(suite) or self._entry(suite).loaded.asset  # type: ignore[union-attr]
-        self.turn_opened.emit(turn_record(result, asset), f"Test: {case} \u00b7 turn {number}", turn_note(outcome))
+        comparison = None if outcome.passed else self.comparison(suite, case, number, outcome, asset)
+        self.turn_opened.emit(turn_record(result, asset), f"Test: {case} \u00b7 turn {number}", turn_note(outcome),
+                              comparison)
         return True
+
+    def comparison(self, suite: str, case: str, number: int, outcome: TurnOutcome, asset: Asset) -> TurnComparison:
+        """A failed turn against the same turn of the case's last passing run (kept by the run), with
+        the node whose expectation failed and the asset edits since that run."""
+        focus = blamed_node(outcome.checks)
+        entry = self._entry(suite)
+        passing = self.run.kept.last_passing(entry.path, case) if entry is not None else None
+        if passing is None:
+            return TurnComparison(None, "", focus, [], "this case has not passed yet, so there is no passing run "
+                                  "to compare with")
+        changes = asset_changes(passing.asset, asset)
+        turn = passing.turn(number)
+        if turn is None or turn.diagnostics is None:
+            return TurnComparison(None, "", focus, changes, f"the last passing run has no prompts for turn {number}")
+        when = datetime.fromisoformat(passing.when).astimezone().strftime("%d %b %H:%M")
+        record = TurnRecord(turn.diagnostics, passing.asset, parts=turn.parts, context_sizes=turn.context_sizes)
+        return TurnComparison(record, f"Test: {case} \u00b7 turn {number} \u00b7 passed {when}", focus, changes)
 
     def _item_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         data = item.data(0, ROLE)

@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
-import difflib
 import html
-import re
+import json
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QComboBox,
     QDockWidget,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QScrollArea,
     QSplitter,
     QTabWidget,
     QTextBrowser,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
+from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
 from editor.runtime_worker import SNAPSHOT_MEANING, LiveConversation, TurnRecord
+from editor.suite_run import TurnComparison
 from runtime.backends.base import Reproducibility
-from runtime.diagnostics import NodeDiagnostics, PromptMessage
+from runtime.diagnostics import NodeDiagnostics
 from runtime.prompting.budget import TRIM_TARGET_PERCENT
 from runtime.prompting.prompt import PART_LABELS, PromptPart, budget_segments
 
@@ -47,6 +52,7 @@ STYLE = """
 .add { color: #8fd18f; background: #1f3a24; }
 .del { color: #ff9a9a; background: #3a1f1f; }
 .ctx { color: #9a9a9a; }
+.first { color: #1e1e1e; background: #e5c07b; font-weight: bold; }
 """
 
 
@@ -106,14 +112,10 @@ class TurnInspectorDock(QDockWidget):
         top = QHBoxLayout()
         top.addWidget(QLabel("Turn"))
         self.turn_picker = QComboBox(self)
-        # Bounded by a length, not by the longest turn's label: the dock stays under 360 px wide
-        self.turn_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.turn_picker.setMinimumContentsLength(6)
+        self.turn_picker.setMinimumWidth(220)
         top.addWidget(self.turn_picker, 1)
         top.addWidget(QLabel("Compare with"))
         self.compare_picker = QComboBox(self)
-        self.compare_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.compare_picker.setMinimumContentsLength(6)
         self.compare_picker.setToolTip("Pick a second turn to see what changed in the selected node's prompt")
         top.addWidget(self.compare_picker, 1)
         layout.addLayout(top)
@@ -129,6 +131,7 @@ class TurnInspectorDock(QDockWidget):
         self.note_label.hide()
         layout.addWidget(self.note_label)
         self.external: dict[str, tuple[TurnRecord, str]] = {}  # label -> a record not of this conversation, note
+        self.comparisons: dict[str, TurnComparison] = {}  # a failed test turn's label -> its last passing run
 
         summary = QHBoxLayout()
         self.path_label = QLabel(self)
@@ -155,24 +158,50 @@ class TurnInspectorDock(QDockWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.node_list = QListWidget(splitter)
         self.node_list.setMaximumWidth(180)
-        details = QWidget(splitter)
-        d = QVBoxLayout(details)
+        # The node's figures above its prompt, in a splitter: the figures scroll within their share,
+        # so the Prompt and Diff views keep the room (they showed about 2 lines in a short dock)
+        details = QSplitter(Qt.Orientation.Vertical, splitter)
+        details.setChildrenCollapsible(False)
+        head = QWidget(details)
+        d = QVBoxLayout(head)
         d.setContentsMargins(0, 0, 0, 0)
-        self.budget_bar = BudgetBar(details)
+        self.budget_bar = BudgetBar(head)
         d.addWidget(self.budget_bar)
-        self.stats = QLabel(details)
+        self.stats = QLabel(head)
         self.stats.setWordWrap(True)
         self.stats.setTextFormat(Qt.TextFormat.RichText)
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        d.addWidget(self.stats)
+        self.stats.setAlignment(Qt.AlignmentFlag.AlignTop)
+        stats_scroll = QScrollArea(head)
+        stats_scroll.setWidgetResizable(True)
+        stats_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        stats_scroll.setWidget(self.stats)
+        stats_scroll.setMinimumHeight(36)
+        d.addWidget(stats_scroll, 1)
         self.tabs = QTabWidget(details)
+        self.tabs.setMinimumHeight(160)
         self.prompt_view = QTextBrowser(self.tabs)
         self.prompt_view.document().setDefaultStyleSheet(STYLE)
-        self.diff_view = QTextBrowser(self.tabs)
+        diff_page = QSplitter(Qt.Orientation.Vertical, self.tabs)
+        diff_page.setChildrenCollapsible(False)
+        # What changed in the asset between a test turn's last passing run and this run, field by field
+        self.changes_list = QTreeWidget(diff_page)
+        self.changes_list.setHeaderLabels(["Node", "Field", "Was", "Now"])
+        self.changes_list.setRootIsDecorated(False)
+        self.changes_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.changes_list.setToolTip("What changed in the asset since the last passing run (click a row to "
+                                     "see that node's turn)")
+        self.changes_list.itemClicked.connect(self._change_clicked)
+        self.changes_list.hide()
+        self.diff_view = QTextBrowser(diff_page)
         self.diff_view.document().setDefaultStyleSheet(STYLE)
+        diff_page.setStretchFactor(1, 3)
+        self.diff_page = diff_page
         self.tabs.addTab(self.prompt_view, "Prompt && output")
-        self.tabs.addTab(self.diff_view, "Diff")
-        d.addWidget(self.tabs, 1)
+        self.tabs.addTab(diff_page, "Diff")
+        details.setStretchFactor(0, 1)
+        details.setStretchFactor(1, 5)
+        details.setSizes([90, 600])
         splitter.setStretchFactor(1, 1)
         layout.addWidget(splitter, 1)
         self.setWidget(body)
@@ -196,21 +225,38 @@ class TurnInspectorDock(QDockWidget):
             return self.external[turn_id][0] if turn_id in self.external else None
         return self.conversation.records.get(turn_id) if turn_id is not None else None
 
-    def show_external(self, record: TurnRecord, label: str, note: str = "") -> None:
+    def show_external(self, record: TurnRecord, label: str, note: str = "",
+                      comparison: TurnComparison | None = None) -> None:
         """Show a turn that is not of the live conversation (a test run's), picked under ``label``, with
-        ``note`` (what it was expected to do; lines starting with \u2717 failed) above its path."""
-        self.external.pop(label, None)
-        self.external[label] = (record, note)
-        while len(self.external) > EXTERNAL_KEPT:
-            del self.external[next(iter(self.external))]
-        self.refresh()
-        self.turn_picker.setCurrentIndex(self.turn_picker.findData(label))
+        ``note`` (what it was expected to do; lines starting with \u2717 failed) above its path.
 
-    def forget_external(self) -> None:
-        """Drop the turns from elsewhere (another asset's test runs): their ids name other nodes."""
-        if self.external:
-            self.external.clear()
-            self.refresh()
+        It opens in a fresh comparison: with ``comparison`` (a failed turn), on the node whose
+        expectation failed, in the Diff against the same turn of the last passing run, scrolled to the
+        first prompt part that differs, the asset edits since that run listed; else compared with nothing."""
+        for key in (label, comparison.against_label if comparison is not None else None):
+            self.external.pop(key, None)  # type: ignore[arg-type]
+        if comparison is not None and comparison.against is not None:
+            self.external[comparison.against_label] = (comparison.against, "The last run of this case that passed.")
+        self.external[label] = (record, note)
+        self.comparisons.pop(label, None)
+        if comparison is not None:
+            self.comparisons[label] = comparison
+        while len(self.external) > EXTERNAL_KEPT:
+            gone = next(iter(self.external))
+            del self.external[gone]
+            self.comparisons.pop(gone, None)
+        self.refresh()
+        self.compare_picker.blockSignals(True)
+        against = comparison.against_label if comparison is not None and comparison.against is not None else None
+        self.compare_picker.setCurrentIndex(max(0, self.compare_picker.findData(against)) if against else 0)
+        self.compare_picker.blockSignals(False)
+        self.turn_picker.setCurrentIndex(self.turn_picker.findData(label))
+        self._turn_picked()  # the compare pick changed even when the turn did not
+        if comparison is not None:
+            if comparison.focus:
+                self.show_node(comparison.focus)
+            self.tabs.setCurrentWidget(self.diff_page)
+            self.diff_view.scrollToAnchor(FIRST_DIFFERENCE)
 
     def _path(self) -> list[int]:
         tree = self.conversation.saved.tree
@@ -236,6 +282,7 @@ class TurnInspectorDock(QDockWidget):
         live = self.turn_picker.count()
         for label in self.external:
             self.turn_picker.addItem(label, label)
+            self.compare_picker.addItem(label, label)  # test-run turns compare too
         for index, turn_id in enumerate(path):
             alternatives = tree.alternatives(turn_id) if tree is not None else [turn_id]
             for at, other in enumerate(alternatives):
@@ -441,29 +488,80 @@ class TurnInspectorDock(QDockWidget):
 
     def _show_diff(self) -> None:
         self.diff_view.setHtml(self.diff_html())
+        self._show_changes()
+
+    def compared_record(self) -> TurnRecord | None:
+        """The turn picked under Compare with: one of this conversation's, or a test run's."""
+        other_id = self.compare_picker.currentData()
+        if isinstance(other_id, str):
+            return self.external[other_id][0] if other_id in self.external else None
+        return self.conversation.records.get(other_id) if other_id is not None else None
+
+    def comparison(self) -> TurnComparison | None:
+        """The shown test turn's last passing run, when it failed and the Tests dock sent one."""
+        label = self.turn_picker.currentData()
+        return self.comparisons.get(label) if isinstance(label, str) else None
 
     def diff_html(self) -> str:
-        """The selected node's prompt and output on another turn (or another alternative of this one)
-        against this turn, word by word: what was added in green, what went in red, the rest as it was."""
+        """The selected node's output and prompt on the compared turn (left) and this turn (right), in
+        two aligned columns: words removed marked on the left, words added on the right, the first
+        prompt part that differs marked."""
         other_id = self.compare_picker.currentData()
         node_id = self.current_node_id()
         record = self.record
+        comparison = self.comparison()
+        if record is not None and comparison is not None and comparison.against is None and other_id is None:
+            return f"<i>Nothing to compare with: {_e(comparison.why_none)}.</i>"
         if other_id is None or record is None:
-            return ("<i>Pick a turn under \u201cCompare with\u201d (another turn, or another alternative of this "
-                    "one) to see what changed in this node's prompt and output.</i>")
-        other = self.conversation.records.get(other_id)
+            return ("<i>Pick a turn under \u201cCompare with\u201d (another turn, another alternative of this "
+                    "one, or a test run's) to see what changed in this node's prompt and output.</i>")
+        other = self.compared_record()
         a, b = self.node_diagnostics(other, node_id), self.node_diagnostics(record, node_id)
         if other is None or a is None or b is None:
             return f"<i>Node {html.escape(node_id)} did not run on both turns.</i>"
         rows = [f"<p class='warn'>\u26a0 {_e(line)}</p>" for line in numerics_warnings(other, record)]
-        rows.append(f"<p class='ctx'><b>{html.escape(node_id)}</b>: {html.escape(self.compare_picker.currentText())} "
-                    f"\u2192 {html.escape(self.turn_picker.currentText())}. "
-                    "<span class='add'>added</span> <span class='del'>removed</span></p>")
-        rows.append("<p class='head'>OUTPUT</p>")
-        rows.append(_changed_text(a.output, b.output))
-        rows.append("<p class='head'>PROMPT</p>")
-        rows += prompt_diff(a.input.prompt, b.input.prompt)
+        rows.append(f"<p class='ctx'><b>{html.escape(node_id)}</b> \u00b7 left: the compared turn, right: this one "
+                    "\u00b7 <span class='del'>removed</span> <span class='add'>added</span></p>")
+        rows.append(side_by_side_html(
+            self.compare_picker.currentText(), self.turn_picker.currentText(), a.output, b.output,
+            rows_of(a, other.parts.get(node_id)), rows_of(b, record.parts.get(node_id))))  # type: ignore[union-attr]
         return "".join(rows)
+
+    def _show_changes(self) -> None:
+        """The asset edits since the last passing run, for a failed test turn compared with it."""
+        comparison = self.comparison()
+        self.changes_list.clear()
+        if comparison is None or self.compare_picker.currentData() != comparison.against_label:
+            self.changes_list.hide()
+            return
+        if not comparison.changes:
+            why = "No edits to the asset since the last passing run: the model's output changed on its own."
+            item = QTreeWidgetItem(self.changes_list, [why])
+            item.setFirstColumnSpanned(True)
+        for change in comparison.changes:
+            item = QTreeWidgetItem(self.changes_list, [change.node or "(asset)", change.field,
+                                                       _short(change.old), _short(change.new)])
+            item.setData(0, Qt.ItemDataRole.UserRole, change.node)
+            item.setToolTip(0, change.text())
+            for column, value in ((2, change.old), (3, change.new)):
+                item.setToolTip(column, str(value))
+        self.changes_list.setHeaderLabels(["Node", "Field", "Was (passing run)", "Now"])
+        for column in range(4):
+            self.changes_list.resizeColumnToContents(column)
+        self.changes_list.show()
+
+    def _change_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        node = item.data(0, Qt.ItemDataRole.UserRole)
+        if node:
+            self.show_node(node)
+
+
+def _short(value: object) -> str:
+    if value is None:
+        return "(none)"
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = text.replace("\n", " \u21b5 ")
+    return text if len(text) <= 80 else text[:79] + "\u2026"
 
 
 def not_reproducible_text(record: TurnRecord) -> str:
@@ -503,52 +601,3 @@ def _branch_label(tree, turn_id: int, record: TurnRecord) -> str:
 
 def _turn_label(index: int, player: str, suffix: str = "") -> str:
     return f"Turn {index + 1}{suffix}: {player[:40]}" + ("\u2026" if len(player) > 40 else "")
-
-
-def word_diff(old: str, new: str) -> str:
-    """``new`` as HTML with the words added since ``old`` marked, and the words removed shown struck."""
-    split = re.compile(r"\s+|[^\s\w]|\w+")
-    a, b = split.findall(old), split.findall(new)
-    out = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            out.append(_e("".join(b[j1:j2])))
-            continue
-        if i2 > i1:
-            out.append(f"<span class='del' style='text-decoration: line-through'>{_e(''.join(a[i1:i2]))}</span>")
-        if j2 > j1:
-            out.append(f"<span class='add'>{_e(''.join(b[j1:j2]))}</span>")
-    return "".join(out)
-
-
-def _changed_text(old: str, new: str) -> str:
-    if old == new:
-        return f"<p class='ctx'>The same: <span class='msg'>{_e(new) or '<i>(empty)</i>'}</span></p>"
-    return f"<p class='msg'>{word_diff(old, new)}</p>"
-
-
-def prompt_diff(old: list[PromptMessage], new: list[PromptMessage]) -> list[str]:
-    """Message by message: runs of unchanged messages folded to a line, changed ones word by word."""
-    key = [f"{m.role}\0{m.content}" for m in old], [f"{m.role}\0{m.content}" for m in new]
-    rows: list[str] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *key, autojunk=False).get_opcodes():
-        if op == "equal":
-            rows.append(f"<p class='ctx'>\u2026 {i2 - i1} message{'s' if i2 - i1 != 1 else ''} the same \u2026</p>")
-            continue
-        pairs = max(i2 - i1, j2 - j1)
-        for k in range(pairs):
-            before = old[i1 + k] if i1 + k < i2 else None
-            after = new[j1 + k] if j1 + k < j2 else None
-            role = (after or before).role.upper()  # type: ignore[union-attr]
-            if before is None:
-                rows.append(f"<p><span class='head'>{role} \u00b7 added</span><br/>"
-                            f"<span class='add msg'>{_e(after.content)}</span></p>")  # type: ignore[union-attr]
-            elif after is None:
-                rows.append(f"<p><span class='head'>{role} \u00b7 removed</span><br/>"
-                            f"<span class='del msg'>{_e(before.content)}</span></p>")
-            else:
-                rows.append(f"<p><span class='head'>{role} \u00b7 changed</span><br/>"
-                            f"<span class='msg'>{word_diff(before.content, after.content)}</span></p>")
-    if all("the same" in r for r in rows):
-        rows.append("<p class='ctx'>The prompts are the same.</p>")
-    return rows

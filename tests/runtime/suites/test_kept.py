@@ -46,6 +46,7 @@ def test_a_failing_run_keeps_the_last_passing_one_and_its_asset(tmp_path: Path) 
 def test_kept_runs_live_in_the_user_data_folder_one_file_per_case(tmp_path: Path, monkeypatch) -> None:
     import platformdirs
 
+    monkeypatch.delenv("PARLEY_TEST_RUNS", raising=False)
     monkeypatch.setattr(platformdirs, "user_data_path", lambda *a, **k: tmp_path / "data")
     kept = KeptRuns()
     assert kept.folder == tmp_path / "data" / "test-runs"

@@ -125,7 +125,7 @@ def test_run_all_shows_each_turn_and_a_failing_case_does_not_stop_the_others(doc
     assert turn == "Turn 1: greet me please" and result == "\u2717 1 of 2 checks failed"
     checks = [t for t, _ in rows(impossible.child(0))]
     assert checks[0] == "\u2717 reply: contains 'zebra'", "the failed check first"
-    assert checks[1].startswith("\u2713 path: path classify > hello")
+    assert checks[1] == "\u2713 path: classify \u2192 hello (took classify \u2192 hello)", "reads as a sentence"
     assert [r for _t, r in rows(greets)] == ["\u2713 passed (2 checks)", "\u2713 passed (1 check)"]
     assert "1 passed, 1 failed" in dock.status.text() and dock.windowTitle() == "Tests (1 failed)"
     # which backend ran the cases: in the summary and each case's tooltip
@@ -140,7 +140,7 @@ def test_a_failed_turn_opens_in_the_turn_inspector_with_its_checks(dock, qtbot, 
     failed_turn = dock.tree.topLevelItem(1).child(0).child(0)
     with qtbot.waitSignal(dock.turn_opened) as opened:
         dock.tree.itemClicked.emit(failed_turn, 0)
-    record, label, note = opened.args
+    record, label, note, _comparison = opened.args
     assert label == "Test: impossible \u00b7 turn 1"
     assert note.splitlines()[0] == "\u2717 reply: contains 'zebra'"
     assert inspector.turn_picker.currentText() == label
@@ -194,8 +194,10 @@ def test_run_selected_runs_one_case(dock, qtbot):
 
 def test_stop_ends_the_run_and_skips_the_cases_not_run(dock, qtbot, window):
     permits = threading.Semaphore(0)  # one per model call
+    calls = []
 
     def slow(key, request):
+        calls.append(key)
         permits.acquire(timeout=10)
         return default_reply(key, request)
 
@@ -206,7 +208,8 @@ def test_stop_ends_the_run_and_skips_the_cases_not_run(dock, qtbot, window):
     assert dock.progress.isVisible() and dock.progress.maximum() == 2
     with qtbot.waitSignal(dock.run.turn_done, timeout=10_000):
         permits.release(2)  # the first case's one turn: classify, then the reply
-    # the worker now waits in the second case's first call
+    # the worker now waits in the second case's first call (once the first case is kept)
+    qtbot.waitUntil(lambda: len(calls) == 3, timeout=10_000)
     with qtbot.waitSignal(dock.run.finished, timeout=10_000) as finished:
         dock.stop_button.click()
         permits.release(10)

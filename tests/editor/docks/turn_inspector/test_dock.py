@@ -71,7 +71,8 @@ def test_each_turns_prompt_path_and_budget(window, qtbot, model):
     removed = " ".join(html.unescape(t) for t in re.findall(r"<span class='del[^']*'[^>]*>(.*?)</span>", diff, re.DOTALL))
     assert LINES[2] in added, "the new line, word by word"
     assert records[1].diagnostics.reply.split()[0] in added, "turn 2's reply is history now"
-    assert "It is evening." in removed, "turn 2's line lost its template when it became history"
+    assert LINES[1] in removed, "turn 2's line left the rendered template (the left column)"
+    assert "USER \u00b7 Replayed history \u00b7 turn 2" in html.unescape(diff), "it came back as history, without the template"
     assert "@@" not in diff and "OUTPUT" in inspector.diff_view.toPlainText()
 
 
