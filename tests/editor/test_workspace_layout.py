@@ -9,6 +9,7 @@ import json
 
 import pytest
 from PySide6.QtCore import QRect, Qt
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QDockWidget, QToolButton
 
 from editor.canvas import LEGIBLE_SCALE
@@ -230,7 +231,9 @@ def test_presets_switch_with_one_key_or_click_and_come_back_as_left(sized_window
     settle(qtbot, window)
     adjusted = window.conversation_dock.width()
 
-    actions["Test"].trigger()  # one key (the action its shortcut triggers)
+    window.activateWindow()
+    window.canvas.viewer.setFocus()
+    QTest.keyClick(window.canvas.viewer, Qt.Key.Key_3, Qt.KeyboardModifier.ControlModifier)  # one key
     settle(qtbot, window)
     assert {"TestsDock", "TurnInspectorDock"} <= visible_docks(window)
     assert not window.conversation_dock.isVisible() and not window.docks["RawJsonDock"].isVisible()
