@@ -33,3 +33,26 @@ def test_open_draws_the_canvas_once_and_repaints_no_coverage(window, tmp_path, m
     window.canvas.clear_coverage()
     assert sorted(repaints) == sorted(window.canvas.drawing.nodes)
     assert window.canvas.visit_badge("n0") == ""
+
+
+def test_nodes_are_drawn_at_their_laid_out_size_with_nodegraphqts_icon(window, tmp_path):
+    """Sizes set before a node enters the scene are not measured (its layout sets them), and the
+    icon is made once: a drawn node is the size a fresh layout gives it, with NodeGraphQt's icon."""
+    from NodeGraphQt.constants import ICON_NODE_BASE, NodeEnum
+    from PySide6.QtGui import QPixmap
+
+    path = tmp_path / "chain.json"
+    asset = _asset(3)
+    asset.nodes[1].system_prompt = "A prompt long enough to widen the node's summary " * 3
+    save_asset(asset, path)
+    assert window.open_path(str(path))
+    icon = QPixmap(ICON_NODE_BASE).scaledToHeight(NodeEnum.ICON_SIZE.value)
+    for canvas_node in window.canvas.drawing.nodes.values():
+        view = canvas_node.view
+        drawn = (view.width, view.height)
+        view.draw_node()
+        assert (view.width, view.height) == drawn
+        assert view._icon_item.pixmap().size() == icon.size()
+        assert view.icon is None
+    sizes = {key: window.canvas.node_size(key) for key in window.canvas.drawing.nodes}
+    assert sizes["n1"][0] > sizes["n0"][0]  # the summary widened it
