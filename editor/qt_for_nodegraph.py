@@ -7,7 +7,8 @@ out PySide6's own classes, so this module hands out the same objects, each when 
 for, under the names NodeGraphQt uses (Qt 5's places of the classes Qt 6 moved, as Qt.py does).
 
 ``install`` puts it in ``sys.modules["Qt"]`` before NodeGraphQt is imported (``editor/__init__``),
-unless Qt.py is already imported or another binding than PySide6 is preferred.
+unless Qt.py is already imported or another binding than PySide6 is preferred. It also gives
+NodeGraphQt Python's own ``distutils.version`` (``stdlib_distutils_version``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import os
 import sys
 import types
+import warnings
 
 # Qt 5's places of classes Qt 6 moved (Qt.py's "misplaced members" for PySide6): module -> {name: (module, name)}.
 MOVED: dict[str, dict[str, tuple[str, str]]] = {
@@ -69,12 +71,35 @@ def module() -> types.ModuleType:
     return qt
 
 
+def stdlib_distutils_version() -> bool:
+    """Import Python's own ``distutils.version``, where there is one (before 3.12), for NodeGraphQt's
+    ``from distutils.version import LooseVersion`` (it compares Qt versions). With setuptools
+    installed, ``import distutils`` goes through setuptools' hook, which imports setuptools (0.1 s of
+    every launch: packaging, jaraco, email); Python's own takes 2 ms. The hook stays in place for
+    anything else; whether Python's own was imported."""
+    if "distutils" in sys.modules or sys.version_info >= (3, 12):
+        return False
+    hooks = [f for f in sys.meta_path if type(f).__module__ == "_distutils_hack"]
+    for hook in hooks:
+        sys.meta_path.remove(hook)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # distutils' own notice of its removal
+            import distutils.version  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        sys.meta_path[0:0] = hooks
+    return True
+
+
 def install() -> bool:
     """Serve ``import Qt`` from here, unless Qt.py is imported already or the environment prefers
     another binding (``QT_PREFERRED_BINDING``, which Qt.py reads); whether it did."""
     preferred = [b for b in os.environ.get("QT_PREFERRED_BINDING", "").split(os.pathsep) if b]
     if "Qt" in sys.modules or os.environ.get("QT_PREFERRED_BINDING_JSON") or preferred[:1] not in ([], ["PySide6"]):
         return False
+    stdlib_distutils_version()
     qt = module()
     sys.modules["Qt"] = qt
     for name in (*SUBMODULES, "QtCompat"):
