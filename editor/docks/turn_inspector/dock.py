@@ -126,7 +126,7 @@ class TurnInspectorDock(QDockWidget):
         self.note_label.setWordWrap(True)
         self.note_label.setTextFormat(Qt.TextFormat.RichText)
         self.note_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.note_label.setStyleSheet("QLabel#expectation { background: #2f2a22; border-left: 3px solid #e5c07b;"
+        self.note_label.setStyleSheet("QLabel#expectation { background: #2f2a22; color: #dddddd; border-left: 3px solid #e5c07b;"
                                       " padding: 3px 6px; }")
         self.note_label.hide()
         layout.addWidget(self.note_label)
@@ -160,7 +160,7 @@ class TurnInspectorDock(QDockWidget):
         self.node_list.setMaximumWidth(180)
         # The node's figures above its prompt, in a splitter: the figures scroll within their share,
         # so the Prompt and Diff views keep the room (they showed about 2 lines in a short dock)
-        details = QSplitter(Qt.Orientation.Vertical, splitter)
+        details = self.details = QSplitter(Qt.Orientation.Vertical, splitter)
         details.setChildrenCollapsible(False)
         head = QWidget(details)
         d = QVBoxLayout(head)
@@ -182,8 +182,10 @@ class TurnInspectorDock(QDockWidget):
         self.tabs.setMinimumHeight(160)
         self.prompt_view = QTextBrowser(self.tabs)
         self.prompt_view.document().setDefaultStyleSheet(STYLE)
-        diff_page = QSplitter(Qt.Orientation.Vertical, self.tabs)
-        diff_page.setChildrenCollapsible(False)
+        diff_page = QWidget(self.tabs)
+        page = QVBoxLayout(diff_page)
+        page.setContentsMargins(0, 0, 0, 0)
+        page.setSpacing(2)
         # What changed in the asset between a test turn's last passing run and this run, field by field
         self.changes_list = QTreeWidget(diff_page)
         self.changes_list.setHeaderLabels(["Node", "Field", "Was", "Now"])
@@ -193,9 +195,10 @@ class TurnInspectorDock(QDockWidget):
                                      "see that node's turn)")
         self.changes_list.itemClicked.connect(self._change_clicked)
         self.changes_list.hide()
+        page.addWidget(self.changes_list)
         self.diff_view = QTextBrowser(diff_page)
         self.diff_view.document().setDefaultStyleSheet(STYLE)
-        diff_page.setStretchFactor(1, 3)
+        page.addWidget(self.diff_view, 1)
         self.diff_page = diff_page
         self.tabs.addTab(self.prompt_view, "Prompt && output")
         self.tabs.addTab(diff_page, "Diff")
@@ -366,11 +369,20 @@ class TurnInspectorDock(QDockWidget):
         if not isinstance(label, str) or label not in self.external:
             self.note_label.hide()
             return
+        note = self.external[label][1].splitlines()
+        passed = [line for line in note if line.startswith("\u2713")]
         lines = []
-        for line in self.external[label][1].splitlines():
+        for line in note:
+            if line in passed and len(passed) > 1 and any(not n.startswith("\u2713") for n in note):
+                continue  # beside a failure the passed checks fold to one line: the Diff below needs the room
             colour = "#ff8a7a" if line.startswith("\u2717") else "#8fd18f" if line.startswith("\u2713") else "#dddddd"
             lines.append(f"<span style='color:{colour}'>{_e(line)}</span>")
+        if len(lines) < len(note):
+            kinds = ", ".join(dict.fromkeys(line[2:].split(":", 1)[0] for line in passed))
+            lines.append(f"<span style='color:#8fd18f'>\u2713 {len(passed)} more passed ({_e(kinds)}): hover to "
+                         "see them</span>")
         self.note_label.setText(f"<b>{_e(label)}</b> \u00b7 expected:<br/>" + "<br/>".join(lines))
+        self.note_label.setToolTip("\n".join(note))
         self.note_label.show()
 
     @staticmethod
@@ -548,6 +560,11 @@ class TurnInspectorDock(QDockWidget):
         self.changes_list.setHeaderLabels(["Node", "Field", "Was (passing run)", "Now"])
         for column in range(4):
             self.changes_list.resizeColumnToContents(column)
+        # as tall as its rows (up to 6): the side-by-side below keeps the rest
+        rows = min(self.changes_list.topLevelItemCount(), 6)
+        row_height = self.changes_list.sizeHintForRow(0) if rows else 0
+        height = self.changes_list.header().sizeHint().height() + rows * row_height + 2 * self.changes_list.frameWidth() + 2
+        self.changes_list.setFixedHeight(height)
         self.changes_list.show()
 
     def _change_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:

@@ -54,7 +54,9 @@ def marked_pair(old: str, new: str) -> tuple[str, str]:
     """``old`` with the words gone marked, and ``new`` with the words added marked, as HTML."""
     a, b = _WORDS.findall(old), _WORDS.findall(new)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    if matcher.ratio() < MOSTLY_DIFFERENT:
+    words = difflib.SequenceMatcher(None, [t for t in a if not t.isspace()], [t for t in b if not t.isspace()],
+                                    autojunk=False)  # the spaces between words would make any two texts alike
+    if words.ratio() < MOSTLY_DIFFERENT:
         # Two different texts: a word or a comma in common would only chop them into confetti
         return (f"<span class='del'>{_e(old)}</span>" if old else "",
                 f"<span class='add'>{_e(new)}</span>" if new else "")
