@@ -398,6 +398,107 @@ def suites_beside(asset_path: str | Path, load: bool = True, cancel: threading.E
     return found
 
 
+# --- editing a case's expectations ------------------------------------------------------------
+
+# The expectations the editor's form edits; a turn's other expectations (slots, tool, budget, judge,
+# reply's regex and counts) are kept as they are
+FORM_FIELDS = ("path", "visits", "not_visits", "exits", "intent")
+FORM_REPLY_FIELDS = ("contains", "not_contains")
+
+
+def _round_trip(text: str):
+    """A YAML round-tripper set to the file's own indentation, and the file's data (comments kept)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    _guessed, indent, dash = load_yaml_guess_indent(text)
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096  # never rewrap a long line the designer wrote
+    rt.indent(mapping=dash or 2, sequence=indent or 2, offset=dash or 0)
+    return rt, rt.load(text)
+
+
+def _dump(rt: Any, data: Any) -> str:
+    import io
+
+    out = io.StringIO()
+    rt.dump(data, out)
+    return out.getvalue()
+
+
+def _set_in_place(mapping: Any, key: str, value: Any) -> None:
+    """``mapping[key] = value`` keeping the key's place and, for a list or a mapping, its style
+    (``[a, b]`` stays on one line); an empty or None value removes the key."""
+    if value is None or value == [] or value == {}:
+        if key in mapping:
+            del mapping[key]
+        return
+    old = mapping.get(key)
+    if isinstance(old, list) and isinstance(value, list):
+        old[:] = value
+    elif isinstance(old, dict) and isinstance(value, dict):
+        for k in [k for k in old if k not in value]:
+            del old[k]
+        for k, v in value.items():
+            old[k] = v
+    elif isinstance(value, (list, dict)):
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+        made = CommentedSeq(value) if isinstance(value, list) else CommentedMap(value)
+        made.fa.set_flow_style()  # on one line, as suites write their lists: path: [a, b]
+        mapping[key] = made
+    else:
+        mapping[key] = value
+
+
+def set_case_expectations(suite_path: str | Path, case_name: str, expects: list[dict[str, Any]]) -> None:
+    """Write turn by turn the form's expectations (``FORM_FIELDS``, and reply ``contains`` and
+    ``not_contains``) of case ``case_name``, keeping the file's comments, key order, quoting and
+    every other expectation. Each of ``expects`` is one turn's: a field given empty is removed. The
+    result must still be a valid suite, else ``SuiteError`` is raised and the file is untouched."""
+    suite_path = Path(suite_path)
+    read_suite_yaml(suite_path)  # the limits and refusals of reading a suite apply before anything is changed
+    rt, data = _round_trip(read_input_text(suite_path, SuiteError, MAX_SUITE_BYTES))
+    cases = data.get("cases") if isinstance(data, dict) else None
+    case = next((c for c in cases or [] if isinstance(c, dict) and c.get("name") == case_name), None)
+    if case is None:
+        raise SuiteError([Problem("error", f"no case named {case_name!r}", str(suite_path))])
+    turns = case.get("turns") or []
+    if len(expects) != len(turns):
+        raise SuiteError([Problem("error", f"case {case_name!r} has {len(turns)} turns, not {len(expects)}",
+                                  str(suite_path))])
+    for turn, wanted in zip(turns, expects):
+        if "expect" not in turn or turn["expect"] is None:
+            turn["expect"] = {}
+        expect = turn["expect"]
+        for key in FORM_FIELDS:
+            if key in wanted:
+                _set_in_place(expect, key, wanted[key])
+        reply = wanted.get("reply")
+        if isinstance(reply, dict):
+            if "reply" not in expect or expect["reply"] is None:
+                expect["reply"] = {}
+            for key in FORM_REPLY_FIELDS:
+                if key in reply:
+                    _set_in_place(expect["reply"], key, reply[key])
+            if not expect["reply"]:
+                del expect["reply"]
+        if not expect:
+            del turn["expect"]
+    text = _dump(rt, data)
+    check = suite_path.with_name(f".{suite_path.name}.checking")
+    try:  # the new text checked as a suite (with the asset beside it) before it replaces the file
+        atomic_write_text(check, text)
+        load_suite(check)
+    except SuiteError as exc:  # named as the file the designer knows
+        raise SuiteError([dataclasses.replace(p, file=str(suite_path)) if p.file == str(check) else p
+                          for p in exc.problems]) from None
+    finally:
+        check.unlink(missing_ok=True)
+    atomic_write_text(suite_path, text)
+
+
 # --- adding a case ----------------------------------------------------------------------------
 
 
@@ -405,10 +506,13 @@ def save_case(suite_path: str | Path, asset_path: str | Path, case: dict[str, An
     """Add ``case`` to the suite at ``suite_path`` (made, for the asset, if missing); returns the name it
     got (made unique). Raises ``SuiteError`` when the existing file cannot be read; it is then untouched."""
     suite_path = Path(suite_path)
+    rt = None
     if suite_path.exists():
         raw = read_suite_yaml(suite_path)[0] or {}
         if not isinstance(raw, dict) or not isinstance(raw.get("cases", []), list):
             raise SuiteError([Problem("error", "not a suite: expected a mapping with a 'cases' list", str(suite_path))])
+        if raw:  # appended to the file as the designer wrote it: comments, order and quoting kept
+            rt, raw = _round_trip(read_input_text(suite_path, SuiteError, MAX_SUITE_BYTES))
     else:
         asset_rel = Path(asset_path).resolve()
         try:
@@ -420,6 +524,9 @@ def save_case(suite_path: str | Path, asset_path: str | Path, case: dict[str, An
     name, n = case["name"], 2
     while name in names:
         name, n = f"{case['name']} ({n})", n + 1
-    raw.setdefault("cases", []).append({**case, "name": name})
-    atomic_write_text(suite_path, yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=110))
+    if "cases" not in raw:
+        raw["cases"] = []
+    raw["cases"].append({**case, "name": name})
+    text = _dump(rt, raw) if rt is not None else yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=110)
+    atomic_write_text(suite_path, text)
     return name
