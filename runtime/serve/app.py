@@ -27,7 +27,7 @@ from runtime.serve.protocol import (
     PREFIX,
     AssetOut,
     Assets,
-    Cancelled,
+    CancelOut,
     ErrorOut,
     Health,
     NewSession,
@@ -284,9 +284,9 @@ def build_api(npcs: NPCs) -> FastAPI:
     async def regenerate(session_id: str, body: RegenerateIn) -> StreamingResponse:
         return _events(npcs, npcs.turn(session_id, "", body.instructions, body.mock_tools, body.turn))
 
-    @app.post(f"{PREFIX}/sessions/{{session_id}}/cancel", response_model=Cancelled, responses=ERRORS)
-    async def cancel(session_id: str) -> Cancelled:
-        return Cancelled(cancelled=npcs.cancel(session_id))
+    @app.post(f"{PREFIX}/sessions/{{session_id}}/cancel", response_model=CancelOut, responses=ERRORS)
+    async def cancel(session_id: str) -> CancelOut:
+        return CancelOut(cancelled=npcs.cancel(session_id))
 
     @app.post(f"{PREFIX}/sessions/{{session_id}}/tool_results", status_code=204, responses=ERRORS)
     async def tool_result(session_id: str, body: ToolResultIn) -> Response:

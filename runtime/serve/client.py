@@ -65,7 +65,7 @@ class ToolRequest:
 
 
 @dataclass
-class TurnOutcome:
+class TurnEnd:
     turn: int
     turn_id: int
     reply: str
@@ -210,12 +210,12 @@ class ParleyClient:
         return self._stream(session_id, "turns", body, tools)
 
     def turn(self, session_id: str, line: str, instructions: str = "", tools: ToolFunction | None = None,
-             on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnOutcome:
+             on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnEnd:
         """Run a turn to its end. Raises ``TurnFailed`` when it fails (the session is as it was)."""
         return _outcome(self.stream_turn(session_id, line, instructions, tools, mock_tools), on_event)
 
     def regenerate(self, session_id: str, turn: int, tools: ToolFunction | None = None,
-                   on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnOutcome:
+                   on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnEnd:
         """Run turn ``turn`` again with its line: a new alternative; later turns stay on the old branch."""
         events = self._stream(session_id, "regenerate", {"turn": turn, "mock_tools": mock_tools}, tools)
         return _outcome(events, on_event)
@@ -244,7 +244,7 @@ class ParleyClient:
             raise ParleyError("unavailable", f"{self.http.base_url}: {exc}") from None
 
 
-def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> TurnOutcome:
+def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> TurnEnd:
     seen: list[ServerEvent] = []
     for event in events:
         seen.append(event)
@@ -252,7 +252,7 @@ def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> T
             on_event(event)
         if event.kind == "turn_finished":
             d = event.data
-            return TurnOutcome(d["turn"], d["turn_id"], d["reply"], list(d["path"]), d.get("diagnostics"), seen)
+            return TurnEnd(d["turn"], d["turn_id"], d["reply"], list(d["path"]), d.get("diagnostics"), seen)
         if event.kind == "turn_failed":
             e = event.data["error"]
             raise TurnFailed(e["code"], e["message"], e.get("node", ""), e.get("field", ""))

@@ -40,7 +40,7 @@ ERROR_STATUS: dict[str, int] = {
 TURN_FAILURES = ("cancelled", "turn_error", "backend_error", "tool_timeout", "stream_limit", "bad_input")
 
 
-class _Strict(BaseModel):
+class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -87,41 +87,41 @@ class ServeError(Exception):
 Variable = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 
 
-class NewSession(_Strict):
+class NewSession(_Request):
     asset: str = Field(description="The asset's path relative to one of the server's --assets folders.")
     variables: dict[str, Variable] = Field(default_factory=dict, description="Agent variables to start with.")
     id: str | None = Field(None, description="The session's id (letters, digits, _ . -; up to 64); the server "
                            "makes one when it is left out.")
 
 
-class TurnIn(_Strict):
+class TurnIn(_Request):
     line: str = Field(description="What the player said.")
     instructions: str = Field("", description="This turn's instructions ({{instructions}} in templates).")
     mock_tools: bool = Field(False, description="Answer tools that have a mock_result with it; by default the "
                              "client answers every tool call (tool_request events).")
 
 
-class RegenerateIn(_Strict):
+class RegenerateIn(_Request):
     turn: int = Field(ge=0, description="The turn to run again (turns count from 0); later turns stay on the old branch.")
     instructions: str = ""
     mock_tools: bool = False
 
 
-class ToolResultIn(_Strict):
+class ToolResultIn(_Request):
     call_id: str
     result: str
 
 
-class VariablesIn(_Strict):
+class VariablesIn(_Request):
     variables: dict[str, Variable]
 
 
-class ParamsIn(_Strict):
+class ParamsIn(_Request):
     nodes: dict[str, dict[str, Any]] = Field(description="node id -> parameters to change: system_prompt, "
                                              "temperature, top_p, seed, max_tokens.")
 
 
-class RewindIn(_Strict):
+class RewindIn(_Request):
     turns: int = Field(ge=0, description="How many turns of the current branch to keep.")
 
 
@@ -158,7 +158,7 @@ class Sessions(BaseModel):
     sessions: list[SessionOut]
 
 
-class Cancelled(BaseModel):
+class CancelOut(BaseModel):
     cancelled: bool = Field(description="False: no turn was running.")
 
 

@@ -28,7 +28,7 @@ def test_listening_beyond_this_computer_needs_a_token(capsys, monkeypatch):
     monkeypatch.delenv("PARLEY_SERVE_TOKEN", raising=False)
     assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--backend", "scripted",
                  "--assets", str(examples_dir())]) == 2
-    assert "set a token in the environment variable" in capsys.readouterr().err
+    assert "set a long random token in the environment variable" in capsys.readouterr().err
     monkeypatch.setenv("PARLEY_SERVE_TOKEN", "short")
     assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--backend", "scripted",
                  "--assets", str(examples_dir())]) == 2
