@@ -92,7 +92,7 @@ class ToolTimeout(TurnError):
 
 
 @dataclass
-class KeptTurn:
+class ServedTurn:
     turn_id: int
     index: int
     line: str
@@ -111,7 +111,7 @@ class NPC:
         self.agent = agent
         self.running: RunningTurn | None = None
         self.watchers: set[asyncio.Queue[Item | None]] = set()
-        self.details: OrderedDict[int, KeptTurn] = OrderedDict()
+        self.details: OrderedDict[int, ServedTurn] = OrderedDict()
 
     def out(self) -> SessionOut:
         return SessionOut(id=self.id, asset=self.asset_path, asset_name=self.agent.asset.name,
@@ -397,11 +397,11 @@ class NPCs:
             code, message = "turn_error", f"the turn failed: {type(exc).__name__}"
         return {"code": code, "message": message, "node": node, "field": field_}
 
-    def _record(self, npc: NPC, line: str, result: TurnResult) -> KeptTurn:
+    def _record(self, npc: NPC, line: str, result: TurnResult) -> ServedTurn:
         diagnostics = result.diagnostics.model_dump(mode="json") if result.diagnostics is not None else None
         prompts = {node: {"context_size": p.context_size, "parts": [asdict(part) for part in p.parts]}
                    for node, p in result.prompts.items()}
-        record = KeptTurn(result.turn_id, result.turn, line, result.reply, list(result.path), diagnostics, prompts)
+        record = ServedTurn(result.turn_id, result.turn, line, result.reply, list(result.path), diagnostics, prompts)
         npc.details[result.turn_id] = record
         while len(npc.details) > KEPT_TURN_DETAILS:
             npc.details.popitem(last=False)
