@@ -64,7 +64,8 @@ def module() -> types.ModuleType:
     """A ``Qt`` module for PySide6 whose submodules read PySide6 lazily."""
     qt = types.ModuleType("Qt", __doc__)
     qt.__binding__ = "PySide6"
-    qt.IsPySide6, qt.IsPyQt6, qt.IsPySide2, qt.IsPyQt5, qt.IsPySide, qt.IsPyQt4 = True, False, False, False, False, False
+    qt.IsPySide6 = True
+    qt.IsPyQt6 = qt.IsPySide2 = qt.IsPyQt5 = qt.IsPySide = qt.IsPyQt4 = False
     for name in SUBMODULES:
         setattr(qt, name, QtSubmodule(name))
     qt.QtCompat = QtCompat("Qt.QtCompat")

@@ -53,9 +53,9 @@ def test_exit_when_ready_reports_the_launch_in_order(tmp_path):
 
 
 def test_the_window_starts_without_what_it_needs_later(tmp_path):
-    """The main window (its modules, and building it) leaves llama.cpp's bindings, numpy, the gguf package, httpx, setuptools and the
-    server (runtime.serve) to the first use (0.5 s of every launch, issue 23), and NodeGraphQt's Qt
-    module is served lazily (editor.qt_for_nodegraph), not by Qt.py."""
+    """The main window (its modules, and building it) leaves llama.cpp's bindings, numpy, the gguf
+    package, httpx, setuptools and the server (runtime.serve) to the first use (0.6 s of every
+    launch, issue 23), and NodeGraphQt's Qt module is served lazily (editor.qt_for_nodegraph)."""
     import os
     import subprocess
     import sys
@@ -64,7 +64,8 @@ def test_the_window_starts_without_what_it_needs_later(tmp_path):
              "fastapi", "uvicorn", "runtime.doctor.self_test", "setuptools"]
     code = ("import sys, editor.main_window; from PySide6.QtWidgets import QApplication; app = QApplication([]); "
             f"window = editor.main_window.MainWindow(); loaded = [m for m in {later!r} if m in sys.modules]; "
-            "assert not loaded, loaded; assert 'QtSubmodule' in repr(type(sys.modules['Qt'].QtCore)), sys.modules['Qt']")
+            "assert not loaded, loaded; "
+            "assert 'QtSubmodule' in repr(type(sys.modules['Qt'].QtCore)), sys.modules['Qt']")
     run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "QT_PREFERRED_BINDING": "PySide6", "QT_QPA_PLATFORM": "offscreen",
                               "PARLEY_STUDIO_SETTINGS": str(tmp_path / "s.ini")})
