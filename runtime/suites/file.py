@@ -436,12 +436,12 @@ def _set_in_place(mapping: Any, key: str, value: Any) -> None:
         return
     old = mapping.get(key)
     if isinstance(old, list) and isinstance(value, list):
-        old[:] = value
+        old[:] = [_quoted_as(old, v) for v in value]
     elif isinstance(old, dict) and isinstance(value, dict):
         for k in [k for k in old if k not in value]:
             del old[k]
         for k, v in value.items():
-            old[k] = v
+            old[k] = _quoted_as(list(old.values()), v, old.get(k))
     elif isinstance(value, (list, dict)):
         from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -450,6 +450,14 @@ def _set_in_place(mapping: Any, key: str, value: Any) -> None:
         mapping[key] = made
     else:
         mapping[key] = value
+
+
+def _quoted_as(siblings: list[Any], value: Any, was: Any = None) -> Any:
+    """``value`` quoted as the text it replaces was (or as its siblings are): "a" stays "a"."""
+    from ruamel.yaml.scalarstring import ScalarString
+
+    model = was if isinstance(was, ScalarString) else next((v for v in siblings if isinstance(v, ScalarString)), None)
+    return type(model)(value) if isinstance(value, str) and model is not None else value
 
 
 def set_case_expectations(suite_path: str | Path, case_name: str, expects: list[dict[str, Any]]) -> None:

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QLineEdit,
     QMenu,
@@ -44,6 +43,7 @@ from editor.docks.conversation.history_dialogs import (
     HistoryFileJob,
     VariablesDialog,
 )
+from editor.expectations_dialog import ExpectationsDialog, case_with
 from editor.flow_layout import wrapping_row
 from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
 from editor.sample_model_download import (
@@ -1057,8 +1057,9 @@ class ConversationDock(QDockWidget):
 
     def save_as_test_case(self, name: str | None = None) -> str:
         """Add this branch of the conversation to ``<asset stem>.suite.yaml`` beside the asset as a case that
-        says the same lines and expects the path each turn took (and the variables changed here). Asks for
-        the case's name unless given; returns the name it was saved under, or "" when nothing was saved."""
+        says the same lines and expects the path each turn took (and the variables changed here). Without
+        a name, a form shows each turn's recorded path to confirm or correct, and the name, and OK saves
+        (``test_case_saved``; "" is returned). Returns the name it was saved under, or "" when nothing was."""
         doc = self.conversation.document
         if not doc.path:
             self.show_error("Save the asset to a file first: its test cases go into a .suite.yaml file beside it.")
@@ -1071,21 +1072,36 @@ class ConversationDock(QDockWidget):
             self.show_error("Nothing to save yet: talk to the character first (seeded or imported turns have no "
                             "recorded path).")
             return ""
-        if name is None:
-            first = turns[0][0].player
-            name, ok = QInputDialog.getText(self, "Save as test case", "Name of the test case:",
-                                            text=first if len(first) <= 40 else first[:40] + "\u2026")
-            if not ok:
-                return ""
-        if not name.strip():
-            self.show_error("A test case needs a name; nothing was saved.")
-            return ""
         asset = doc.asset
         variables = {k: v for k, v in self.conversation.saved.variables.items()
                      if k in asset.variables and asset.variables[k] != v}
+        if name is None:  # the recorded path of each turn, to confirm or correct before it is frozen
+            first = turns[0][0].player
+            case = case_from_turns("", turns, variables)
+            dialog = ExpectationsDialog(
+                "Save as test case", "Each turn expects the path it took here. Correct any turn that went the wrong "
+                "way (a threat routed to directions) before it becomes what the test expects.",
+                [(t["say"], t["expect"]) for t in case["turns"]], asset.node_ids(),
+                name=first if len(first) <= 40 else first[:40] + "\u2026", parent=self)
+            dialog.accepted.connect(lambda: self._save_case(
+                dialog.name, case_with(case, dialog.expectations()), len(turns), count))
+            dialog.finished.connect(dialog.deleteLater)
+            self.save_dialog = dialog
+            dialog.open()
+            return ""
+        if not name.strip():
+            self.show_error("A test case needs a name; nothing was saved.")
+            return ""
+        return self._save_case(name.strip(), case_from_turns(name.strip(), turns, variables), len(turns), count)
+
+    def _save_case(self, name: str, case: dict, saved: int, count: int) -> str:
+        """Add ``case`` under ``name`` to the suite beside the asset (``saved`` of the branch's ``count``
+        turns had a recorded path); the name it got, or "" when nothing was saved."""
+        doc = self.conversation.document
         suite = Path(doc.path).with_name(f"{Path(doc.path).stem}.suite.yaml")
+        turns = range(saved)
         try:
-            saved = save_case(suite, doc.path, case_from_turns(name.strip(), turns, variables))
+            saved = save_case(suite, doc.path, {**case, "name": name})
         except (InputError, OSError) as exc:
             self.show_error(f"Could not save the test case to {suite.name}; nothing changed.\n{exc}")
             return ""

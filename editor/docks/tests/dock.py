@@ -36,12 +36,13 @@ from PySide6.QtWidgets import (
 )
 
 from editor.document import Document
+from editor.expectations_dialog import ExpectationsDialog
 from editor.runtime_worker import TurnRecord, turn_record
 from editor.suite_run import SuiteRun, TurnComparison
 from runtime.asset.model import Asset
-from runtime.problems import Problem
+from runtime.problems import InputError, Problem
 from runtime.suites.checks import Check
-from runtime.suites.file import LoadedSuite, SuiteBeside
+from runtime.suites.file import LoadedSuite, SuiteBeside, set_case_expectations
 from runtime.suites.kept import asset_changes, blamed_node
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
@@ -125,8 +126,10 @@ class TestsDock(QDockWidget):
         self.refresh_button = self._button("Refresh", "Read the suite files beside the asset again", self.refresh)
         self.clear_coverage_button = self._button("Clear coverage", "Take the visit and exit counts off the canvas",
                                                   self.clear_coverage)
+        self.edit_button = self._button("Edit expectations\u2026", "Edit the selected case's expectations in a form "
+                                        "(the suite file keeps its comments and order)", self.edit_expectations)
         for button in (self.run_all_button, self.run_selected_button, self.stop_button, self.refresh_button,
-                       self.clear_coverage_button):
+                       self.clear_coverage_button, self.edit_button):
             bar.addWidget(button)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
@@ -555,6 +558,38 @@ class TestsDock(QDockWidget):
     def clear_coverage(self) -> None:
         self.coverage = None
         self.coverage_changed.emit(None)
+
+    # --- editing a case's expectations ---------------------------------------------------------
+
+    def edit_expectations(self) -> ExpectationsDialog | None:
+        """Open the selected case's expectations in a form (not modal: the dock stays usable); OK
+        writes them to its suite file, keeping the file's comments and order, and lists it again."""
+        keys = self.selected_cases()
+        entry = self._entry(keys[0][0]) if len(keys) == 1 else None
+        case = next((c for c in entry.loaded.suite.cases if c.name == keys[0][1]), None) \
+            if entry is not None and entry.loaded is not None else None
+        if case is None:
+            self.set_status("Select one case (or one of its turns) to edit its expectations.")
+            return None
+        turns = [(t.say, t.expect.model_dump(exclude_none=True, exclude_defaults=True)) for t in case.turns]
+        dialog = ExpectationsDialog(
+            f"Expectations of \u201c{case.name}\u201d", f"What each turn of \u201c{case.name}\u201d must do "
+            f"({entry.name}). Slots, tools, budgets and judges are kept as the file has them.", turns,
+            entry.loaded.asset.node_ids(), parent=self)  # type: ignore[union-attr]
+        dialog.accepted.connect(lambda: self._write_expectations(entry.path, case.name, dialog))  # type: ignore[union-attr]
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def _write_expectations(self, path: Path, case: str, dialog: ExpectationsDialog) -> None:
+        try:
+            set_case_expectations(path, case, dialog.expectations())
+        except (InputError, OSError, ValueError) as exc:
+            self.set_status(f"Could not write the expectations of \u201c{case}\u201d to {path.name}; it is unchanged: "
+                            f"{exc}", error=True)
+            return
+        self.set_status(f"Wrote the expectations of \u201c{case}\u201d to {path.name}: run it again to check them.")
+        self.refresh()
 
     # --- opening a turn in the Turn Inspector ---------------------------------------------------
 

@@ -284,16 +284,17 @@ def test_saving_a_test_case_needs_a_saved_asset(window, qtbot):
     assert window.conversation_dock.status.styleSheet(), "shown as an error"
 
 
-def test_the_save_button_asks_for_a_name(dock, qtbot, window, monkeypatch, suites):
-    from PySide6.QtWidgets import QInputDialog
+def test_the_save_button_asks_for_a_name(dock, qtbot, window, suites):
+    from editor.expectations_dialog import ExpectationsDialog
 
     window.conversation.worker._make_backend = ScriptedBackend
     with qtbot.waitSignal(window.conversation.turn_finished, timeout=10_000):
         window.conversation.say("greet me")
-    asked = []
-    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: (asked.append(k["text"]), ("asked", True))[1])
+    window.conversation_dock.save_test_button.click()
+    dialog = window.conversation_dock.findChild(ExpectationsDialog)
+    assert dialog.name_edit.text() == "greet me", "the first line is offered as the name"
+    dialog.name_edit.setText("asked")
     with listed(qtbot, dock):
-        window.conversation_dock.save_test_button.click()
-    assert asked == ["greet me"], "the first line is offered as the name"
+        dialog.accept()
     assert "asked" in suites.with_name("router.suite.yaml").read_text(encoding="utf-8")
     assert dock.tree.topLevelItem(1).child(2).text(0) == "asked"
