@@ -501,6 +501,8 @@ class VramEstimatorDock(QDockWidget):
 
     def _fill_table(self, e: Estimate) -> None:
         self.table.clear()
+        # Nodes whose Context Size is 0: their row says the size is the model's own.
+        own = {node.id for node in self.document.asset.nodes if any(u.context_size == 0 for u in node.model_uses())}
         models = QTreeWidgetItem(self.table, ["Model weights", mib(sum(m.ram_bytes for m in e.models)),
                                               mib(e.weights_vram), f"{len(e.models)} file(s), loaded once"])
         for m in e.models:
@@ -516,7 +518,8 @@ class VramEstimatorDock(QDockWidget):
                 continue
             c = n.context
             node_item = QTreeWidgetItem(nodes, [n.node_id, mib(n.ram_bytes), mib(n.vram_bytes),
-                                                f"{c.n_ctx} tokens of context"])
+                                                f"{c.n_ctx} tokens of context"
+                                                + (" (Context Size 0: the model's own)" if n.node_id in own else "")])
             node_item.setData(0, Qt.ItemDataRole.UserRole, n.node_id)
             node_item.setToolTip(0, "Click to show this node on the canvas")
             QTreeWidgetItem(node_item, ["KV cache", mib(c.kv_ram + c.recurrent_ram), mib(c.kv_vram + c.recurrent_vram),
