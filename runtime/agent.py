@@ -61,7 +61,7 @@ log = logging.getLogger("parley.runtime")
 TOKEN_COUNT_CACHE = 200_000
 MAX_PORT_CHARS = 64  # of an exit a node took but does not have, quoted in the error
 # What ``change_params`` may change between turns; every other field of a node is the graph's.
-RUNTIME_PARAMETERS = ("system_prompt", "temperature", "top_p", "seed", "max_tokens")
+RUNTIME_PARAMETERS = ("system_prompt", "temperature", "top_p", "min_p", "repeat_penalty", "seed", "max_tokens")
 
 
 class StructuralChange(ValueError):
