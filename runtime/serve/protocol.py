@@ -117,7 +117,7 @@ class VariablesIn(_Request):
 
 
 class ParamsIn(_Request):
-    nodes: dict[str, dict[str, Any]] = Field(description="node id -> parameters to change: system_prompt, "
+    nodes: dict[str, dict[str, Any]] = Field(description="node id -> parameters to change: system_prompt, min_p, repeat_penalty, "
                                              "temperature, top_p, seed, max_tokens.")
 
 
