@@ -416,7 +416,21 @@ def _round_trip(text: str):
     rt.preserve_quotes = True
     rt.width = 4096  # never rewrap a long line the designer wrote
     rt.indent(mapping=dash or 2, sequence=indent or 2, offset=dash or 0)
+    from ruamel.yaml.scalarfloat import ScalarFloat
+
+    for kind in (float, ScalarFloat):
+        rt.representer.add_representer(kind, _represent_float)
     return rt, rt.load(text)
+
+
+def _represent_float(representer: Any, value: float) -> Any:
+    """A float written as PyYAML (which reads the suites) writes it: exact (ruamel rewrote a loaded
+    1.802382166772941e+16 as 1.80238216677294e+16) and with a dot before any exponent (YAML 1.1 reads
+    1e+16 as text)."""
+    return representer.represent_scalar("tag:yaml.org,2002:float", _FLOATS.represent_float(float(value)).value)
+
+
+_FLOATS = yaml.representer.SafeRepresenter()
 
 
 def _dump(rt: Any, data: Any) -> str:
