@@ -80,6 +80,9 @@ def test_one_click_from_a_failed_turn_to_the_edit_that_broke_it(make_window, qtb
     assert inspector.current_node_id() == "classify", "the classifier whose exit failed, not the replying node"
     assert inspector.compare_picker.currentText().startswith("Test: asks the way \u00b7 turn 1 \u00b7 passed")
     assert inspector.tabs.currentWidget() is inspector.diff_page
+    # the Diff has room at 1920x1080 in the Test workspace (it showed about 2 lines)
+    lines = inspector.diff_view.viewport().height() / inspector.diff_view.fontMetrics().lineSpacing()
+    assert lines >= 8, f"the Diff shows {lines:.1f} lines"
     diff = inspector.diff_view.toPlainText()
     assert "OUTPUT" in diff and "PROMPT" in diff
     changes = inspector.changes_list
