@@ -205,7 +205,9 @@ class TurnInspectorDock(QDockWidget):
         details.setStretchFactor(0, 1)
         details.setStretchFactor(1, 5)
         details.setSizes([90, 600])
+        splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
+        splitter.setSizes([180, 10_000])  # the node list at its width, the prompt and the Diff take the rest
         layout.addWidget(splitter, 1)
         self.setWidget(body)
 
