@@ -112,10 +112,14 @@ class TurnInspectorDock(QDockWidget):
         top = QHBoxLayout()
         top.addWidget(QLabel("Turn"))
         self.turn_picker = QComboBox(self)
-        self.turn_picker.setMinimumWidth(220)
+        # Bounded by a length, not by the longest turn's label: the dock stays under 360 px wide
+        self.turn_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.turn_picker.setMinimumContentsLength(6)
         top.addWidget(self.turn_picker, 1)
         top.addWidget(QLabel("Compare with"))
         self.compare_picker = QComboBox(self)
+        self.compare_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.compare_picker.setMinimumContentsLength(6)
         self.compare_picker.setToolTip("Pick a second turn to see what changed in the selected node's prompt")
         top.addWidget(self.compare_picker, 1)
         layout.addLayout(top)
@@ -262,6 +266,13 @@ class TurnInspectorDock(QDockWidget):
                 self.show_node(comparison.focus)
             self.tabs.setCurrentWidget(self.diff_page)
             self.diff_view.scrollToAnchor(FIRST_DIFFERENCE)
+
+    def forget_external(self) -> None:
+        """Drop the turns from elsewhere (another asset's test runs): their ids name other nodes."""
+        if self.external:
+            self.external.clear()
+            self.comparisons.clear()
+            self.refresh()
 
     def _path(self) -> list[int]:
         tree = self.conversation.saved.tree
