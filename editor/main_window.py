@@ -5,13 +5,14 @@ Docks are built from ``DOCKS`` so a new panel is one entry there plus its module
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -47,9 +48,10 @@ from editor.docks.tests.dock import TestsDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
-from editor.doctor_dialog import DoctorDialog, open_doctor_dialog
 from editor.document import Document
 from editor.garbage import collect_on_the_ui_thread
+from editor.help_menu import fill_help_menu
+from editor.node_find import NodeFind
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind
 from editor.runtime_worker import LiveConversation, TurnRecord
@@ -64,6 +66,7 @@ from editor.server_attach import ServerAddress, ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
+from editor.workspace import Workspace, preset_buttons
 from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.asset.model import Asset
@@ -73,6 +76,7 @@ from runtime.problems import AssetError, Problem
 from runtime.resources import examples_dir
 
 if TYPE_CHECKING:
+    from editor.doctor_dialog import DoctorDialog
     from runtime.suites.report import Coverage
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
@@ -105,7 +109,6 @@ class DockSpec:
     name: str
     area: Qt.DockWidgetArea
     make: Callable[[MainWindow], QDockWidget]
-    tab_with: str = ""  # start as a tab behind this dock
 
 
 # The window's docks, in the order they are built. Each gets the services it needs from the window
@@ -118,13 +121,13 @@ DOCKS: list[DockSpec] = [
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
              lambda w: ConversationDock(w.conversation, w, w.download, w.backends)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w), tab_with="ProblemsDock"),
+             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w)),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: RawJsonDock(w.conversation, w), tab_with="ProblemsDock"),
+             lambda w: RawJsonDock(w.conversation, w)),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends), tab_with="PropertiesDock"),
+             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends)),
     DockSpec("TestsDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TestsDock(w.document, w.suite_run, w), tab_with="ProblemsDock"),
+             lambda w: TestsDock(w.document, w.suite_run, w)),
 ]
 
 
@@ -150,6 +153,7 @@ class MainWindow(QMainWindow):
         self.suite_run = SuiteRun(self)
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []
+        self._node_find: NodeFind | None = None  # Ctrl+F's popup, made when first asked for
         self.problems: list[Problem] = []
         self._validator = Validator()
         self.docks: dict[str, QDockWidget] = {}
@@ -160,13 +164,8 @@ class MainWindow(QMainWindow):
             dock.setObjectName(spec.name)
             self.addDockWidget(spec.area, dock)
             self.docks[spec.name] = dock
-        self.tabifyDockWidget(self.palette, self.dock(UndoHistoryDock))
-        self.palette.raise_()
-        if not isinstance(app_settings.app_settings().value("window/state"), QByteArray):
-            # After the first show: Qt 6.11 leaves stale tab bars painted when docks are tabified before it.
-            QTimer.singleShot(0, self, self._tabify_docks)
-        self.resizeDocks([self.properties], [380], Qt.Orientation.Horizontal)
-        self.resizeDocks([self.problems_dock], [140], Qt.Orientation.Vertical)
+        # Which docks stand around the canvas: the Author, Talk and Test presets (View menu, Ctrl+1/2/3)
+        self.workspace = Workspace(self, self.docks)
 
         self.attach_panel = AttachPanel(self.attach, self)
         self.attach_panel.hide()
@@ -200,42 +199,11 @@ class MainWindow(QMainWindow):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._framed_once:
-            # the canvas has its real size only once the window is laid out: frame the graph then
+            # The docks take their shares of the window only once it has its final size, and the
+            # canvas its real size after that: frame the graph then.
             self._framed_once = True
-            QTimer.singleShot(0, self, self.canvas.frame_for_reading)
-
-    def resize(self, *size) -> None:
-        super().resize(*size)
-        if not self.isVisible():
-            self._asked_size = self.size()
-
-    def _tabify_docks(self) -> None:
-        """Stack the docks whose spec names ``tab_with`` behind that dock (each behind the previous one).
-
-        Until then the docks stood side by side and may have widened the window past the size asked
-        for (or past a small screen); once they are tabbed it fits again, so give it that size back."""
-        self._stack_docks()
-        asked = getattr(self, "_asked_size", None)
-        screen = self.screen().availableGeometry().size() if self.screen() else None
-        target = asked if asked is not None else self.size()
-        if screen is not None and not screen.isEmpty() and asked is None:
-            target = target.boundedTo(screen)
-        if target != self.size():
-            # after the tabbed layout has settled, or the old minimum width still holds
-            QTimer.singleShot(0, self, lambda: QMainWindow.resize(self, target))
-        # the canvas changed size with the docks: show the graph legibly in its final size
-        QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self.canvas.frame_for_reading))
-
-    def _stack_docks(self) -> None:
-        last: dict[str, str] = {}
-        for spec in DOCKS:
-            if spec.tab_with:
-                behind = last.get(spec.tab_with, spec.tab_with)
-                self.tabifyDockWidget(self.docks[behind], self.docks[spec.name])
-                last[spec.tab_with] = spec.name
-        for spec in DOCKS:
-            if spec.tab_with:
-                self.docks[spec.tab_with].raise_()
+            self.workspace.window_shown()
+            QTimer.singleShot(0, self, lambda: QTimer.singleShot(0, self, self.canvas.frame_for_reading))
 
     # --- docks by type --------------------------------------------------------------------------
 
@@ -309,10 +277,12 @@ class MainWindow(QMainWindow):
         self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
         # Not Ctrl+Shift+S: that is Save As.
         self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+Home", canvas=True)
+        self.find_action = self._action("&Find Node\u2026", self.find_node, standard_shortcuts(Key.Find, "Ctrl+F"),
+                                        tip="Find a node by its title, id, prompt, template or intents (Ctrl+F)")
         self.search_action = self._action("Add Node by &Name\u2026", self.canvas.show_node_search, "Tab",
                                           canvas=True, tip="Type a node type's name (Tab)")
-        self.frame_action = self._action("&Frame Selection", self.canvas.frame_selection, "F", canvas=True,
-                                         tip="Zoom to the selected nodes, or to all nodes")
+        self.frame_action = self._action("&Frame Selection", self.canvas.frame_readably, "F", canvas=True,
+                                         tip="Zoom to the selected nodes, or to all nodes, never too small to read")
         self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
                                           tip="Arrange the graph in layers from the start node")
         self.download_sample_action = self._action(
@@ -353,6 +323,8 @@ class MainWindow(QMainWindow):
                          self.delete_action])
         edit.addSeparator()
         edit.addActions([self.select_all_action, self.start_action])
+        edit.addSeparator()
+        edit.addAction(self.find_action)
 
         self.add_menu = bar.addMenu("&Add")
         self._fill_add_menu(self.add_menu, at_cursor=False)
@@ -381,8 +353,14 @@ class MainWindow(QMainWindow):
         view = bar.addMenu("&View")
         view.addActions([self.frame_action, self.layout_action])
         view.addSeparator()
+        view.addActions([*self.workspace.actions.values(), self.workspace.reset_action])
+        bar.setCornerWidget(preset_buttons(self.workspace, bar), Qt.Corner.TopRightCorner)
+        view.addSeparator()
         for dock in self.docks.values():
             view.addAction(dock.toggleViewAction())
+
+        self.help_menu = bar.addMenu("&Help")
+        self.help_actions = fill_help_menu(self.help_menu, self)
 
         menu = context_menu(self.canvas)
         add_here = menu.addMenu("Add Node")
@@ -505,6 +483,9 @@ class MainWindow(QMainWindow):
 
     def run_self_test(self) -> DoctorDialog:
         """Backend → Reproducibility Self-Test…: the chosen backend on the open asset's model."""
+        # Imported here: it imports llama.cpp's bindings (0.1 s), not wanted while the window starts.
+        from editor.doctor_dialog import open_doctor_dialog
+
         return open_doctor_dialog(self.backends, self.document.asset.default_model, self.document.asset_dir, self)
 
     def edit_snapshot_budget(self) -> bool:
@@ -632,15 +613,32 @@ class MainWindow(QMainWindow):
         # the same problems as validate_asset, in a fraction of the time on a large graph.
         self.problems = self._validator.validate(doc.asset, doc.path, asset_dir=doc.asset_dir,
                                                  models=ModelFiles(doc.asset_dir))
+        if not doc.asset.nodes:
+            # A new asset has no nodes yet: a normal state, which the canvas's hint explains, not an error
+            self.problems = [p for p in self.problems if not (p.field == "nodes" and not p.node_id)]
         self._show_problems()
 
     def _show_problems(self, *_ignored: object) -> None:
         everything = self.load_problems + self.properties.rejected + self.problems
+        was_empty = not self.problems_dock.problems
         self.problems_dock.set_problems(everything)
+        if was_empty and everything and self.problems_dock.height() < 120:
+            # the dock was one line ("No problems"): give the rows room to be read
+            self.resizeDocks([self.problems_dock], [160], Qt.Orientation.Vertical)
         self.canvas.mark_problems(everything)
         errors = sum(p.severity == "error" for p in everything)
         counts = (len(self.document.asset.nodes), "node"), (errors, "error"), (len(everything) - errors, "warning")
         self.status.setText(" \u00b7 ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts))
+
+    def find_node(self) -> NodeFind:
+        """Edit > Find Node (Ctrl+F): a popup at the top of the canvas; the node picked is shown."""
+        if self._node_find is None:
+            self._node_find = NodeFind(self)
+            self._node_find.chosen.connect(self.show_node)
+        viewport = self.canvas.viewer.viewport()
+        self._node_find.popup_at(self.document.asset, viewport.mapToGlobal(QPoint(viewport.width() // 2, 8)),
+                                 min(480, max(300, viewport.width() - 40)))
+        return self._node_find
 
     def show_node(self, node_id: str) -> bool:
         """Select the node ``node_id`` and centre it on the canvas; False when the asset has no such node
@@ -817,7 +815,7 @@ class MainWindow(QMainWindow):
         if not nodes:
             return []
         if pos is None:
-            offset = (40.0, 40.0)
+            offset = self.canvas.clear_offset(nodes)  # beside the originals, never on top of them
         else:
             left = min(n.position[0] for n in nodes)
             top = min(n.position[1] for n in nodes)
@@ -835,7 +833,8 @@ class MainWindow(QMainWindow):
         ids = self.canvas.selected_ids()
         if not ids:
             return []
-        pasted = prepare_paste([self.document.node(i) for i in ids], set(self.document.asset.node_ids()))
+        originals = [self.document.node(i) for i in ids]
+        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), self.canvas.clear_offset(originals))
         self.document.push(add_nodes(self.document, pasted, f"Duplicate {len(pasted)} node{'s' if len(pasted) != 1 else ''}"))
         new_ids = [n.id for n in pasted]
         self.canvas.select(new_ids)
@@ -875,19 +874,19 @@ class MainWindow(QMainWindow):
     def _restore_layout(self) -> None:
         store = app_settings.app_settings()
         geometry = store.value("window/geometry")
-        state = store.value("window/state")
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
         else:
             self.resize(1400, 860)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+        # one saved arrangement per workspace preset (editor/workspace.py), not one for the window
+        self.workspace.start()
 
     def save_layout(self) -> None:
         store = app_settings.app_settings()
         store.setValue("window/geometry", self.saveGeometry())
-        store.setValue("window/state", self.saveState())
+        store.remove("window/state")
         store.sync()
+        self.workspace.remember()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if not self.maybe_save():
@@ -901,7 +900,8 @@ class MainWindow(QMainWindow):
         self.conversation.shutdown()
         self.download.shutdown()
         self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread
-        for dialog in self.findChildren(DoctorDialog):
+        doctor = sys.modules.get("editor.doctor_dialog")  # no self-test window was opened unless it is imported
+        for dialog in self.findChildren(doctor.DoctorDialog) if doctor else ():
             dialog.run.shutdown()  # a self-test stops with its window
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window

@@ -23,7 +23,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QDockWidget,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
@@ -37,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from editor.document import Document
 from editor.expectations_dialog import ExpectationsDialog
+from editor.flow_layout import wrapping_row
 from editor.runtime_worker import TurnRecord, turn_record
 from editor.suite_run import SuiteRun, TurnComparison
 from runtime.asset.model import Asset
@@ -117,7 +117,6 @@ class TestsDock(QDockWidget):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(3)
-        bar = QHBoxLayout()
         tip = " on the graph as it is in the editor (unsaved edits included), on a model copy of its own"
         self.run_all_button = self._button("Run all", "Run every case of every suite" + tip, self.run_all)
         self.run_selected_button = self._button("Run selected", "Run the selected case (or every case of the "
@@ -128,18 +127,16 @@ class TestsDock(QDockWidget):
                                                   self.clear_coverage)
         self.edit_button = self._button("Edit expectations\u2026", "Edit the selected case's expectations in a form "
                                         "(the suite file keeps its comments and order)", self.edit_expectations)
-        for button in (self.run_all_button, self.run_selected_button, self.stop_button, self.refresh_button,
-                       self.clear_coverage_button, self.edit_button):
-            bar.addWidget(button)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(16)
         self.progress.setFormat("%v of %m cases")
         self.progress.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.progress.hide()
-        bar.addWidget(self.progress)
-        bar.addStretch(1)
-        layout.addLayout(bar)
+        # wraps in a narrow dock: in one row the buttons set a 384 px minimum width
+        layout.addWidget(wrapping_row(self, [self.run_all_button, self.run_selected_button, self.stop_button,
+                                             self.refresh_button, self.clear_coverage_button, self.edit_button,
+                                             self.progress]))
         self.status = QLabel(self)
         self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
