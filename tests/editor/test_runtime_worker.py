@@ -128,7 +128,7 @@ def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot
     with qtbot.waitSignal(conversation.restart_offered, timeout=5_000) as offered:
         window.document.push(set_node_field(window.document, "reply", "context_size", 1024))
     assert offered.args[0] and "context size of node 'reply'" in offered.args[0][0]
-    assert dock.banner.isVisible() and "restart" in dock.banner_label.text().lower()
+    assert dock.banner.isVisibleTo(dock) and "restart" in dock.banner_label.text().lower()
 
     held = talk(qtbot, conversation, "Still there?")
     assert held.diagnostics.nodes[0].tokens.budget == 2048 - 12, "the running agent keeps its context size"
@@ -136,7 +136,7 @@ def test_context_size_edit_is_held_until_the_conversation_restarts(window, qtbot
 
     dock.restart_button.click()
     qtbot.waitUntil(lambda: not conversation.saved.history.turns, timeout=TURN_TIMEOUT_MS)
-    assert not dock.banner.isVisible()
+    assert not dock.banner.isVisibleTo(dock)
     fresh = talk(qtbot, conversation, "Hello again.")
     assert fresh.turn == 0
     assert fresh.diagnostics.nodes[0].tokens.budget == 1024 - 12
