@@ -1,8 +1,8 @@
 """``parley serve`` under load: per-turn latency with several clients at once, and the server's own
 overhead per turn.
 
-    python bench/bench_serve.py --part latency    # ~6 min: serve.json "latency"
-    python bench/bench_serve.py --part overhead   # ~1 min: serve.json "overhead"
+    python bench/bench_serve.py --part latency    # ~4 min: serve.json "latency"
+    python bench/bench_serve.py --part overhead   # ~1.5 min (--py-spy DIR: 1 more): serve.json "overhead"
     python bench/bench_serve.py                   # both (each part keeps the other's key in the file)
     python bench/bench_serve.py --part latency --clients 1,2 --turns 2 --max-tokens 16 --no-write   # a smoke run
 
@@ -469,6 +469,7 @@ SEGMENTS = [
     ("client send -> server ASGI call", "send", "asgi"),
     ("ASGI call -> route (Guard reads the body, FastAPI routes, validates TurnIn)", "asgi", "route_start"),
     ("route: NPCs.turn (the session, turn_started, submit)", "route_start", "route_end"),
+    # negative when the worker starts before NPCs.turn has returned (the segments still add up)
     ("submit -> worker thread runs", "route_end", "worker_start"),
     ("worker -> Agent._run_turn", "worker_start", "agent_start"),
     ("Agent._run_turn past its total_ms (tree, state, TurnFinished)", "agent_tail", ""),
