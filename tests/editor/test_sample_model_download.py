@@ -98,6 +98,7 @@ def chat_window(make_window, empty_models):
     """The example chat agent as shipped (it names the sample model by file name) in a fresh window."""
     window = make_window()
     window.set_asset(example("chat", SAMPLE_MODEL.file_name, reply={"max_tokens": 16}))
+    window.workspace.switch("Talk")  # where the designer talks: the Conversation dock on screen
     return window
 
 
@@ -246,6 +247,7 @@ def test_the_models_menu_downloads_and_opens_the_folder(make_window, tmp_path, m
 def test_other_missing_models_say_where_they_looked(make_window, empty_models, qtbot, opened_urls):
     window = make_window()
     window.set_asset(example("chat", "mistral-7b-instruct.Q4_K_M.gguf"))
+    window.workspace.switch("Talk")
     dock = window.dock(ConversationDock)
     send_line(qtbot, dock, LINE)
     assert dock.model_offer.isVisible() and not dock.download_button.isVisible()

@@ -671,6 +671,7 @@ class ConversationDock(QDockWidget):
         self.download_button.setText(f"Download the sample model ({SAMPLE_MODEL_SIZE})")
         self.download_button.setVisible(sample)
         self.model_offer.show()
+        self._come_forward()
         if sample and self.download.busy:
             self.download_reactions.show_running()
 
@@ -875,8 +876,16 @@ class ConversationDock(QDockWidget):
         self.tool_label.setText(f"<b>{node_id}</b> called <tt>{tool_text(tool, dict(arguments))}</tt>, which has "
                                 "no mock result. What does the game answer?")
         self.tool_panel.show()
+        self._come_forward()
         self.tool_result.setFocus()
         self.set_status("Waiting for the tool's result\u2026")
+
+    def _come_forward(self) -> None:
+        """A question for the designer (a tool's answer, a missing model) is never left out of sight in a
+        workspace that hides this dock."""
+        if not self.isVisible():
+            self.show()
+        self.raise_()
 
     def _offer_restart(self, reasons: list[str]) -> None:
         if not reasons:
