@@ -31,7 +31,7 @@ COLUMN_MAX = 380
 
 
 @dataclass(frozen=True)
-class Place:
+class DockPlace:
     """One dock of a preset: its area, and its share of the window across that area
     (the width of a side column, the height of the bottom row)."""
 
@@ -46,22 +46,22 @@ class Preset:
     name: str
     key: str
     tip: str
-    places: tuple[Place, ...]  # in order: docks of one area stack (side columns) or stand side by side (bottom)
+    places: tuple[DockPlace, ...]  # in order: docks of one area stack (side columns) or stand side by side (bottom)
 
 
 PRESETS: tuple[Preset, ...] = (
     Preset("Author", "Ctrl+1", "Build the graph: canvas, Properties and Problems (with the Palette)", (
-        Place("PaletteDock", LEFT, 0.12),
-        Place("PropertiesDock", RIGHT, 0.27),
-        Place("ProblemsDock", RIGHT, 0.27),
+        DockPlace("PaletteDock", LEFT, 0.12),
+        DockPlace("PropertiesDock", RIGHT, 0.27),
+        DockPlace("ProblemsDock", RIGHT, 0.27),
     )),
     Preset("Talk", "Ctrl+2", "Talk to the character: canvas, Conversation and Turn Inspector", (
-        Place("ConversationDock", RIGHT, 0.30),
-        Place("TurnInspectorDock", BOTTOM, 0.36),
+        DockPlace("ConversationDock", RIGHT, 0.30),
+        DockPlace("TurnInspectorDock", BOTTOM, 0.36),
     )),
     Preset("Test", "Ctrl+3", "Run the tests: canvas, Tests and Turn Inspector side by side", (
-        Place("TestsDock", BOTTOM, 0.42, along=0.4),
-        Place("TurnInspectorDock", BOTTOM, 0.42, along=0.6),  # the prompts and their diff need the width
+        DockPlace("TestsDock", BOTTOM, 0.42, along=0.4),
+        DockPlace("TurnInspectorDock", BOTTOM, 0.42, along=0.6),  # the prompts and their diff need the width
     )),
 )
 DEFAULT = PRESETS[0].name
