@@ -12,29 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runtime.resources import examples_dir
+from tests.servers import parley_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 CSHARP = ROOT / "clients" / "csharp"
 SOURCES = (CSHARP / "ParleyClient.cs", CSHARP / "tests" / "ConversationTest.cs")
 MONO_PACKAGES = ("mono-mcs", "libmono-system-net-http4.0-cil")
-LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
 TOKEN = "csharp-client-test-token"
 INSTALL_SECONDS = 900.0  # apt-get on a slow mirror
-START_SECONDS = 120.0  # a deadline for the server's address line (a busy 2-core machine)
 RUN_SECONDS = 600.0  # a deadline for the program; its own waits fail sooner (60 s each)
 # A client that never answers a tool call fails on the server's tool timeout: this soon, not 30 s.
 TOOL_TIMEOUT = "10"
@@ -90,46 +83,6 @@ def conversation_test(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
                            *map(str, SOURCES)], capture_output=True, text=True, timeout=RUN_SECONDS, check=False)
     assert done.returncode == 0, f"mcs failed:\n{done.stdout}{done.stderr}"
     return [mono, "--debug", str(exe)]  # --debug: line numbers in a failure's stack trace
-
-
-@contextmanager
-def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
-    """``parley serve --port 0 ARGS`` as a process of its own; yields the address it prints."""
-    env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
-    if token is not None:
-        env["PARLEY_SERVE_TOKEN"] = token
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--port", "0", *args], cwd=ROOT,
-                                   env=env, stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def read() -> None:  # keeps stdout drained, so the server never blocks on a full pipe
-            assert process.stdout is not None
-            for line in process.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            url = None
-            while url is None:
-                try:
-                    line = lines.get(timeout=START_SECONDS)
-                except queue.Empty:
-                    line = None
-                if line is None:
-                    log.seek(0)
-                    pytest.fail(f"parley serve printed no address (exit {process.poll()}):\n{log.read()[-4000:]}")
-                match = LISTENING.search(line)
-                url = match.group(1) if match else None
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def run_program(command: list[str], url: str, mode: str, token: str | None = None, handler: str = "") -> str:

@@ -6,70 +6,23 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runtime.resources import examples_dir
+from tests.servers import parley_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "clients" / "js"
 NODE = shutil.which("node")
-LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
 TOKEN = "js-client-test-token"
-START_SECONDS = 120.0  # a deadline for the server's address line (a busy 2-core machine)
 NODE_SECONDS = 600.0  # a deadline for node's run; node's own per-test timeouts fail sooner
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
-
-
-@contextmanager
-def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
-    """``parley serve --port 0 ARGS`` as a process of its own; yields the address it prints."""
-    env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
-    if token is not None:
-        env["PARLEY_SERVE_TOKEN"] = token
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--port", "0", *args], cwd=ROOT, env=env,
-                                   stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def read() -> None:  # keeps stdout drained, so the server never blocks on a full pipe
-            assert process.stdout is not None
-            for line in process.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        try:
-            url = None
-            while url is None:
-                try:
-                    line = lines.get(timeout=START_SECONDS)
-                except queue.Empty:
-                    line = None
-                if line is None:
-                    log.seek(0)
-                    pytest.fail(f"parley serve printed no address (exit {process.poll()}):\n{log.read()[-4000:]}")
-                match = LISTENING.search(line)
-                url = match.group(1) if match else None
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def run_node(*files: Path, **env: str) -> str:
