@@ -16,10 +16,26 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+# A behaviour's nodes run inside an asset under ids namespaced by the Subgraph node that runs them
+# ("guard/classify"; nested: "guard/inner/x"): the ids a running agent, its history and its
+# diagnostics use. Asset files hold plain ids only.
+NAMESPACE_SEP = "/"
+NODE_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*(/[A-Za-z_][A-Za-z0-9_\-]*)*$"
 SLOT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OPTIONAL_SLOT_PATTERN = r"^([A-Za-z_][A-Za-z0-9_]*)?$"
 
 VariableValue = bool | int | float | str
+
+
+def owner_of(node_id: str) -> str:
+    """The id of the node of the asset itself that a (namespaced) node id belongs to:
+    ``"guard/classify" -> "guard"``, ``"reply" -> "reply"`` (how the editor finds the canvas node)."""
+    return node_id.split(NAMESPACE_SEP, 1)[0]
+
+
+def namespaced(namespace: str, node_id: str) -> str:
+    """``node_id`` of a behaviour run by the Subgraph node ``namespace``: ``"guard/classify"``."""
+    return f"{namespace}{NAMESPACE_SEP}{node_id}"
 
 
 def _only_finite_numbers(value: Any) -> Any:

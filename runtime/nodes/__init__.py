@@ -54,9 +54,11 @@ from runtime.nodes.base import (
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.classify_attributes import Attribute, ClassifyAttributes
 from runtime.nodes.classify_intent import ClassifyIntent, Intent
+from runtime.nodes.exit import Exit
 from runtime.nodes.generate import Generate, GenerateAndSpeak, GeneratingNode
 from runtime.nodes.retrieve.node import KnowledgeEntry, Retrieve
 from runtime.nodes.running import NodeRun, TurnCancelled, TurnError
+from runtime.nodes.subgraph import Subgraph
 from runtime.nodes.summarize.node import Summarize
 from runtime.nodes.tool_call import Tool, ToolCall
 from runtime.patterns import PatternError, compile_pattern
@@ -94,7 +96,7 @@ def _builtin(model: type[NodeBase]) -> NodeType:
 NODE_TYPES: dict[str, NodeType] = {
     t.name: t
     for t in map(_builtin, (Generate, GenerateAndSpeak, ToolCall, Summarize, ClassifyIntent, ClassifyAttributes,
-                            Retrieve))
+                            Retrieve, Subgraph, Exit))
 }
 # Why a plugin could not be added (its entry point, then the reason); shown by `parley validate`
 # and the editor's Problems dock rather than stopping either.
@@ -289,6 +291,6 @@ __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     "TOKENS_PER_MESSAGE", "PromptBudget", "TemplateError", "TokenCounter", "message_parts", "message_tokens",
     "messages_tokens", "render_template", "slot_text", "template_values",
     # the built-in types
-    "Attribute", "ClassifyAttributes", "ClassifyIntent", "Generate", "GenerateAndSpeak", "GeneratingNode", "Intent",
-    "KnowledgeEntry", "Retrieve", "Summarize", "Tool", "ToolCall",
+    "Attribute", "ClassifyAttributes", "ClassifyIntent", "Exit", "Generate", "GenerateAndSpeak", "GeneratingNode",
+    "Intent", "KnowledgeEntry", "Retrieve", "Subgraph", "Summarize", "Tool", "ToolCall",
 ]
