@@ -406,9 +406,10 @@ class Agent:
         """Run one node; returns the id of the node to run next ('' is END)."""
         run.emit(NodeStarted(node.id, node.type_name))
         started = time.perf_counter()
-        diag = NodeDiagnostics(node=node.id, type=node.type_name)
+        diag = NodeDiagnostics(node=node.id, type=node.type_name, bypassed=node.bypassed)
         try:
-            port = node.run(NodeRun(self, run, node, diag))
+            # A bypassed node is not run: the turn passes along its bypass port ('' when it has none: END).
+            port = node.bypass_port() if node.bypassed else node.run(NodeRun(self, run, node, diag))
             exits = node.exits()
         except (TurnError, BackendError, InputError):
             raise
@@ -422,10 +423,10 @@ class Agent:
                 raise
             log.warning("node %s (%s) raised", node.id, node.type_name, exc_info=exc)
             raise TurnError(f"the {node.type_name} node failed: {failure_text(exc)}", node.id) from exc
-        if not isinstance(port, str) or port not in exits:
+        if not isinstance(port, str) or (port not in exits and not (node.bypassed and not exits)):
             raise TurnError(f"the {node.type_name} node took exit {str(port)[:MAX_PORT_CHARS]!r}, which it does not "
                             f"have (its exits: {', '.join(map(str, exits)) or 'none'})", node.id)
-        next_node = exits[port]
+        next_node = exits.get(port, END)
         diag.exit, diag.next_node = port, next_node
         diag.timings.total_ms = elapsed_ms(started)
         for warning in diag.warnings:

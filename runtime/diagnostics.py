@@ -91,6 +91,8 @@ class NodeDiagnostics(_Model):
     retrieved: list[RetrievedEntry] | None = Field(None, description="For a Retrieve node.")
     timings: NodeTimings = Field(default_factory=NodeTimings)
     warnings: list[str] = Field(default_factory=list)
+    bypassed: bool = Field(False, description="The node is bypassed: it did not run, and the turn passed along "
+                           "its default exit (exit says which).")
 
 
 class TurnDiagnostics(_Model):

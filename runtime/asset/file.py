@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from runtime.asset.model import ASSET_VERSION, Asset, FieldError
+from runtime.asset.model import ASSET_VERSION, Asset, Comment, FieldError
 from runtime.files.located import (
     MISSING_FIELD,
     UNKNOWN_KEY,
@@ -48,12 +48,14 @@ from runtime.problems import AssetError, Problem
 
 # Keys first in this order; any other key keeps the model's order after them.
 _NODE_KEY_ORDER = (
-    "id", "type", "title", "model_name", "context_size", "max_tokens", "max_summary_tokens",
+    "id", "type", "title", "bypassed", "model_name", "context_size", "max_tokens", "max_summary_tokens",
     "system_prompt", "input", "template", "placement", "history_role", "history_mode", "history_window",
     "temperature", "top_p", "min_p", "repeat_penalty", "seed",
 )
 _TRAILING_NODE_KEYS = ("default_exit", "fallback_exit", "position", "metadata")
 _ASSET_KEY_ORDER = ("version", "name", "default_model", "start_node", "variables", "enable_diagnostics")
+_TRAILING_ASSET_KEYS = ("metadata", "nodes", "comments")
+_COMMENT_KEY_ORDER = ("id", "kind", "title", "text", "color", "position", "size", "metadata")
 
 # version -> function that takes a raw dict of that version and returns the next version's dict.
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -82,6 +84,13 @@ def _from_unversioned(raw: dict[str, Any]) -> dict[str, Any]:
             node["position"] = [pos.get("x", 0.0), pos.get("y", 0.0)]
     out["version"] = 1
     return out
+
+
+@migration(1)
+def _to_comments(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added comments (backdrops and notes) and bypassed nodes, both absent from a
+    version 1 file: nothing changes but the version."""
+    return {**raw, "version": 2}
 
 
 def migrate(raw: dict[str, Any], source: str = "<asset>") -> dict[str, Any]:
@@ -433,7 +442,7 @@ def repair_asset_dict(raw: dict[str, Any], source: str = "<asset>") -> RepairedA
     raw = migrate(copy.deepcopy(raw), source)
     if _holds_too_long_int(raw):
         _mark_too_long(raw)
-    problems: list[Problem] = _repair_values(raw, source)
+    problems: list[Problem] = _repair_values(raw, source) + _repair_comment_names(raw, source)
     tried: set[tuple[tuple[Any, ...], str]] = set()
     for _ in range(_MAX_REPAIRS):
         try:
@@ -476,6 +485,39 @@ def _repair_values(raw: dict[str, Any], source: str) -> list[Problem]:
         done = f"with {shown_name(key)} reset to {default}" if default else f"without {shown_name(key)}"
         had = f" (the file has {_short(value)})" if steps != path else ""
         problems.append(_problem(raw, path, f"{message}{had}. Opened {done}. {_UNCHANGED}", source))
+    return problems
+
+
+def _repair_comment_names(raw: dict[str, Any], source: str) -> list[Problem]:
+    """Give a comment with a missing, malformed or repeated id a free one, and a comment without a
+    valid kind the kind 'note', in place, so that the comment (its text above all) still opens."""
+    comments = raw.get("comments")
+    if not isinstance(comments, list):
+        return []
+    problems: list[Problem] = []
+    records = [c for c in comments if isinstance(c, dict)]
+    used = {c["id"] for c in records if isinstance(c.get("id"), str)}
+    seen: set[str] = set()
+    for index, comment in enumerate(comments):
+        if not isinstance(comment, dict):
+            continue
+        given = comment.get("id")
+        valid = isinstance(given, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", given)
+        if not valid or given in seen:
+            free = next(f"comment_{n}" for n in range(1, len(comments) + len(used) + 2) if f"comment_{n}" not in used)
+            used.add(free)
+            why = ("comment id is missing" if given is None else f"comment id {_short(given)} is repeated" if valid
+                   else f"comment id {_short(given)} is not an id (a letter or _, then letters, digits, _ or -)")
+            comment["id"] = free
+            given = free
+            problems.append(Problem("error", f"{why}. Opened as {free!r}. {_UNCHANGED}", source,
+                                    field=f"comments.{index}.id"))
+        seen.add(given)
+        if comment.get("kind") not in ("backdrop", "note"):
+            had = "is missing" if "kind" not in comment else f"is {_short(comment['kind'])}, not 'backdrop' or 'note'"
+            comment["kind"] = "note"
+            problems.append(Problem("error", f"the comment's kind {had}. Opened as a note. {_UNCHANGED}", source,
+                                    field=f"comments.{index}.kind"))
     return problems
 
 
@@ -543,6 +585,8 @@ def _default_text(raw: dict[str, Any], path: list[Any]) -> str:
     if len(path) == 3 and path[0] == "nodes":
         node = _walk(raw, path[:2])
         model = _node_model(node)
+    if len(path) == 3 and path[0] == "comments":
+        model = Comment
     info = model.model_fields.get(path[-1]) if model is not None else None
     if info is None:
         return ""
@@ -661,13 +705,28 @@ def _json_dump(model: BaseModel) -> dict[str, Any]:
 
 def node_to_dict(node: Any) -> dict[str, Any]:
     """One node as a saved asset writes it (the editor's clipboard uses this too)."""
-    return _ordered(_json_dump(node), _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
+    return _node_dict(_json_dump(node))
+
+
+def _node_dict(raw: dict[str, Any]) -> dict[str, Any]:
+    if not raw.get("bypassed"):
+        raw.pop("bypassed", None)  # written only when true, so files without bypassed nodes stay as they were
+    return _ordered(raw, _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
+
+
+def comment_to_dict(comment: Any) -> dict[str, Any]:
+    """One comment as a saved asset writes it (the editor's clipboard uses this too)."""
+    return _ordered(_json_dump(comment), _COMMENT_KEY_ORDER)
 
 
 def asset_to_dict(asset: Asset) -> dict[str, Any]:
     raw = _json_dump(asset)
-    raw["nodes"] = [_ordered(n, _NODE_KEY_ORDER, _TRAILING_NODE_KEYS) for n in raw["nodes"]]
-    return _ordered(raw, _ASSET_KEY_ORDER, ("metadata", "nodes"))
+    raw["nodes"] = [_node_dict(n) for n in raw["nodes"]]
+    if raw.get("comments"):
+        raw["comments"] = [_ordered(c, _COMMENT_KEY_ORDER) for c in raw["comments"]]
+    else:
+        raw.pop("comments", None)  # written only when there are some
+    return _ordered(raw, _ASSET_KEY_ORDER, _TRAILING_ASSET_KEYS)
 
 
 def dumps_asset(asset: Asset) -> str:

@@ -15,7 +15,7 @@ field), except inside the free-form ``metadata`` objects, which are kept as they
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator
 
@@ -53,7 +53,7 @@ from runtime.nodes import (
     when_registered,
 )
 
-ASSET_VERSION = 1
+ASSET_VERSION = 2  # 2: comments (backdrops and notes) and bypassed nodes
 _help = field_help
 
 
@@ -65,10 +65,42 @@ Node = _node_union()
 
 __all__ = [
     "ASSET_VERSION", "END", "ID_PATTERN", "NODE_TYPES", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "Asset", "Attribute",
-    "ClassifyAttributes", "ClassifyIntent", "FieldError", "Generate", "GenerateAndSpeak", "GeneratingNode",
+    "ClassifyAttributes", "ClassifyIntent", "Comment", "FieldError", "Generate", "GenerateAndSpeak", "GeneratingNode",
     "Intent", "KnowledgeEntry", "ModelParams", "Node", "NodeBase", "Retrieve", "SamplingParams", "Strict",
     "Summarize", "Tool", "ToolCall", "VariableValue", "is_valid_id", "new_node", "palette_node",
 ]
+
+
+class Comment(Strict):
+    """A comment on the canvas: a backdrop (a titled, coloured rectangle; the nodes inside it move
+    with it) or a note (free text). Comments are layout only: never run, never part of a prompt."""
+
+    id: str = Field(pattern=ID_PATTERN, **_help("Stable id, unique among the asset's comments."))
+    kind: Literal["backdrop", "note"] = Field(**_help("A backdrop groups the nodes inside it; a note holds free text."))
+    title: str = Field("", **_help("The backdrop's title (a note may have one too)."))
+    text: str = Field("", **_help("Free text."))
+    color: tuple[int, int, int] = Field((60, 70, 90), **_help("Red, green and blue, 0-255 each.", "Layout"))
+    position: tuple[float, float] = Field((0.0, 0.0), **_help("Top-left corner on the editor canvas.", "Layout"))
+    size: tuple[float, float] = Field((400.0, 240.0), **_help("Width and height on the canvas, above 0.", "Layout"))
+    metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
+
+    @field_validator("color")
+    @classmethod
+    def _color_channels(cls, v: tuple[int, int, int]) -> tuple[int, int, int]:
+        if any(not 0 <= c <= 255 for c in v):
+            raise ValueError(f"each colour channel is 0-255, not {list(v)}")
+        return v
+
+    @field_validator("size")
+    @classmethod
+    def _positive_size(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if any(not d > 0 for d in v):
+            raise ValueError(f"width and height must be above 0, not {list(v)}")
+        return v
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        return cls(id=f"comment_{number}", kind="note").model_dump()
 
 
 class Asset(Strict):
@@ -83,6 +115,7 @@ class Asset(Strict):
     max_steps_per_turn: int = Field(32, ge=1, le=10_000, **_help("Node runs allowed in one turn before it stops with an error (catches runaway loops)."))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
+    comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))
 
     @field_validator("variables")
     @classmethod
@@ -90,6 +123,17 @@ class Asset(Strict):
         bad = [k for k in v if not re.fullmatch(SLOT_PATTERN, k)]
         if bad:
             raise ValueError(f"variable names must be identifiers: {', '.join(map(repr, bad))}")
+        return v
+
+    @field_validator("comments")
+    @classmethod
+    def _unique_comment_ids(cls, v: list[Comment]) -> list[Comment]:
+        seen: set[str] = set()
+        for index, comment in enumerate(v):
+            if comment.id in seen:
+                raise FieldError(f"{index}.id", f"comment id {comment.id!r} is used by an earlier comment; "
+                                 "comment ids must be unique")
+            seen.add(comment.id)
         return v
 
     def node(self, node_id: str) -> NodeBase:

@@ -192,6 +192,8 @@ class NodeBase(Strict):
     metadata: FreeFormData = Field(
         default_factory=dict, **field_help("Free-form data kept as it is (tools may store notes here).", "Layout")
     )
+    bypassed: bool = Field(False, **field_help(
+        "Bypassed (Ctrl+B): the turn passes straight along the node's default exit without running it."))
 
     # Its replies are what the player hears (the turn's reply; a Summarize node before it delays it).
     PLAYER_FACING: ClassVar[bool] = False
@@ -233,6 +235,12 @@ class NodeBase(Strict):
         if port not in self.exits():
             raise KeyError(port)
         return port
+
+    def bypass_port(self) -> str:
+        """The port a bypassed node passes the turn along: its default exit, else its fallback exit,
+        else its first port; '' for a node without exits (the turn ends there)."""
+        ports = list(self.exits())
+        return next((p for p in ("default_exit", "fallback_exit") if p in ports), ports[0] if ports else "")
 
     def exit_label(self, port: str) -> str:
         """The text the canvas shows beside exit ``port``."""

@@ -2,10 +2,11 @@
 
 import json
 import os
+import re
 
 import pytest
 
-from runtime.asset.file import dumps_asset, load_asset, parse_asset, save_asset
+from runtime.asset.file import ASSET_VERSION, dumps_asset, load_asset, parse_asset, save_asset
 from runtime.problems import AssetError
 from runtime.resources import examples_dir
 
@@ -17,7 +18,12 @@ def test_load_then_save_is_byte_identical(path, tmp_path):
     asset = load_asset(path)
     out = tmp_path / path.name
     save_asset(asset, out)
-    assert out.read_bytes() == path.read_bytes()
+    # An example still at version 1 saves as the current version and otherwise unchanged: the
+    # migration from 1 to 2 adds nothing (comments and bypassed nodes are written only when used).
+    expected = re.sub(rb'^\{\n  "version": 1,', b'{\n  "version": %d,' % ASSET_VERSION, path.read_bytes())
+    assert out.read_bytes() == expected
+    save_asset(load_asset(out), out)
+    assert out.read_bytes() == expected
 
 
 def test_save_orders_keys_stably(tmp_path):
@@ -91,7 +97,7 @@ def test_not_an_object():
 def test_unversioned_drafts_are_migrated():
     old = {"agent": {"name": "Old", "start_node": "g"}, "nodes": [{"id": "g", "type": "Generate", "position": {"x": 5, "y": 6}}]}
     asset = parse_asset(json.dumps(old))
-    assert asset.version == 1 and asset.name == "Old" and asset.node("g").position == (5.0, 6.0)
+    assert asset.version == ASSET_VERSION and asset.name == "Old" and asset.node("g").position == (5.0, 6.0)
 
 
 def test_newer_version_is_refused_clearly():

@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from runtime.asset.model import (
+    ASSET_VERSION,
     NODE_TYPES,
     Asset,
     Attribute,
@@ -82,7 +83,7 @@ def test_classifier_and_retrieve_defaults():
 
 def test_asset_defaults():
     a = Asset()
-    assert a.version == 1 and a.enable_diagnostics is True and a.variables == {} and a.start_node == ""
+    assert a.version == ASSET_VERSION and a.enable_diagnostics is True and a.variables == {} and a.start_node == ""
 
 
 @pytest.mark.parametrize(
