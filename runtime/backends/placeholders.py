@@ -19,7 +19,7 @@ from runtime.problems import BackendError
 def content_marks(count: int) -> tuple[str, list[str]]:
     """A fresh nonce and one placeholder per message: private-use characters that no tokenizer,
     template filter or player text produces by chance."""
-    nonce = secrets.token_hex(6)
+    nonce = "pQ" + secrets.token_hex(6)  # a lower and an upper letter: any case filter changes it
     return nonce, [f"\ue000{nonce}:{i}\ue001" for i in range(count)]
 
 

@@ -27,3 +27,12 @@ def test_a_template_that_drops_repeats_or_cuts_a_content_is_refused(render, word
     nonce, marks = content_marks(2)
     with pytest.raises(BackendError, match=words):
         split_at_marks(render(marks), MESSAGES, marks, nonce, "gpu-box: the server's chat template", "serve a model")
+
+
+@pytest.mark.parametrize("case", [str.upper, str.lower, str.title, str.swapcase])
+def test_a_template_that_changes_the_case_of_contents_is_refused_whatever_the_nonce(case, monkeypatch) -> None:
+    # a nonce of digits only (1 in 280 of token_hex(6)'s) once let `| upper` through in CI
+    monkeypatch.setattr("runtime.backends.placeholders.secrets.token_hex", lambda n: "0" * (2 * n))
+    nonce, marks = content_marks(2)
+    with pytest.raises(BackendError, match="does not insert message 1"):
+        split_at_marks(f"<s>{case(marks[0])}</s>{case(marks[1])}", MESSAGES, marks, nonce, "t", "use x")
