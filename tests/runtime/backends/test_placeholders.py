@@ -21,7 +21,7 @@ def test_contents_come_back_as_data_between_the_markup() -> None:
 @pytest.mark.parametrize(("render", "words"), [
     (lambda m: f"<s>{m[0]}</s><a>", r"does not insert message 2 \(user\) exactly once"),
     (lambda m: f"<s>{m[0]}{m[0]}</s>{m[1]}", r"does not insert message 1 \(system\) exactly once"),
-    (lambda m: f"<s>{m[0]}</s>{m[1]}<copy>{m[1][:14]}</copy>", "alters message contents"),
+    (lambda m: f"<s>{m[0]}</s>{m[1]}<copy>{m[1][:-2]}</copy>", "alters message contents"),
 ])
 def test_a_template_that_drops_repeats_or_cuts_a_content_is_refused(render, words) -> None:
     nonce, marks = content_marks(2)
