@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runtime.asset.behaviours import expand
 from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend, CallCancelled
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
@@ -94,18 +95,22 @@ class TurnResult:
 
 class Agent:
     def __init__(self, asset: Asset, backend: Backend, asset_dir: str | None = None, session_id: str = "") -> None:
-        self.asset = asset
+        """Raises ``AssetError`` when a behaviour a Subgraph node runs cannot be read (from ``asset_dir``)."""
+        # The asset as given; ``asset`` is the graph that runs, its behaviours' nodes added under
+        # namespaced ids (``guard/classify``): the ids of the history, the diagnostics and the caches.
+        self.source_asset = asset
+        self.asset = expand(asset, asset_dir)
         # Many agents on one backend (``parley serve``'s NPCs) each name their own node caches
         # "SESSION/NODE"; an agent alone on its backend (the editor's) keys them by node id.
         self.session_id = session_id
         self.backend = backend
         self.asset_dir = asset_dir
         self.history = DialogHistory()
-        self.variables: dict[str, VariableValue] = dict(asset.variables)
+        self.variables: dict[str, VariableValue] = dict(self.asset.variables)
         self.system_prompts: dict[str, str] = {}  # node id -> system prompt set at runtime
         self.windows: dict[str, int] = {}  # node id -> window start (only moves forward)
         self.journals: dict[str, DecodeJournal] = {}  # node id -> how its KV cache was read so far
-        self._nodes = {n.id: n for n in asset.nodes}
+        self._nodes = {n.id: n for n in self.asset.nodes}
         self._token_counts: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._node_caches: dict[str, dict[str, Any]] = {}  # node id -> what it keeps across turns
         self._running = threading.Lock()
@@ -161,7 +166,9 @@ class Agent:
         sampling = {k: v for k, v in changes.items() if k != "system_prompt"}
         if sampling:
             try:
-                changed = type(node).model_validate({**node.model_dump(), **sampling})
+                # validated under a plain id: a behaviour's node runs under a namespaced one (guard/reply)
+                changed = type(node).model_validate({**node.model_dump(), **sampling, "id": "node"}).model_copy(
+                    update={"id": node_id})
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])

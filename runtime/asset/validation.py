@@ -9,6 +9,7 @@ loaded, an estimate otherwise).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -16,12 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runtime.asset.behaviours import expand, has_behaviours
+from runtime.asset.behaviours import problems as behaviour_problems
 from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.models.folder import ModelFileError, resolve_model
 from runtime.models.gguf import GGUFInfo, read_gguf
+from runtime.names import NAMESPACE_SEP
 from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, checked_exits, failure_text
 from runtime.nodes.checks import GraphShape, ModelContext, TokenCounter, estimate_tokens
+from runtime.nodes.exit import Exit
+from runtime.nodes.subgraph import Subgraph
 from runtime.problems import AssetError, InputError, Problem
 
 __all__ = ["ModelContext", "ModelFiles", "TokenCounter", "Validator", "check_file", "estimate_tokens", "validate_asset"]
@@ -80,7 +86,8 @@ class _NodeFacts:
     def __init__(self, node: NodeBase) -> None:
         self.node = node  # kept alive, so id(node) names this object for as long as the facts live
         self.exits, self.exits_failed = _node_exits(node)
-        self.entry = (node.id, tuple(self.exits.values()))
+        # A node without exits (an Exit node) ends the turn where it is.
+        self.entry = (node.id, tuple(self.exits.values()) or (END,))
         self.uses_model = node.uses_model()
         self.own_model = node.model_name if isinstance(node, ModelParams) else ""
         self.local: tuple[tuple, list[Problem]] | None = None  # (what check() saw, its problems)
@@ -113,7 +120,30 @@ class Validator:
     ) -> list[Problem]:
         """Every graph-level error and warning, in node order. With ``models``, model files are
         looked up (a missing or unreadable one is a warning) and their context sizes feed the
-        budget checks."""
+        budget checks.
+
+        An asset with Subgraph nodes is validated as it runs: its behaviours (read from
+        ``asset_dir`` now) expanded, their nodes' problems under namespaced ids (``guard/classify``),
+        then the problems of the behaviours themselves at each Subgraph node (``behaviours.problems``).
+        A behaviour that cannot be expanded leaves the asset checked as it is, its Subgraph nodes
+        taken at their word (their ``exits``)."""
+        if not has_behaviours(asset):
+            return self._validate(asset, source, asset_dir, count_tokens, model_context, models)
+        found = behaviour_problems(asset, asset_dir, source)
+        if any(p.field == "behaviour" for p in found):
+            return self._validate(asset, source, asset_dir, count_tokens, model_context, models) + found
+        flat = expand(asset, asset_dir, source)
+        return _at_source_nodes(flat, self._validate(flat, source, asset_dir, count_tokens, model_context, models)) + found
+
+    def _validate(
+        self,
+        asset: Asset,
+        source: str,
+        asset_dir: str | os.PathLike[str] | None,
+        count_tokens: TokenCounter | None,
+        model_context: ModelContext | None,
+        models: ModelFiles | None,
+    ) -> list[Problem]:
         if model_context is None and models is not None:
             model_context = models.context
         kept = self._facts
@@ -165,6 +195,10 @@ class Validator:
                         error(f"exit names no node: {target!r}", node.id, _exit_field(node, port))
             if fact.uses_model and not asset.model_source(fact.own_model)[0]:
                 warning("no model: set the node's model_name or the agent's default_model", node.id, "model_name")
+            if node.bypassed:
+                port = node.bypass_port()
+                along = f"pass along its {node.exit_label(port)} exit" if port else "end at it"
+                warning(f"bypassed: turns {along} without running it", node.id, "bypassed")
             if fact.local is not None and fact.local[0] is local_key and not node.CHECK_READS_FILES:
                 problems += fact.local[1]
             else:
@@ -195,6 +229,26 @@ class Validator:
             _run_check(node, "check_in_graph", lambda node=node: node.check_in_graph(checks.about(node)), problems,
                        source)
         return problems
+
+
+def _at_source_nodes(flat: Asset, problems: list[Problem]) -> list[Problem]:
+    """``problems`` of an expanded asset, each where the designer fixes it: an exit of a behaviour's
+    Exit node (``guard/refuse``) is the Subgraph node's exit for that port (``guard``, ``exits.refuse``)."""
+    subgraphs = {n.id for n in flat.nodes if isinstance(n, Subgraph)}
+    out = []
+    for problem in problems:
+        owner, _sep, port = problem.node_id.rpartition(NAMESPACE_SEP)
+        if problem.field == "id" and owner in subgraphs and isinstance(_node_or_none(flat, problem.node_id), Exit):
+            problem = dataclasses.replace(problem, node_id=owner, field=f"exits.{port}")
+        out.append(problem)
+    return out
+
+
+def _node_or_none(asset: Asset, node_id: str) -> NodeBase | None:
+    try:
+        return asset.node(node_id)
+    except KeyError:
+        return None
 
 
 def _above_trained(asset: Asset, node: NodeBase, model_context: ModelContext) -> list[str]:

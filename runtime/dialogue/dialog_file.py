@@ -42,6 +42,7 @@ from runtime.files.writing import atomic_write_text
 from runtime.models.journal import EMPTY, MAX_JOURNAL_TOKENS, Chunk, DecodeJournal
 from runtime.names import (  # noqa: F401  (REPLACEMENT, VariableValue and without_surrogates: kept importable from here)
     ID_PATTERN,
+    NODE_PATH_PATTERN,
     REPLACEMENT,
     SLOT_PATTERN,
     VariableValue,
@@ -77,8 +78,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-# Keys name nodes and variables; pydantic's patterns match the whole key ("x\n" is refused).
-NodeKey = Annotated[str, Field(pattern=ID_PATTERN)]
+# Keys name nodes and variables; pydantic's patterns match the whole key ("x\n" is refused). A node
+# is named as the agent runs it: a behaviour's nodes by namespaced ids (guard/reply).
+NodeKey = Annotated[str, Field(pattern=NODE_PATH_PATTERN)]
 VariableName = Annotated[str, Field(pattern=SLOT_PATTERN)]
 WindowStart = Annotated[int, Field(ge=0)]
 # JSON has no NaN or infinity (Python's reader takes them): refused, so what loads saves and loads the same.
@@ -89,14 +91,14 @@ TurnId = Annotated[int, Field(ge=0)]
 
 class ReplyInFile(_Strict):
     kind: Literal["reply"] = "reply"
-    node: str = Field(pattern=ID_PATTERN, description="Id of the node that wrote the reply.")
+    node: str = Field(pattern=NODE_PATH_PATTERN, description="Id of the node that wrote the reply.")
     text: str
     replay: bool = Field(True, description="False when the node's history_role was none: never replayed.")
 
 
 class ToolExchangeInFile(_Strict):
     kind: Literal["tool"]
-    node: str = Field(pattern=ID_PATTERN, description="Id of the ToolCall node.")
+    node: str = Field(pattern=NODE_PATH_PATTERN, description="Id of the ToolCall node.")
     tool: str = Field(pattern=SLOT_PATTERN)
     arguments: dict[str, Any] = Field(default_factory=dict)
     result: str
@@ -127,7 +129,7 @@ class SummaryInFile(_Strict):
     text: str
     covered_through: int = Field(ge=0, description="Index of the last turn covered (turns count from 0).")
     folded_turns: int = Field(ge=1)
-    node: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_\-]*)?$")
+    node: str = Field("", pattern=rf"^({NODE_PATH_PATTERN[1:-1]})?$")
     summary_chars: int | None = Field(None, description="Written for readers by version 2; recomputed on import.")
 
 

@@ -193,7 +193,7 @@ class NPCs:
             loaded = load_asset(path)
         except InputError as exc:
             raise ServeError("bad_asset", f"asset {asset!r} cannot be loaded", exc.problems) from None
-        errors = [p for p in validate_asset(loaded) if p.severity == "error"]
+        errors = [p for p in validate_asset(loaded, str(path), asset_dir=path.parent) if p.severity == "error"]
         if errors:
             raise ServeError("bad_asset", f"asset {asset!r} has {len(errors)} error(s)", errors)
         unknown = sorted(set(variables) - set(loaded.variables))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from runtime import patterns
+from runtime.asset.behaviours import expand
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
@@ -142,7 +143,7 @@ def suite_schema() -> dict[str, Any]:
 class LoadedSuite:
     path: Path
     suite: Suite
-    asset: Asset
+    asset: Asset  # as its cases run: the suite's model, and the behaviours of its Subgraph nodes expanded
 
     @property
     def name(self) -> str:
@@ -318,6 +319,11 @@ def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
         raise SuiteError([_at(path, f"asset: {suite.asset} cannot be loaded", root, ["asset"]), *exc.problems]) from None
     if suite.model:
         asset = asset.model_copy(update={"default_model": suite.model})
+    try:  # the graph the cases run: expectations may name a behaviour's nodes (guard/classify)
+        asset = expand(asset, asset_path.parent, str(asset_path))
+    except InputError as exc:
+        raise SuiteError([_at(path, f"asset: {suite.asset} runs a behaviour that cannot be loaded", root, ["asset"]),
+                          *exc.problems]) from None
     problems = []
     node_ids = set(asset.node_ids())
     for i, case in enumerate(suite.cases):

@@ -68,6 +68,7 @@ def test_edited_example_suites_load_or_are_a_located_error(example, cut, junk, t
     folder = tmp_path_factory.mktemp("suite")
     for asset in EXAMPLES.glob("*.json"):
         shutil.copy(asset, folder)
+    shutil.copytree(EXAMPLES / "behaviours", folder / "behaviours", dirs_exist_ok=True)
     for data in EXAMPLES.glob("*.jsonl"):
         shutil.copy(data, folder)
     text = example.read_text(encoding="utf-8")
@@ -103,6 +104,7 @@ def test_the_example_suites_load_back_the_same_when_written_out_again(tmp_path):
     for example in SUITES:
         for asset in EXAMPLES.glob("*.json"):
             shutil.copy(asset, tmp_path)
+        shutil.copytree(EXAMPLES / "behaviours", tmp_path / "behaviours", dirs_exist_ok=True)
         first = load_suite(example)
         path = tmp_path / example.name
         raw = yaml.safe_load(example.read_text(encoding="utf-8"))
