@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runtime.asset.behaviours import expand, has_behaviours
 from runtime.asset.model import Asset
 from runtime.models.gguf import GGUFError, read_gguf
 from runtime.models.memory import (
@@ -147,8 +148,13 @@ def estimate_asset(
     context_overrides: Mapping[str, int] | None = None,
     model_overrides: Mapping[str, str] | None = None,
     asset_file: str = "",
+    asset_dir: str | os.PathLike[str] | None = None,
 ) -> Estimate:
     """Memory needs of ``asset``: one context per model-backed node, weights once per model file.
+
+    The nodes of the behaviours its Subgraph nodes run are counted too, each under its namespaced
+    id (``guard/classify``: a context of its own), read from ``asset_dir`` (by default the folder of
+    ``asset_file``); a behaviour that cannot be read is a problem and counts as nothing.
 
     ``resolve_model`` turns a model name from the asset into a file path (raising
     an InputError or OSError when it cannot). ``context_overrides`` and
@@ -159,6 +165,13 @@ def estimate_asset(
     context_overrides = context_overrides or {}
     model_overrides = model_overrides or {}
     problems: list[Problem] = []
+    if has_behaviours(asset):
+        if asset_dir is None and asset_file:
+            asset_dir = Path(asset_file).parent
+        try:
+            asset = expand(asset, asset_dir, asset_file)
+        except InputError as exc:
+            problems.extend(exc.problems)
     resolved: dict[str, tuple[Path, ModelShape] | None] = {}
     nodes: list[NodeEstimate] = []
     by_model: dict[Path, list[str]] = {}
