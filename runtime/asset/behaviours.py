@@ -210,7 +210,10 @@ def expand(asset: Asset, asset_dir: PathLike | None, source: str = "") -> Asset:
     if not has_behaviours(asset):
         return asset
     found = problems(asset, asset_dir, source)
-    errors = [p for p in found if p.severity == "error" and p.field == "behaviour"]
+    # A Subgraph node with no behaviour yet (one just added) is its own check's problem, not a file's
+    empty = [Problem("error", "no behaviour: choose the asset file this node runs", source, n.id, "behaviour")
+             for n in asset.nodes if isinstance(n, Subgraph) and not n.expanded and not n.behaviour.strip()]
+    errors = empty + [p for p in found if p.severity == "error" and p.field == "behaviour"]
     if errors:
         raise AssetError(errors)
     root = Path(asset_dir) if asset_dir is not None else None

@@ -130,9 +130,12 @@ class Validator:
         if not has_behaviours(asset):
             return self._validate(asset, source, asset_dir, count_tokens, model_context, models)
         found = behaviour_problems(asset, asset_dir, source)
-        if any(p.field == "behaviour" for p in found):
+        try:
+            if any(p.field == "behaviour" for p in found):
+                raise AssetError(found)
+            flat = expand(asset, asset_dir, source)
+        except AssetError:  # a behaviour cannot be expanded (or a Subgraph node has none yet)
             return self._validate(asset, source, asset_dir, count_tokens, model_context, models) + found
-        flat = expand(asset, asset_dir, source)
         return _at_source_nodes(flat, self._validate(flat, source, asset_dir, count_tokens, model_context, models)) + found
 
     def _validate(

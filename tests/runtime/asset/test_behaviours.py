@@ -270,3 +270,16 @@ def test_expanded_ids_are_refused_in_files() -> None:
     with pytest.raises(AssetError):
         asset_from_dict(asset("a/b", generate("a/b")))
     assert isinstance(asset_from_dict(asset("a", generate("a"))), Asset)
+
+
+def test_a_subgraph_node_without_a_behaviour_yet_is_one_problem_and_no_crash() -> None:
+    """A Subgraph node just added from the palette names no file yet: validation says so once (the
+    node's own check), and expand refuses it with a located error rather than failing on the path."""
+    from runtime.asset.validation import validate_asset
+
+    fresh = asset_from_dict(asset("guard", subgraph("guard", "", {}), generate("after")))
+    found = [(p.node_id, p.field, p.message) for p in validate_asset(fresh) if p.severity == "error"]
+    assert found == [("guard", "behaviour", "no behaviour: choose the asset file this node runs")]
+    with pytest.raises(AssetError) as refused:
+        expand(fresh, None)
+    assert [(p.node_id, p.field) for p in refused.value.problems] == [("guard", "behaviour")]
