@@ -14,8 +14,8 @@ from typing import Any
 
 from PySide6.QtGui import QUndoCommand
 
-from editor.document import Document
-from runtime.asset.model import END, NodeBase
+from editor.document import COMMENT_KEY_PREFIX, Document
+from runtime.asset.model import END, Comment, NodeBase
 from runtime.nodes import shown_exits
 
 
@@ -168,7 +168,8 @@ class SetExitCommand(DocumentCommand):
 
 
 class MoveCommand(DocumentCommand):
-    """Move nodes and terminals: ``moves`` maps a node id or ``@start``/``@end`` to (old, new)."""
+    """Move nodes, terminals and comments: ``moves`` maps a node id, ``@start``/``@end`` or a comment's
+    ``#<id>`` to (old, new)."""
 
     def __init__(self, document: Document, moves: dict[str, tuple[tuple[float, float], tuple[float, float]]],
                  text: str = "", parent: MacroCommand | None = None) -> None:
@@ -181,6 +182,8 @@ class MoveCommand(DocumentCommand):
         for key, positions in self.moves.items():
             if key.startswith("@"):
                 self.document.set_terminal_position(key[1:], positions[which])
+            elif key.startswith(COMMENT_KEY_PREFIX):
+                self.document.set_comment_fields(key[1:], {"position": positions[which]})
             else:
                 self.document.set_position(key, positions[which])
 
@@ -218,6 +221,76 @@ class SetAgentFieldCommand(DocumentCommand):
         return True
 
 
+class AddCommentCommand(DocumentCommand):
+    def __init__(self, document: Document, comment: Comment, index: int | None = None,
+                 parent: MacroCommand | None = None) -> None:
+        super().__init__(f"Add {comment_label(comment)}")
+        _join(self, parent)
+        self.document = document
+        self.comment = comment
+        self.index = index
+
+    def redo(self) -> None:
+        self.document.add_comment(self.comment, self.index)
+
+    def undo(self) -> None:
+        self.document.remove_comment(self.comment.id)
+
+
+class RemoveCommentCommand(DocumentCommand):
+    def __init__(self, document: Document, comment_id: str, parent: MacroCommand | None = None) -> None:
+        super().__init__(f"Remove {comment_label(document.comment(comment_id))}")
+        _join(self, parent)
+        self.document = document
+        self.comment_id = comment_id
+        self.index = -1
+        self.comment: Comment | None = None
+
+    def redo(self) -> None:
+        self.index, self.comment = self.document.remove_comment(self.comment_id)
+
+    def undo(self) -> None:
+        assert self.comment is not None
+        self.document.add_comment(self.comment, self.index)
+
+
+class SetCommentCommand(DocumentCommand):
+    """Change some fields of a comment in one step (a resize: position and size; the edit dialog:
+    title, text and colour). ``old`` and ``new`` map the same field names to values."""
+
+    def __init__(self, document: Document, comment_id: str, old: dict[str, Any], new: dict[str, Any],
+                 text: str = "", parent: MacroCommand | None = None) -> None:
+        super().__init__(text or f"Edit {comment_label(document.comment(comment_id))}")
+        _join(self, parent)
+        self.document = document
+        self.comment_id = comment_id
+        self.old = old
+        self.new = new
+
+    def redo(self) -> None:
+        self.document.set_comment_fields(self.comment_id, self.new)
+
+    def undo(self) -> None:
+        self.document.set_comment_fields(self.comment_id, self.old)
+
+
+def comment_label(comment: Comment) -> str:
+    """How an undo step names a comment: 'backdrop "Greeting"', 'note'."""
+    return f'{comment.kind} "{comment.title}"' if comment.title else comment.kind
+
+
+def set_comment(document: Document, comment_id: str, changes: dict[str, Any], text: str = "") -> SetCommentCommand | None:
+    """The command that makes ``changes`` to a comment, or None when they change nothing. Raises
+    ``FieldRejected`` (checked before anything is pushed)."""
+    updated = document.check_comment_fields(comment_id, changes)
+    current = document.comment(comment_id)
+    new = {f: getattr(updated, f) for f in changes if getattr(updated, f) != getattr(current, f)}
+    if not new:
+        return None
+    old = {f: getattr(current, f) for f in new}
+    return SetCommentCommand(document, comment_id, old, new, text)
+
+
 # --- compound edits --------------------------------------------------------------------------
 
 
@@ -239,6 +312,18 @@ def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
     for node_id in sorted(doomed, key=document.index_of, reverse=True):
         RemoveNodeOnlyCommand(document, node_id, parent)
     return parent
+
+
+def remove_comments(document: Document, comment_ids: list[str], parent: MacroCommand | None = None) -> MacroCommand:
+    """One undo step (or parts of ``parent``) that removes comments; the nodes inside a backdrop stay."""
+    command = parent if parent is not None else MacroCommand()
+    doomed = [i for i in comment_ids if document.has_comment(i)]
+    if parent is None:
+        command.setText(f"Delete {comment_label(document.comment(doomed[0]))}" if len(doomed) == 1
+                        else f"Delete {len(doomed)} comments")
+    for comment_id in sorted(doomed, key=document.comment_index, reverse=True):
+        RemoveCommentCommand(document, comment_id, command)
+    return command
 
 
 def disconnect(document: Document, exits: list[tuple[str, str]], start: bool = False,

@@ -20,13 +20,20 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from runtime.asset.file import problems_from_validation
-from runtime.asset.model import END, Asset, NodeBase
+from runtime.asset.model import END, Asset, Comment, NodeBase
 from runtime.nodes import shown_exits
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
 # the asset's free-form metadata, so a saved file reopens with the same layout.
 EDITOR_METADATA_KEY = "parley_studio"
 TERMINALS = ("start", "end")
+# A comment (a backdrop or a note) on the canvas and in a move is keyed "#<comment id>": node ids
+# never start with "#", nor the terminals' "@start" and "@end".
+COMMENT_KEY_PREFIX = "#"
+
+
+def comment_key(comment_id: str) -> str:
+    return f"{COMMENT_KEY_PREFIX}{comment_id}"
 
 
 class FieldRejected(ValueError):
@@ -49,6 +56,9 @@ class Document(QObject):
     node_renamed = Signal(str, str)  # old id, new id
     agent_changed = Signal(str)  # asset-level field name
     terminal_moved = Signal(str)  # "start" or "end"
+    comment_added = Signal(str)  # comment id
+    comment_removed = Signal(str)  # comment id
+    comment_changed = Signal(str, str)  # comment id, field name (one emission per changed field)
     reset = Signal()  # a whole new asset was set
     path_changed = Signal(str)
 
@@ -299,4 +309,71 @@ class Document(QObject):
             section[f"{name}_position"] = [float(position[0]), float(position[1])]
         self._asset.metadata = metadata
         self.terminal_moved.emit(name)
+        return True
+
+    # --- comments (backdrops and notes): layout only, never run --------------------------------
+
+    def has_comment(self, comment_id: str) -> bool:
+        return any(c.id == comment_id for c in self._asset.comments)
+
+    def comment(self, comment_id: str) -> Comment:
+        return self._asset.comments[self.comment_index(comment_id)]
+
+    def comment_index(self, comment_id: str) -> int:
+        for index, comment in enumerate(self._asset.comments):
+            if comment.id == comment_id:
+                return index
+        raise KeyError(comment_id)
+
+    def unique_comment_id(self, base: str = "comment", taken: set[str] | None = None) -> str:
+        """``base`` made unique among the comment ids (``note``, ``note_2``, ...)."""
+        used = {c.id for c in self._asset.comments} | (taken or set())
+        if base not in used:
+            return base
+        stem = base.rstrip("0123456789").rstrip("_") or base
+        n = 2
+        while f"{stem}_{n}" in used:
+            n += 1
+        return f"{stem}_{n}"
+
+    def add_comment(self, comment: Comment, index: int | None = None) -> None:
+        if self.has_comment(comment.id):
+            raise ValueError(f"a comment with id {comment.id!r} already exists")
+        comments = self._asset.comments
+        comments.insert(len(comments) if index is None else index, comment)
+        self.comment_added.emit(comment.id)
+
+    def remove_comment(self, comment_id: str) -> tuple[int, Comment]:
+        index = self.comment_index(comment_id)
+        comment = self._asset.comments.pop(index)
+        self.comment_removed.emit(comment_id)
+        return index, comment
+
+    def check_comment_fields(self, comment_id: str, changes: dict[str, Any]) -> Comment:
+        """The comment with ``changes`` applied, checked whole; raises ``FieldRejected``, changes nothing."""
+        comment = self.comment(comment_id)
+        if "id" in changes:
+            raise FieldRejected("a comment's id does not change", "", "id")
+        raw = comment.model_dump()
+        raw.update(copy.deepcopy(changes))
+        try:
+            return Comment.model_validate(raw)
+        except ValidationError as exc:
+            problems = problems_from_validation(exc, {}, "")
+            first = problems[0] if problems else None
+            message = "; ".join(p.message if not p.field else f"{p.field}: {p.message}" for p in problems)
+            raise FieldRejected(f"comment {comment_id!r}: {message or exc}", "",
+                                first.field if first else "") from None
+
+    def set_comment_fields(self, comment_id: str, changes: dict[str, Any]) -> bool:
+        """Change some fields of a comment at once (a resize moves and sizes it); True when one changed.
+        Raises ``FieldRejected``."""
+        updated = self.check_comment_fields(comment_id, changes)
+        comment = self.comment(comment_id)
+        changed = [f for f in changes if getattr(updated, f) != getattr(comment, f)]
+        if not changed:
+            return False
+        self._asset.comments[self.comment_index(comment_id)] = updated
+        for field in changed:
+            self.comment_changed.emit(comment_id, field)
         return True

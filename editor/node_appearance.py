@@ -16,6 +16,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsItem
 
+from editor.bypass import shown_fill, shown_opacity, shown_title
 from editor.node_types import view_of
 from runtime.asset.model import Asset, NodeBase
 
@@ -261,11 +262,13 @@ class TerminalItem(NodeItem):
 def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
     """Bring a canvas item up to date with its asset node (title, colour, summary, start mark)."""
     changed = False
-    title = node.display_title
+    title = shown_title(node)  # a bypassed node is greyed and says so
     if item.name != title:
         item.name = title
         changed = True
-    colour = (*view_of(node.type_name).fill, 255)
+    colour = (*shown_fill(node, view_of(node.type_name).fill), 255)
+    if item.opacity() != shown_opacity(node):
+        item.setOpacity(shown_opacity(node))
     if tuple(item.color) != colour:
         item.color = colour
         item.border_color = tuple(min(255, c + 40) for c in colour[:3]) + (255,)

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QRectF, QTimer, Signal
 from PySide6.QtGui import QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene
 
+from editor.bypass import shown_fill, shown_opacity, shown_title
 from editor.document import Document
 from editor.node_appearance import (
     INPUT_PORT,
@@ -314,8 +315,10 @@ class Drawing(QObject):
         # so NodeGraphQt lays it out once instead of once per port.
         for port in shown_exits(node):
             self.add_exit_port(canvas_node, node, port)
-        canvas_node.NODE_NAME = node.display_title
-        fill = view_of(node.type_name).fill
+        canvas_node.NODE_NAME = shown_title(node)
+        fill = shown_fill(node, view_of(node.type_name).fill)  # grey when bypassed
+        if node.bypassed:
+            canvas_node.view.setOpacity(shown_opacity(node))
         canvas_node.model.color = (*fill, 255)
         canvas_node.model.border_color = (*[min(255, c + 40) for c in fill], 255)
         canvas_node.view.summary = summary_lines(node, self.document.asset)

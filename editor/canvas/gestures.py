@@ -20,6 +20,7 @@ from PySide6.QtGui import QCursor, QMouseEvent
 from shiboken6 import isValid
 
 from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, TYPE_BY_IDENTIFIER, Drawing, key_of
+from editor.bypass import BYPASS_SUFFIX
 from editor.commands import (
     AddNodeCommand,
     MacroCommand,
@@ -28,6 +29,7 @@ from editor.commands import (
     SetExitCommand,
     SetNodeFieldCommand,
 )
+from editor.document import COMMENT_KEY_PREFIX
 from editor.node_search import NodeSearch
 from editor.node_types import view_of
 from runtime.asset import layout as auto_layout
@@ -224,6 +226,8 @@ class Gestures(QObject):
         node_id = key_of(self.graph.get_node_by_id(view_id))
         if node_id in self.drawing.nodes:
             node = self.document.node(node_id)
+            if node.bypassed:  # the canvas shows "Title (bypassed)": the suffix is not part of the title
+                title = title.removesuffix(BYPASS_SUFFIX)
             if title != node.display_title:
                 self.document.push(SetNodeFieldCommand(self.document, node_id, "title", node.title, title))
 
@@ -303,7 +307,7 @@ class Gestures(QObject):
         """A top-left for a node of ``size`` that overlaps no node: right of the selected nodes
         (the nearest free place in the columns beside them), or else nearest the view's centre."""
         taken = [n.view.sceneBoundingRect().adjusted(-NODE_GAP / 2, -NODE_GAP / 2, NODE_GAP / 2, NODE_GAP / 2)
-                 for n in self.graph.all_nodes()]
+                 for n in self.graph.all_nodes() if not key_of(n).startswith(COMMENT_KEY_PREFIX)]
         for node_id in self.drawing.pending:  # not drawn yet: about a new node's size
             x, y = self.document.node(node_id).position
             taken.append(QRectF(x - NODE_GAP / 2, y - NODE_GAP / 2, NEW_NODE_SIZE[0] + NODE_GAP,
@@ -351,7 +355,7 @@ class Gestures(QObject):
         for rect in boxes[1:]:
             group = group.united(rect)
         taken = [n.view.sceneBoundingRect().adjusted(-NODE_GAP / 2, -NODE_GAP / 2, NODE_GAP / 2, NODE_GAP / 2)
-                 for n in self.graph.all_nodes()]
+                 for n in self.graph.all_nodes() if not key_of(n).startswith(COMMENT_KEY_PREFIX)]
         step_x, step_y = group.width() + NODE_GAP, group.height() + NODE_GAP
         cells = [(col, row) for col in range(SEARCH_RINGS) for row in range(SEARCH_RINGS)]
         cells.sort(key=lambda c: (max(c), c[1], c[0]))  # the nearest ring first; in it, rightwards first
