@@ -64,6 +64,8 @@ from editor.sample_model_download import (
 )
 from editor.server_attach import ServerAddress, ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
+from editor.subgraphs import install as install_subgraphs
+from editor.subgraphs import subgraph_port_counts
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
 from editor.workspace import Workspace, preset_buttons
@@ -191,6 +193,8 @@ class MainWindow(QMainWindow):
         self.download.busy_changed.connect(self._download_busy)
         self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
         self.autosave.failed.connect(lambda message: self.statusBar().showMessage(message, 15000))
+        # Subgraph nodes: their behaviour files watched, double-click opens one, Edit > Extract to Behaviour
+        self.subgraphs = install_subgraphs(self)
         self.canvas.rebuild()
         self._restore_layout()
         self._after_edit()
@@ -553,7 +557,9 @@ class MainWindow(QMainWindow):
         if coverage is None:
             self.canvas.clear_coverage()
         else:
-            self.canvas.show_coverage(coverage.visits, coverage.exits)
+            doc = self.document  # a Subgraph node's ports: from the counts of its behaviour's nodes
+            ports = subgraph_port_counts(doc.asset, doc.asset_dir, coverage.exits, coverage.visits)
+            self.canvas.show_coverage(coverage.visits, {**ports, **coverage.exits})
 
     # --- the sample model -----------------------------------------------------------------------
 
@@ -618,6 +624,10 @@ class MainWindow(QMainWindow):
             self.problems = [p for p in self.problems if not (p.field == "nodes" and not p.node_id)]
         self._show_problems()
 
+    def revalidate(self) -> None:
+        """Check the graph again and show the results (files it reads changed: a behaviour)."""
+        self._after_edit()
+
     def _show_problems(self, *_ignored: object) -> None:
         everything = self.load_problems + self.properties.rejected + self.problems
         was_empty = not self.problems_dock.problems
@@ -642,7 +652,9 @@ class MainWindow(QMainWindow):
 
     def show_node(self, node_id: str) -> bool:
         """Select the node ``node_id`` and centre it on the canvas; False when the asset has no such node
-        (a followed session of another asset, a test turn of an older graph)."""
+        (a followed session of another asset, a test turn of an older graph). A behaviour's node
+        (``guard/classify``) is shown as the Subgraph node that runs it."""
+        node_id = self.canvas.shown_on(node_id)
         if self.attach.mismatch or not self.document.has_node(node_id):
             self.statusBar().showMessage(f"No node {node_id!r} in this asset", 4000)
             return False
@@ -652,6 +664,7 @@ class MainWindow(QMainWindow):
 
     def show_problem(self, node_id: str, field: str) -> None:
         """Select the node a problem names and focus the field in the Properties dock."""
+        node_id = self.canvas.shown_on(node_id)
         if node_id and self.document.has_node(node_id):
             self.canvas.select([node_id])
             self.canvas.center_on(node_id)

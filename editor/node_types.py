@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from runtime.asset.model import (
     Asset,
@@ -38,6 +39,9 @@ log = logging.getLogger("parley.editor")
 
 Colour = tuple[int, int, int]
 SummaryLines = Callable[[NodeBase, Asset], list[str]]
+# A type's own handling of a Properties edit: (document, node id, field, value) -> the undo command
+# to push (a MacroCommand without parts: nothing to change), or None for the plain one-field edit.
+FieldEdit = Callable[[Any, str, str, Any], Any]
 
 # Palette categories, in palette order, with their colours. A plugin may name another category.
 CATEGORY_COLOURS: dict[str, Colour] = {
@@ -45,6 +49,7 @@ CATEGORY_COLOURS: dict[str, Colour] = {
     "Tools": (150, 95, 30),
     "Classify": (104, 66, 140),
     "Memory": (34, 118, 100),
+    "Flow": (70, 84, 112),
 }
 PLUGIN_CATEGORY = "Plugins"
 PLUGIN_COLOUR: Colour = (92, 96, 104)
@@ -70,6 +75,7 @@ class NodeView:
     groups: tuple[str, ...] = GROUP_ORDER  # properties dock sections, in order
     hidden_fields: tuple[str, ...] = field(default=())  # fields the properties dock leaves out
     id_stem: str = ""  # what a new node's id starts with ('' : the type name in lower case)
+    edit: FieldEdit | None = None  # a Properties edit that changes more than its field (see FieldEdit)
 
     @property
     def new_id(self) -> str:
@@ -247,6 +253,24 @@ def _summarize(node: Summarize, asset: Asset) -> list[str]:
             model or f"summary up to {node.max_summary_tokens} tokens"]
 
 
+def _subgraph(node: NodeBase, asset: Asset) -> list[str]:
+    from editor.subgraphs import subgraph_summary  # the file reading lives there
+
+    return subgraph_summary(node, asset)
+
+
+def _exit(node: NodeBase, asset: Asset) -> list[str]:
+    from editor.subgraphs import exit_summary
+
+    return exit_summary(node, asset)
+
+
+def _edit_subgraph(document: Any, node_id: str, field: str, value: Any) -> Any:
+    from editor.subgraphs import edit_subgraph_field
+
+    return edit_subgraph_field(document, node_id, field, value)
+
+
 def _fitted(lines: SummaryLines) -> SummaryLines:
     """``lines``, held to SUMMARY_LINES lines of SUMMARY_WIDTH characters whatever the node holds."""
     return lambda node, asset: [_short(line) for line in lines(node, asset)[:SUMMARY_LINES]]
@@ -274,6 +298,14 @@ BUILTIN_VIEWS: dict[str, NodeView] = {view.type: view for view in (
     NodeView("Summarize", "Summarize", "Memory",
              "Folds older turns into a rolling summary so long conversations keep their thread.",
              _fitted(_summarize)),  # type: ignore[arg-type]
+    NodeView("Subgraph", "Subgraph (Behaviour)", "Flow",
+             "Runs a behaviour (another asset file) as one step of this graph; its exits are the behaviour's "
+             "Exit nodes, and next for its exits that end the turn. Double-click to open the behaviour.",
+             _fitted(_subgraph), hidden_fields=("exit_targets",), id_stem="behaviour", edit=_edit_subgraph),
+    NodeView("Exit", "Exit (of a behaviour)", "Flow",
+             "A named exit of a behaviour: its id is a port on every Subgraph node that runs this file. In an "
+             "asset run directly it ends the turn.", _fitted(_exit), colour=(120, 48, 48),  # the END terminal's
+             id_stem="exit"),
 )}
 
 

@@ -43,7 +43,7 @@ from runtime.dialogue.history import SavedDialog
 from runtime.dialogue.tree import keep_nodes
 from runtime.models.folder import ModelNotFound
 from runtime.models.memory import MIB
-from runtime.problems import BackendError, InputError
+from runtime.problems import AssetError, BackendError, InputError
 from runtime.prompting.prompt import PromptPart
 
 log = logging.getLogger("parley.editor")
@@ -197,6 +197,9 @@ class RuntimeWorker(QObject):
         self._asset_dir = ""
         self.backend: Backend | None = None
         self.agent: Agent | None = None
+        # Why the asset last sent cannot run (a behaviour file it runs cannot be read): every turn
+        # fails saying so until an asset that can run is sent. The agent before it stays.
+        self.refused = ""
         # The RAM (MiB) the embedded backend's cache snapshots may take (None: the backend's default).
         # Set from the UI thread only before the thread starts; then through set_snapshot_budget.
         self.snapshot_mib: int | None = None
@@ -245,19 +248,23 @@ class RuntimeWorker(QObject):
                 self._use_asset(asset, asset_dir, restart)
         except (BackendError, Cancelled) as exc:
             self.turn_failed.emit(failure(exc))
+        except AssetError as exc:  # a behaviour it runs is missing or broken (the Problems dock lists it)
+            self.refused = "The graph cannot run: " + "; ".join(p.message for p in exc.problems[:3])
 
     def _use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
         self._asset_dir = asset_dir
         backend = self._backend(asset_dir)
         old = self.agent
         agent = Agent(asset, backend, asset_dir or None)
+        self.refused = ""
         if old is not None and not restart:
             # A deleted node's window starts and system prompts go, from every state of the tree
             # (filtering only the current state left the tree naming it, and the import refused it).
-            agent.import_dialog(keep_nodes(old.export_dialog(), asset.node_ids()))
+            # The agent's own ids: its behaviours' nodes (guard/classify) keep theirs.
+            agent.import_dialog(keep_nodes(old.export_dialog(), agent.asset.node_ids()))
             # Variables the designer changed in this conversation stay; the rest follow the asset.
             changed = {k: v for k, v in old.variables.items() if old.asset.variables.get(k, object()) != v}
-            agent.variables = {**asset.variables, **changed}
+            agent.variables = {**agent.asset.variables, **changed}
         self.agent = agent
         self.history_changed.emit(agent.export_dialog())
 
@@ -333,8 +340,8 @@ class RuntimeWorker(QObject):
     @Slot(object, str, object)
     def run_turn(self, go: TurnOperation, instructions: str, cancel: threading.Event) -> None:
         agent = self.agent
-        if agent is None:
-            self.turn_failed.emit(TurnFailure("no agent: open or build a graph first"))
+        if self.refused or agent is None:
+            self.turn_failed.emit(TurnFailure(self.refused or "no agent: open or build a graph first"))
             return
 
         def ask_designer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
@@ -695,6 +702,11 @@ class LiveConversation(ThreadService):
             self.saved = SavedDialog()
         self.restart_offered.emit([])
         self.restarted.emit()
+
+    def files_changed(self) -> None:
+        """Files the asset reads changed on disk (a behaviour): the next turn builds its agent from them
+        anew, with the conversation kept, even when the asset itself is unchanged."""
+        self._synced_asset = None
 
     def _document_edited(self, *_index: int) -> None:
         if self.closed or self.running_asset is None:

@@ -17,11 +17,12 @@ from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
-from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing
+from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing, key_of
 from editor.canvas.following import DocumentFollower
 from editor.canvas.gestures import NODE_MIME, Gestures, node_type_mime
 from editor.canvas.overlays import Overlays
 from editor.document import Document
+from editor.node_appearance import apply_appearance
 from runtime.problems import Problem
 
 __all__ = [
@@ -42,6 +43,7 @@ class Canvas(QObject):
     built = Signal()  # every node of the asset is on the canvas (after a progressive rebuild)
     file_dropped = Signal(str)
     text_dropped = Signal(str, tuple)  # text, scene position (pasted nodes)
+    node_opened = Signal(str)  # a node was double-clicked (a Subgraph node opens its behaviour)
 
     def __init__(self, document: Document, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -60,6 +62,7 @@ class Canvas(QObject):
         self.viewer.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         self.viewer.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         self.gestures.file_dropped.connect(self.file_dropped)
+        self.graph.node_double_clicked.connect(lambda node: self.node_opened.emit(key_of(node)))
         self.gestures.text_dropped.connect(self.text_dropped)
         # An asset with no nodes (File > New) is a normal start: say how to begin, over the canvas
         # a child of the view, not of its viewport: panning scrolls the viewport's children with it
@@ -121,6 +124,15 @@ class Canvas(QObject):
     def selected_ids(self) -> list[str]:
         """Asset ids of the selected nodes, in document order."""
         return self.drawing.selected_ids()
+
+    def shown_on(self, node_id: str) -> str:
+        """The canvas node a runtime node id is shown on (``guard/classify``: the Subgraph node ``guard``)."""
+        return self.overlays.shown_on(node_id)
+
+    def refresh_node(self, node_id: str) -> None:
+        """Paint a drawn node again from the document and what it reads (a behaviour file changed)."""
+        if node_id in self.drawing.nodes:
+            apply_appearance(self.drawing.nodes[node_id].view, self.document.node(node_id), self.document.asset)
 
     def selected_connections(self) -> tuple[list[tuple[str, str]], bool]:
         """The selected pipes: (node id, port) of each selected exit, and whether START's is selected."""

@@ -19,6 +19,7 @@ from shiboken6 import isValid
 
 from editor.canvas.drawing import Drawing, key_of
 from editor.node_appearance import NEVER_TAKEN_COLOUR, VisitBadge, coverage_label_html
+from runtime.names import NAMESPACE_SEP, owner_of
 from runtime.nodes import shown_exit_label
 from runtime.problems import Problem
 
@@ -38,6 +39,13 @@ class Overlays(QObject):
         self._path_marks: list[QGraphicsRectItem] = []
         drawing.node_drawn.connect(self.paint_drawn)
         drawing.cleared.connect(self.forget)
+
+    def shown_on(self, node_id: str) -> str:
+        """The canvas node a runtime id is shown on: itself, or for a behaviour's node
+        (``guard/classify``) the Subgraph node that runs it (``guard``)."""
+        if NAMESPACE_SEP in node_id and node_id not in self.drawing.nodes and node_id not in self.drawing.pending:
+            return owner_of(node_id)
+        return node_id
 
     # --- what the drawing tells -------------------------------------------------------------------
 
@@ -72,8 +80,9 @@ class Overlays(QObject):
         drawn, pending = self.drawing.nodes, self.drawing.pending
         by_node: dict[str, list[Problem]] = defaultdict(list)
         for problem in problems:
-            if problem.node_id in drawn or problem.node_id in pending:
-                by_node[problem.node_id].append(problem)
+            node_id = self.shown_on(problem.node_id)
+            if node_id in drawn or node_id in pending:
+                by_node[node_id].append(problem)
         for node_id in set(self._problems) | set(by_node):
             if node_id not in drawn:
                 continue  # a node not drawn yet is marked when it is drawn
@@ -91,7 +100,8 @@ class Overlays(QObject):
         node = self.document.node(node_id)
         tip = f"<b>{node.display_title}</b> ({node.type}, id {node_id})"
         for p in found:
-            tip += f"<br/>{p.severity}: {p.field + ': ' if p.field else ''}{p.message}"
+            inner = f"{p.node_id} " if p.node_id != node_id else ""  # a node of its behaviour
+            tip += f"<br/>{p.severity}: {inner}{p.field + ': ' if p.field else ''}{p.message}"
         view.setToolTip(tip)
         view.update()
 
@@ -106,8 +116,15 @@ class Overlays(QObject):
             if isValid(mark) and mark.scene() is not None:
                 mark.scene().removeItem(mark)
         self._path_marks = []
+        # A behaviour's nodes (guard/classify) are marked on the Subgraph node that runs them, once
+        # for each time the turn went through it.
+        shown: list[str] = []
+        for ran in node_ids:
+            node_id = self.shown_on(ran)
+            if not (shown and shown[-1] == node_id and node_id != ran):  # else a step inside the same node
+                shown.append(node_id)
         steps: dict[str, list[str]] = defaultdict(list)
-        for step, node_id in enumerate(node_ids, 1):
+        for step, node_id in enumerate(shown, 1):
             steps[node_id].append(str(step))
         drawn = self.drawing.nodes
         for node_id, numbers in steps.items():

@@ -127,7 +127,7 @@ inspector = window.docks["TurnInspectorDock"]
 inspector.show()
 inspector.raise_()
 app.processEvents()
-items = [inspector.node_list.item(i).text() for i in range(inspector.node_list.count())]
+items = inspector.node_labels()
 inspector.show_node("name")
 app.processEvents()
 out["inspector"] = {"failures": failures, "nodes": items, "shown": inspector.current_node_id(),

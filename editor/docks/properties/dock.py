@@ -11,7 +11,7 @@ from typing import Any
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from editor.commands import RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.commands import MacroCommand, RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
 from editor.document import Document, FieldRejected
@@ -188,6 +188,12 @@ class PropertiesDock(QDockWidget):
             self._reject(node_id, field, exc.message)
             return
         self._accept(node_id, field)
+        special = view_of(doc.node(node_id).type_name).edit
+        command = special(doc, node_id, field, value) if special is not None else None
+        if command is not None:  # the type's own edit (a Subgraph's behaviour also sets its ports)
+            if not isinstance(command, MacroCommand) or command.parts:
+                doc.push(command)
+            return
         old = getattr(doc.node(node_id), field)
         if old == value:
             return

@@ -43,7 +43,7 @@ from runtime.models.folder import format_parameters, list_models, models_dir
 
 EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")
 MODEL_FILTER = "Models (*.gguf)"
-FILE_FIELDS = {"source_file": "Knowledge (*.jsonl *.txt)"}
+FILE_FIELDS = {"source_file": "Knowledge (*.jsonl *.txt)", "behaviour": "Parley behaviours (*.json)"}
 # Fields that name a model file, with what an empty value means.
 MODEL_FIELDS = {"model_name": "The agent's default model", "default_model": "No default model",
                 "embedding_model": "None (rank with BM25)"}

@@ -13,8 +13,6 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QHBoxLayout,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QScrollArea,
     QSplitter,
     QTabWidget,
@@ -32,6 +30,8 @@ from editor.runtime_worker import SNAPSHOT_MEANING, LiveConversation, TurnRecord
 from editor.suite_run import TurnComparison
 from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
+from runtime.names import NAMESPACE_SEP
+from runtime.nodes import NODE_TYPES, node_model
 from runtime.prompting.budget import TRIM_TARGET_PERCENT
 from runtime.prompting.prompt import PART_LABELS, PromptPart, budget_segments
 
@@ -160,7 +160,11 @@ class TurnInspectorDock(QDockWidget):
         layout.addWidget(self.repro_label)
 
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        self.node_list = QListWidget(splitter)
+        # The nodes that ran, in order; a behaviour's nodes (guard/classify) nested under the Subgraph
+        # node that ran them (guard)
+        self.node_list = QTreeWidget(splitter)
+        self.node_list.setHeaderHidden(True)
+        self.node_list.setIndentation(12)
         self.node_list.setMaximumWidth(180)
         # The node's figures above its prompt, in a splitter: the figures scroll within their share,
         # so the Prompt and Diff views keep the room (they showed about 2 lines in a short dock)
@@ -217,7 +221,7 @@ class TurnInspectorDock(QDockWidget):
 
         self.turn_picker.currentIndexChanged.connect(self._turn_picked)
         self.compare_picker.currentIndexChanged.connect(lambda _i: self._show_diff())
-        self.node_list.currentRowChanged.connect(lambda _r: self._show_node_details())
+        self.node_list.currentItemChanged.connect(lambda *_items: self._show_node_details())
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
         conversation.turn_finished.connect(self.refresh)
         conversation.history_changed.connect(self.refresh)
@@ -349,13 +353,10 @@ class TurnInspectorDock(QDockWidget):
         where = f" \u00b7 on {html.escape(ran_on)}" if remote else ""
         self.path_label.setText(f"<b>Path:</b> {links} \u2192 END &nbsp; <span style='color:#9a9a9a'>"
                                 f"{d.total_ms:.0f} ms{where}</span>{warn}")
-        for diag in d.nodes:
-            item = QListWidgetItem(f"{diag.node}  ({diag.type})")
-            item.setData(Qt.ItemDataRole.UserRole, diag.node)
-            item.setToolTip(f"{diag.timings.total_ms:.0f} ms \u00b7 exit {diag.exit or '-'}")
-            self.node_list.addItem(item)
+        rows = self._fill_node_tree(d.nodes)
         row = next((i for i, n in enumerate(d.nodes) if n.node == current_node), self._replying_row(record))
-        self.node_list.setCurrentRow(row)
+        if rows:
+            self.node_list.setCurrentItem(rows[min(row, len(rows) - 1)])
         self.node_list.blockSignals(False)
         self._show_node_details()
         self._highlight(d.path)
@@ -398,11 +399,65 @@ class TurnInspectorDock(QDockWidget):
         self.note_label.setToolTip("\n".join(note))
         self.note_label.show()
 
+    def _fill_node_tree(self, nodes: list[NodeDiagnostics]) -> list[QTreeWidgetItem]:
+        """One row per node run, in order (returned so); a behaviour's node (``guard/classify``) under
+        the row of the Subgraph node that ran it (``guard``), nested behaviours deeper."""
+        rows: list[QTreeWidgetItem] = []
+        latest: dict[str, QTreeWidgetItem] = {}  # node id -> its latest row (a node may run twice)
+
+        def parent_of(node_id: str) -> QTreeWidgetItem | None:
+            owner, _sep, _name = node_id.rpartition(NAMESPACE_SEP)
+            if not owner:
+                return None
+            if owner not in latest:  # its Subgraph node has no row of its own: a row to hold it
+                holder = QTreeWidgetItem([owner])
+                holder.setData(0, Qt.ItemDataRole.UserRole, owner)
+                self._add_row(holder, parent_of(owner))
+                latest[owner] = holder
+            return latest[owner]
+
+        for diag in nodes:
+            bypassed = " \u00b7 bypassed" if diag.bypassed else ""  # passed along its exit without running
+            item = QTreeWidgetItem([f"{diag.node}  ({diag.type}){bypassed}"])
+            item.setData(0, Qt.ItemDataRole.UserRole, diag.node)
+            item.setToolTip(0, f"{diag.node} \u00b7 {diag.timings.total_ms:.0f} ms \u00b7 exit {diag.exit or '-'}"
+                               f"{bypassed}")
+            self._add_row(item, parent_of(diag.node))
+            latest[diag.node] = item
+            rows.append(item)
+        self.node_list.expandAll()
+        return rows
+
+    def _add_row(self, item: QTreeWidgetItem, parent: QTreeWidgetItem | None) -> None:
+        if parent is None:
+            self.node_list.addTopLevelItem(item)
+        else:
+            parent.addChild(item)
+
+    def node_rows(self) -> list[QTreeWidgetItem]:
+        """Every row of the node tree, top to bottom (a behaviour's nodes after their Subgraph node)."""
+        out: list[QTreeWidgetItem] = []
+        stack = [self.node_list.topLevelItem(i) for i in reversed(range(self.node_list.topLevelItemCount()))]
+        while stack:
+            item = stack.pop()
+            out.append(item)
+            stack += [item.child(i) for i in reversed(range(item.childCount()))]
+        return out
+
+    def node_labels(self) -> list[str]:
+        """The rows' texts, top to bottom."""
+        return [item.text(0) for item in self.node_rows()]
+
     @staticmethod
     def _replying_row(record: TurnRecord) -> int:
-        """The row of the node whose reply the player got (the last player-facing node that ran)."""
-        rows = [i for i, n in enumerate(record.diagnostics.nodes)
-                if record.asset.node_ids().count(n.node) and record.asset.node(n.node).PLAYER_FACING]
+        """The row of the node whose reply the player got (the last player-facing node that ran; a
+        behaviour's node, which the asset's file does not hold, is known by its type)."""
+        def player_facing(diag: NodeDiagnostics) -> bool:
+            if record.asset.node_ids().count(diag.node):
+                return record.asset.node(diag.node).PLAYER_FACING
+            return diag.type in NODE_TYPES and node_model(diag.type).PLAYER_FACING
+
+        rows = [i for i, n in enumerate(record.diagnostics.nodes) if player_facing(n)]
         return rows[-1] if rows else 0
 
     def _highlight(self, path: list[str]) -> None:
@@ -413,12 +468,12 @@ class TurnInspectorDock(QDockWidget):
 
     def current_node_id(self) -> str:
         item = self.node_list.currentItem()
-        return item.data(Qt.ItemDataRole.UserRole) if item is not None else ""
+        return item.data(0, Qt.ItemDataRole.UserRole) if item is not None else ""
 
     def show_node(self, node_id: str) -> None:
-        for row in range(self.node_list.count()):
-            if self.node_list.item(row).data(Qt.ItemDataRole.UserRole) == node_id:
-                self.node_list.setCurrentRow(row)
+        for item in self.node_rows():
+            if item.data(0, Qt.ItemDataRole.UserRole) == node_id:
+                self.node_list.setCurrentItem(item)
                 return
 
     def node_diagnostics(self, record: TurnRecord | None, node_id: str) -> NodeDiagnostics | None:
