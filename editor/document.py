@@ -66,6 +66,9 @@ class Document(QObject):
         super().__init__(parent)
         self._asset = asset if asset is not None else Asset()
         self._path = path or ""
+        # Where an asset without a file of its own reads its relative paths from (behaviours, models):
+        # the folder of the example it was opened from. A path, once saved, takes over.
+        self.folder: Path | None = None
         self.undo_stack = QUndoStack(self)
         # node id -> its index in asset.nodes, rebuilt after a change that moves nodes: the canvas
         # and the docks look nodes up by id all the time, and a scan made opening a graph quadratic.
@@ -98,7 +101,7 @@ class Document(QObject):
 
     @property
     def asset_dir(self) -> Path | None:
-        return Path(self._path).parent if self._path else None
+        return Path(self._path).parent if self._path else self.folder
 
     def set_asset(self, asset: Asset) -> None:
         self._asset = asset

@@ -688,10 +688,12 @@ class MainWindow(QMainWindow):
             return self.save()
         return answer == QMessageBox.StandardButton.Discard
 
-    def set_asset(self, asset: Asset, path: str = "", modified: bool = False) -> None:
+    def set_asset(self, asset: Asset, path: str = "", modified: bool = False, folder: str = "") -> None:
+        """Show ``asset`` (from the file ``path``; without one, its relative paths are read from ``folder``)."""
         doc = self.document
         self.autosave.discard()
         doc.undo_stack.clear()
+        doc.folder = Path(folder) if folder and not path else None
         doc.set_path(path)
         self.load_problems = []
         doc.set_asset(asset)
@@ -739,7 +741,9 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Could not open {path}: see Problems", 8000)
             return False
         # An example opens as a new, unsaved asset, so saving never overwrites the shipped file.
-        self.set_asset(opened.asset, "" if as_example else str(Path(path).resolve()), modified=bool(opened.problems))
+        # An example keeps its folder: its behaviours and files are found there until it is saved elsewhere.
+        self.set_asset(opened.asset, "" if as_example else str(Path(path).resolve()), modified=bool(opened.problems),
+                       folder=str(Path(path).resolve().parent))
         if not as_example:
             self._fill_recent_menu_after(path)
         if opened.problems:

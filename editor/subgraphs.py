@@ -548,7 +548,7 @@ class SubgraphSupport(QObject):
         if not ids:
             self.refuse("Select the nodes to extract first.")
             return None
-        if doc.asset_dir is None:
+        if not doc.path:
             self.refuse("Save the asset first: a behaviour's file is named relative to the asset's folder.")
             return None
         try:

@@ -331,3 +331,19 @@ def test_behaviour_info_follows_the_files_content(tmp_path: Path):
     assert behaviour_info(tmp_path, "b.json").ports == ["refuse", "calm", "next"]
     assert behaviour_info(tmp_path, "missing.json").problem == "file not found"
     assert behaviour_info(None, "b.json").problem == "save the asset first"
+
+
+def test_an_example_opened_unsaved_finds_its_behaviours_in_its_folder(make_window):
+    """File > Examples opens a copy with no file of its own: its Subgraph node still reads the example's
+    behaviour next to it (until it is saved elsewhere), so the shipped gate guard opens without an error."""
+    from runtime.resources import examples_dir
+
+    window = make_window()
+    assert window.open_path(str(examples_dir() / "gate_guard.json"), as_example=True)
+    assert window.document.path == "" and window.document.asset_dir == examples_dir().resolve()
+    assert not [p for p in window.problems if p.severity == "error"], window.problems
+    assert window.canvas.canvas_node("guard").view.summary[0].startswith("runs: Threat handling")
+    assert ports(window, "guard") == ["warned", "refused", "next"]
+    window.canvas.select(["guard"])
+    assert window.subgraphs.extract() is None and "Save the asset first" in window.subgraphs.last_refusal
+    window.findChild(QMessageBox, "extract_refused").close()
