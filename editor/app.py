@@ -107,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     window = MainWindow()
     if args.workspace:
         window.workspace.switch(args.workspace)
+    if not args.asset:
+        window.show_start_page()  # the recent files, the examples and New from template; opening one hides it
     phases["window_built"] = seconds_since_launch()
     if args.screenshot or args.exit_when_ready:
         window.resize(*args.size)
@@ -162,8 +164,8 @@ def leave(code: int) -> int:
 
 def _exit_when_ready(app, window, phases: dict[str, float]) -> int:
     """Run the event loop until the window has handled what its first show queued (the layout's
-    timers, the framing of the graph) and the canvas has painted; print the phases' times since
-    launch as JSON, close and return the loop's status."""
+    timers, the framing of the graph) and the canvas (or the start page in its place) has painted;
+    print the phases' times since launch as JSON, close and return the loop's status."""
     import json
 
     from PySide6.QtCore import QEvent, QObject, QTimer
@@ -176,7 +178,8 @@ def _exit_when_ready(app, window, phases: dict[str, float]) -> int:
                 self.painted = True
             return False
 
-    viewport = window.canvas.viewer.viewport()
+    # What the window shows in the middle: the start page (no ASSET), else the canvas
+    viewport = window.start_page.page.widget() if window.start_page.shown else window.canvas.viewer.viewport()
     watch = PaintWatch()
     viewport.installEventFilter(watch)
     # The first show queues zero-timers up to three deep (the docks' tabs, the window's size, the

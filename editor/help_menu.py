@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QHeaderView,
+    QLineEdit,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -27,6 +28,7 @@ DOC_TITLES = {  # the docs/ files by what they are about; any other .md file is 
     "reproducibility.md": "Reproducibility",
     "bundles.md": "Bundles",
     "serving.md": "Serving (parley serve)",
+    "behaviours.md": "Behaviours (Subgraphs)",
 }
 
 
@@ -78,7 +80,8 @@ def shortcut_rows(window: QMainWindow) -> list[tuple[str, str, str]]:
     for top in window.menuBar().actions():
         if top.menu() is not None:
             walk(top.menu(), _plain(top.menu().title()))
-    others = {id(a): a for a in window.findChildren(QAction)}
+    # The window's own (its children, and any it was given by another object), then the canvas's
+    others = {id(a): a for a in [*window.actions(), *window.findChildren(QAction)]}
     canvas = getattr(window, "canvas", None)
     if canvas is not None:
         others.update({id(a): a for a in canvas.viewer.actions()})
@@ -97,6 +100,11 @@ class ShortcutsDialog(QDialog):
         self.setWindowTitle("Keyboard Shortcuts")
         self.setObjectName("shortcuts")
         layout = QVBoxLayout(self)
+        self.filter = QLineEdit(self)
+        self.filter.setPlaceholderText("Filter: an action, a menu or a key")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self.show_matching)
+        layout.addWidget(self.filter)
         self.tree = QTreeWidget(self)
         self.tree.setHeaderLabels(["Action", "Keys"])
         self.tree.setRootIsDecorated(False)
@@ -117,6 +125,26 @@ class ShortcutsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
         self.resize(460, 560)
+        self.filter.setFocus()
+
+    def show_matching(self, text: str) -> None:
+        """Only the rows whose action, menu or keys hold ``text`` (any case), under their menus' headings."""
+        words = text.casefold().split()
+        heading = None
+        shown_under = False
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if not item.text(1):  # a menu's heading: shown when a row under it is
+                if heading is not None:
+                    heading.setHidden(not shown_under)
+                heading, shown_under = item, False
+                continue
+            haystack = " ".join([heading.text(0) if heading else "", item.text(0), item.text(1)]).casefold()
+            match = all(w in haystack for w in words)
+            item.setHidden(not match)
+            shown_under = shown_under or match
+        if heading is not None:
+            heading.setHidden(not shown_under)
 
     def listed(self) -> dict[str, str]:
         """What the dialog lists: action -> keys."""
@@ -125,11 +153,15 @@ class ShortcutsDialog(QDialog):
 
 
 def fill_help_menu(menu: QMenu, window: QMainWindow) -> dict[str, QAction]:
-    """About, Documentation (one entry per docs/ page) and Keyboard Shortcuts; returns the actions."""
+    """Keyboard Shortcuts, the window's Start Page (if it has one), Documentation (one entry per docs/
+    page) and About; returns the actions."""
     shortcuts = menu.addAction("&Keyboard Shortcuts\u2026")
     shortcuts.setShortcut(QKeySequence("Ctrl+/"))
-    shortcuts.setStatusTip("Every keyboard shortcut of the editor")
+    shortcuts.setStatusTip("Every keyboard shortcut of the editor (Ctrl+/)")
     shortcuts.triggered.connect(lambda _c=False: show_shortcuts(window))
+    start_page = getattr(window, "start_page_action", None)
+    if isinstance(start_page, QAction):
+        menu.addAction(start_page)
     docs = menu.addMenu("&Documentation")
     pages = doc_files()
     for title, path in pages:

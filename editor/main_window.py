@@ -64,6 +64,7 @@ from editor.sample_model_download import (
 )
 from editor.server_attach import ServerAddress, ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
+from editor.start_page import StartPageHost, empty_agent
 from editor.subgraphs import install as install_subgraphs
 from editor.subgraphs import subgraph_port_counts
 from editor.suite_run import SuiteRun
@@ -99,8 +100,9 @@ def standard_shortcuts(key: QKeySequence.StandardKey, *also: str) -> list[QKeySe
 
 
 def new_agent() -> Asset:
-    """What File > New and a new window start with: no nodes, and the models folder's sample model
-    (or its only model) as the default model, so the first node added can talk at once."""
+    """What a new window starts with, behind its start page: no nodes, and the models folder's sample
+    model (or its only model) as the default model, so the first node added can talk at once. File > New
+    gives ``editor.start_page.empty_agent()``: the same with one reply node."""
     return Asset(default_model=default_model_name())
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ class MainWindow(QMainWindow):
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
         self.document = Document(new_agent(), parent=self)
         self.canvas = Canvas(self.document, self)
-        self.setCentralWidget(self.canvas.widget)
+        self.start_page = StartPageHost(self)  # the central area: the canvas, or the start page in front of it
         # The window's shared services, passed to the docks that use them.
         self.backends = BackendChoice(self)  # where the agent runs (the user's settings, not the asset)
         self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker())
@@ -262,6 +264,8 @@ class MainWindow(QMainWindow):
         Key = QKeySequence.StandardKey
         self.new_action = self._action("&New", self.new_asset, Key.New)
         self.new_window_action = self._action("New &Window", self.new_window, "Ctrl+Shift+N")
+        self.start_page_action = self._action("Start &Page", self.show_start_page, "Alt+Home",
+                                              tip="New from a template, the recent files and the examples (Alt+Home)")
         self.open_action = self._action("&Open\u2026", self.open_dialog, Key.Open)
         self.save_action = self._action("&Save", self.save, Key.Save)
         self.save_as_action = self._action("Save &As\u2026", self.save_as, standard_shortcuts(Key.SaveAs, "Ctrl+Shift+S"))
@@ -313,6 +317,7 @@ class MainWindow(QMainWindow):
             action = self.examples_menu.addAction(path.stem.replace("_", " ").capitalize())
             action.setData(str(path))
             action.triggered.connect(lambda _c=False, p=str(path): self.open_path(p, as_example=True))
+        file_menu.addAction(self.start_page_action)
         file_menu.addSeparator()
         file_menu.addActions([self.save_action, self.save_as_action])
         file_menu.addSeparator()
@@ -391,7 +396,9 @@ class MainWindow(QMainWindow):
         self.recent_menu.clear()
         files = app_settings.recent_files()
         for path in files:
-            action = self.recent_menu.addAction(path)
+            there = Path(path).is_file()
+            action = self.recent_menu.addAction(path if there else f"{path} (not found)")
+            action.setEnabled(there)  # moved or deleted: the start page can forget it
             action.triggered.connect(lambda _c=False, p=path: self.open_path(p))
         if files:
             self.recent_menu.addSeparator()
@@ -708,12 +715,20 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.canvas.frame_for_reading()
 
-    def new_asset(self) -> None:
-        if self.maybe_save():
-            self.set_asset(new_agent())
+    def new_asset(self) -> bool:
+        """File > New: an agent with one reply node (``empty_agent``), never an error; False if cancelled."""
+        if not self.maybe_save():
+            return False
+        self.set_asset(empty_agent())
+        return True
+
+    def show_start_page(self) -> None:
+        """File > Start Page (Alt+Home): templates, recent files and examples, in front of the canvas."""
+        self.start_page.show()
 
     def new_window(self) -> MainWindow:
         window = MainWindow()
+        window.show_start_page()
         window.show()
         _open_windows.append(window)
         return window

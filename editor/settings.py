@@ -61,6 +61,16 @@ def add_recent_file(path: str) -> list[str]:
     return files
 
 
+def forget_recent_files(paths: list[str]) -> list[str]:
+    """Take ``paths`` off the recent files (the start page's Forget Missing Files); returns the rest."""
+    gone = set(paths)
+    files = [p for p in recent_files() if p not in gone]
+    settings = app_settings()
+    settings.setValue("recent_files", files)
+    settings.sync()
+    return files
+
+
 def clear_recent_files() -> None:
     settings = app_settings()
     settings.remove("recent_files")
