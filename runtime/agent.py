@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from runtime.asset.behaviours import expand
+from runtime.asset.behaviours import expand, node_folders
 from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend, CallCancelled
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
@@ -100,6 +100,7 @@ class Agent:
         # namespaced ids (``guard/classify``): the ids of the history, the diagnostics and the caches.
         self.source_asset = asset
         self.asset = expand(asset, asset_dir)
+        self._folders = node_folders(self.asset)  # a behaviour's node -> its file's folder
         # Many agents on one backend (``parley serve``'s NPCs) each name their own node caches
         # "SESSION/NODE"; an agent alone on its backend (the editor's) keys them by node id.
         self.session_id = session_id
@@ -470,6 +471,11 @@ class Agent:
             return found
 
         return count
+
+    def folder_of(self, node_id: str) -> str | None:
+        """The folder relative paths in node ``node_id`` are read from: its behaviour file's for a
+        behaviour's node, else the asset's (``asset_dir``)."""
+        return self._folders.get(node_id, self.asset_dir)
 
     def node_cache(self, node_id: str) -> dict[str, Any]:
         """What a node keeps across turns (a Retrieve node's index); gone with the agent."""

@@ -26,14 +26,14 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, NodeBase
-from runtime.names import namespaced
+from runtime.names import NAMESPACE_SEP, namespaced
 from runtime.nodes import shown_exits
 from runtime.nodes.exit import Exit
 from runtime.nodes.subgraph import END_PORT, Subgraph
 from runtime.problems import AssetError, Problem
 
 __all__ = ["END_PORT", "behaviour_path", "behaviour_ports", "expand", "has_behaviours", "load_behaviour",
-           "ports_of", "problems"]
+           "node_folders", "ports_of", "problems"]
 
 PathLike = str | os.PathLike[str]
 
@@ -197,6 +197,22 @@ def problems(asset: Asset, asset_dir: PathLike | None, source: str = "") -> list
     return found
 
 
+def node_folders(expanded: Asset) -> dict[str, str]:
+    """Namespaced node id -> the folder of the behaviour file it comes from, for every node of an
+    expanded asset that a behaviour added: a relative path in such a node (a Retrieve node's
+    ``source_file``) is read from its own behaviour's folder. The agent's own nodes are not in it."""
+    folders = {n.id: n.behaviour_folder for n in expanded.nodes if isinstance(n, Subgraph) and n.expanded}
+    out = {}
+    for node in expanded.nodes:
+        owner = node.id
+        while NAMESPACE_SEP in owner:
+            owner = owner.rsplit(NAMESPACE_SEP, 1)[0]
+            if owner in folders:  # the nearest Subgraph node: the behaviour the node is written in
+                out[node.id] = folders[owner]
+                break
+    return out
+
+
 # --- expanding ------------------------------------------------------------------------------------
 
 
@@ -242,7 +258,7 @@ def _flattened(asset: Asset, folder: Path | None, reading: _Reading) -> tuple[li
         def lead(target: str, ns: str = ns, after: str = after) -> str:
             return after if target == END else namespaced(ns, target)
 
-        nodes.append(node.entered(namespaced(ns, behaviour.start_node)))
+        nodes.append(node.entered(namespaced(ns, behaviour.start_node), str(path.parent)))
         for n in inner:
             nodes.append(_moved(n, ns, lead, node.exit_targets))
     return nodes, variables
@@ -258,7 +274,7 @@ def _moved(node: NodeBase, ns: str, lead, targets: dict[str, str]) -> NodeBase:
             return node.model_copy(update={"id": new_id}).leading_to(lead(node.exits()["default_exit"]))
         return node.model_copy(update={"id": new_id}).leading_to(targets.get(node.id, END))
     if isinstance(node, Subgraph) and node.expanded:
-        return node.model_copy(update={"id": new_id}).entered(lead(node.exits()["enter"]))
+        return node.model_copy(update={"id": new_id}).entered(lead(node.exits()["enter"]), node.behaviour_folder)
     exits = shown_exits(node)
     if exits:
         # with_exits validates the node anew, and a namespaced id is no id a file may hold: it is

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.asset.behaviours import expand, has_behaviours
+from runtime.asset.behaviours import expand, has_behaviours, node_folders
 from runtime.asset.behaviours import problems as behaviour_problems
 from runtime.asset.file import load_asset
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
@@ -136,7 +136,8 @@ class Validator:
             flat = expand(asset, asset_dir, source)
         except AssetError:  # a behaviour cannot be expanded (or a Subgraph node has none yet)
             return self._validate(asset, source, asset_dir, count_tokens, model_context, models) + found
-        return _at_source_nodes(flat, self._validate(flat, source, asset_dir, count_tokens, model_context, models)) + found
+        checked = self._validate(flat, source, asset_dir, count_tokens, model_context, models, node_folders(flat))
+        return _at_source_nodes(flat, checked) + found
 
     def _validate(
         self,
@@ -146,6 +147,7 @@ class Validator:
         count_tokens: TokenCounter | None,
         model_context: ModelContext | None,
         models: ModelFiles | None,
+        folders: dict[str, str] | None = None,  # a behaviour's node -> its file's folder
     ) -> list[Problem]:
         if model_context is None and models is not None:
             model_context = models.context
@@ -206,6 +208,7 @@ class Validator:
                 problems += fact.local[1]
             else:
                 first = len(problems)
+                checks.asset_dir = folders.get(node.id, asset_dir) if folders else asset_dir
                 _run_check(node, "check", lambda node=node: node.check(checks.about(node)), problems, source)
                 fact.local = (local_key, problems[first:])
 
@@ -229,6 +232,7 @@ class Validator:
                     for problem in _above_trained(asset, node, model_context):
                         error(problem, node.id, "context_size")
         for node in asset.nodes:
+            checks.asset_dir = folders.get(node.id, asset_dir) if folders else asset_dir
             _run_check(node, "check_in_graph", lambda node=node: node.check_in_graph(checks.about(node)), problems,
                        source)
         return problems

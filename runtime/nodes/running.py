@@ -97,6 +97,7 @@ class AgentAccess(Protocol):
     def seed_for(self, seed: int) -> int: ...
     def token_counter(self, model: str) -> Callable[[str], int]: ...
     def node_cache(self, node_id: str) -> dict[str, Any]: ...
+    def folder_of(self, node_id: str) -> str | None: ...
 
 
 class NodeRun:
@@ -123,8 +124,9 @@ class NodeRun:
 
     @property
     def asset_dir(self) -> str | None:
-        """The folder of the asset file (relative paths in a node are relative to it), or None."""
-        return self._agent.asset_dir
+        """The folder relative paths in this node are read from, or None: the asset file's, or for a
+        behaviour's node (``guard/retrieve``), the behaviour file's."""
+        return self._agent.folder_of(self.node.id)
 
     @property
     def history(self) -> DialogHistory:

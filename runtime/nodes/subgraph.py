@@ -38,18 +38,26 @@ class Subgraph(NodeBase):
         "Where each of the behaviour's exits leads: its Exit nodes, then 'next' for its exits that end "
         "the turn. Empty ends the turn.", "Exits"))
 
-    # Set by ``runtime.asset.behaviours.expand`` on the copy an agent runs: its behaviour's start node.
+    # Set by ``runtime.asset.behaviours.expand`` on the copy an agent runs: its behaviour's start
+    # node, and the folder of the behaviour's file (its nodes' relative paths are read from there).
     _entry: str = PrivateAttr("")
+    _folder: str = PrivateAttr("")
 
     @property
     def expanded(self) -> bool:
         """Whether this is the node of an expanded asset (its behaviour's nodes are in the graph)."""
         return bool(self._entry)
 
-    def entered(self, entry: str) -> Subgraph:
-        """A copy that runs through to ``entry`` (its behaviour's namespaced start node)."""
+    @property
+    def behaviour_folder(self) -> str:
+        """In an expanded asset, the folder of the behaviour's file ('' otherwise)."""
+        return self._folder
+
+    def entered(self, entry: str, folder: str) -> Subgraph:
+        """A copy that runs through to ``entry`` (its behaviour's namespaced start node), its behaviour
+        read from ``folder``."""
         copy = self.model_copy()
-        copy._entry = entry
+        copy._entry, copy._folder = entry, folder
         return copy
 
     def exits(self) -> dict[str, str]:

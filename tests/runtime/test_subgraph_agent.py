@@ -197,3 +197,28 @@ def test_a_subgraph_conversation_on_the_sample_model(sample_model: Path) -> None
     second = [n for n in results[1].diagnostics.nodes if n.type in ("Generate", "GenerateAndSpeak")]
     first_reply = results[0].reply.split("\n")[0]
     assert any(first_reply in m.content for n in second for m in n.input.prompt)
+
+
+def test_a_behaviours_files_are_read_from_its_own_folder(tmp_path: Path) -> None:
+    # the behaviour's Retrieve node names lore.txt beside the behaviour, not beside the agent
+    (tmp_path / "behaviours").mkdir()
+    facts = ["The mill burned in the great frost.", "The toll is two pennies.", "The inn has a cellar.",
+             "Wolves live in the hills.", "The stones hum at midsummer."]
+    (tmp_path / "behaviours" / "lore.txt").write_text("\n\n".join(facts) + "\n", encoding="utf-8")
+    write(tmp_path / "behaviours" / "lore.json", {
+        "version": 1, "start_node": "recall", "nodes": [
+            {"id": "recall", "type": "Retrieve", "source_file": "lore.txt", "top_k": 1, "default_exit": ""}]})
+    path = write(tmp_path / "npc.json", {
+        "version": 1, "default_model": "m.gguf", "start_node": "lore", "nodes": [
+            {"id": "lore", "type": "Subgraph", "behaviour": "behaviours/lore.json", "exits": {"next": "reply"}},
+            generate("reply", template="{{#knowledge}}{{text}}{{/knowledge}}")]})
+    from runtime.asset.validation import check_file
+
+    assert [p for p in check_file(path) if p.severity == "error"] == []
+    agent = agent_for(path)
+    assert agent.folder_of("lore/recall") == str(tmp_path / "behaviours")
+    assert agent.folder_of("reply") == str(tmp_path)
+    result = agent.run_turn("what about the toll?")
+    assert "two pennies" in result.slots["knowledge"][0]["text"]
+    (tmp_path / "behaviours" / "lore.txt").rename(tmp_path / "behaviours" / "gone.txt")
+    assert [(p.node_id, p.field) for p in check_file(path) if p.severity == "error"] == [("lore/recall", "source_file")]
