@@ -99,7 +99,8 @@ class TurnDiagnostics(_Model):
     turn: int = Field(description="The turn's index in the dialog history (turns count from 0).")
     player: str = Field(description="The player's line.")
     instructions: str = ""
-    path: list[str] = Field(default_factory=list, description="Node ids in the order they ran.")
+    path: list[str] = Field(default_factory=list, description="Node ids in the order they ran (a bypassed node "
+                            "too: it is passed along without running; its diagnostics say bypassed).")
     nodes: list[NodeDiagnostics] = Field(default_factory=list)
     reply: str = ""
     total_ms: float = 0.0

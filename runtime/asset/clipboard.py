@@ -2,7 +2,9 @@
 
 What is copied is ``{"nodes": [...]}`` with each node exactly as a saved asset
 writes it, so nodes paste between windows, into another program, and out of a
-saved asset's JSON (a whole asset, a list of nodes or one node all paste).
+saved asset's JSON (a whole asset, a list of nodes or one node all paste). A bypassed
+node stays bypassed. Comments (backdrops and notes) copied with them are under
+``"comments"``, as a saved asset writes them; ``comments_in_text`` reads them back.
 """
 
 from __future__ import annotations
@@ -12,8 +14,15 @@ from collections.abc import Iterable
 
 from pydantic import ValidationError
 
-from runtime.asset.file import node_to_dict, node_value_problems, parse_asset_json, problems_from_validation
-from runtime.asset.model import END, NodeBase, is_valid_id
+from runtime.asset.file import (
+    comment_to_dict,
+    comment_value_problems,
+    node_to_dict,
+    node_value_problems,
+    parse_asset_json,
+    problems_from_validation,
+)
+from runtime.asset.model import END, Comment, NodeBase, is_valid_id
 from runtime.names import shown_name
 from runtime.nodes import NODE_TYPES, node_model, shown_exits
 from runtime.problems import AssetError, Problem
@@ -21,9 +30,40 @@ from runtime.problems import AssetError, Problem
 SOURCE = "clipboard"
 
 
-def nodes_to_text(nodes: Iterable[NodeBase]) -> str:
-    raw = [node_to_dict(n) for n in nodes]
-    return json.dumps({"nodes": raw}, indent=2, ensure_ascii=False) + "\n"
+def nodes_to_text(nodes: Iterable[NodeBase], comments: Iterable[Comment] = ()) -> str:
+    """Clipboard text of ``nodes``, and of ``comments`` (written only when there are some)."""
+    raw: dict[str, list] = {"nodes": [node_to_dict(n) for n in nodes]}
+    written = [comment_to_dict(c) for c in comments]
+    if written:
+        raw["comments"] = written
+    return json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
+
+
+def comments_in_text(text: str) -> list[Comment]:
+    """The comments in clipboard text (``nodes_to_text``'s, or a whole asset's): none when the text is
+    not JSON or holds no ``comments`` list. Raises ``AssetError`` naming each bad one by its index and
+    field (``comments.1.color``), refusing the values an asset file is refused for."""
+    try:
+        raw = parse_asset_json(text, SOURCE)
+    except AssetError:
+        return []  # not JSON: nodes_from_text says so
+    items = raw.get("comments") if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        return []
+    problems = comment_value_problems(items, SOURCE)
+    if problems:
+        raise AssetError(problems)
+    comments: list[Comment] = []
+    for index, item in enumerate(items):
+        try:
+            comments.append(Comment.model_validate(item))
+        except ValidationError as exc:
+            for p in problems_from_validation(exc, {}, SOURCE):
+                problems.append(Problem("error", p.message, SOURCE,
+                                        field=".".join(x for x in ("comments", str(index), p.field) if x)))
+    if problems:
+        raise AssetError(problems)
+    return comments
 
 
 def nodes_from_text(text: str) -> list[NodeBase]:
@@ -105,8 +145,25 @@ def prepare_paste(
     return out
 
 
-def _free_id(wanted: str, used: set[str]) -> str:
-    base = wanted if is_valid_id(wanted) else "node"
+def prepare_comment_paste(
+    comments: list[Comment],
+    taken_ids: set[str],
+    offset: tuple[float, float] = (40.0, 40.0),
+) -> list[Comment]:
+    """Copies of ``comments`` with ids unused in ``taken_ids`` (the asset's comment ids) and unique
+    among themselves, moved by ``offset`` (the same offset as the nodes pasted with them)."""
+    used = set(taken_ids)
+    out: list[Comment] = []
+    for comment in comments:
+        new_id = _free_id(comment.id, used, "comment")
+        used.add(new_id)
+        x, y = comment.position
+        out.append(comment.model_copy(update={"id": new_id, "position": (x + offset[0], y + offset[1])}))
+    return out
+
+
+def _free_id(wanted: str, used: set[str], fallback: str = "node") -> str:
+    base = wanted if is_valid_id(wanted) else fallback
     if base not in used:
         return base
     stem = base.rstrip("0123456789").rstrip("_") or base

@@ -269,6 +269,13 @@ def node_value_problems(node: dict[str, Any], source: str = "<asset>") -> list[P
     return _surrogate_problems(raw, source) + value_problems(raw, source)
 
 
+def comment_value_problems(comments: list[Any], source: str = "<asset>") -> list[Problem]:
+    """``node_value_problems`` for a list of comment dicts (pasted comments), located at
+    ``comments.N.field`` by their index in ``comments``."""
+    raw = {"comments": comments}
+    return _surrogate_problems(raw, source) + value_problems(raw, source)
+
+
 def _refused_values(raw: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     return list(_model_values(Asset, raw, ()))
 

@@ -239,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
         _say(f"coverage of {path}: {coverage.percent:.0f} % of nodes and exits", out)
         for node, port in coverage.never_taken:
             _say(f"  never taken: {node}.{port}", out)
+        for node, times in coverage.bypassed.items():
+            _say(f"  bypassed: {node}: turns passed it {times} time{'' if times == 1 else 's'} without running it", out)
     out.flush()
     final = {"JUnit": lambda: report_junit(report), "JSON": lambda: report_json_text(report_json(report))}
     unwritten = False

@@ -91,7 +91,9 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
     checks: list[Check] = []
     diag = result.diagnostics
     path = list(result.path)
-    took = _arrows(path)
+    # A bypassed node is on the path (the turn reached it) but did not run: the messages say so.
+    bypassed = {n.node for n in diag.nodes if n.bypassed} if diag is not None else set()
+    took = _arrows([f"{node} (bypassed)" if node in bypassed else node for node in path])
     if expect.path is not None:
         checks.append(Check("path", path == expect.path, f"{_arrows(expect.path)} (took {took})",
                             "" if path == expect.path else _parting_node(expect.path, path)))
@@ -104,7 +106,7 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
     taken = {n.node: n.exit for n in diag.nodes} if diag is not None else {}
     for node, port in expect.exits.items():
         checks.append(Check("exits", taken.get(node) == port,
-                            f"{node} takes {port} (took {taken.get(node) or 'none: not run'})", node))
+                            f"{node} takes {port} (took {_taken(taken.get(node), node in bypassed)})", node))
     if expect.intent is not None:
         chosen = next((name for p in taken.values() if (name := port_intent(p)) is not None), "")
         classifier = next((n for n, p in taken.items() if port_intent(p) is not None or p == "fallback_exit"), "")
@@ -139,6 +141,12 @@ def check_turn(expect: TurnExpect, result: TurnResult, turn: Turn) -> list[Check
             checks.append(Check("budget", written == b.summary_written,
                                 f"a summary {'is' if b.summary_written else 'is not'} written ({'one was' if written else 'none was'})"))
     return checks
+
+
+def _taken(port: str | None, bypassed: bool) -> str:
+    if not port:
+        return "none: not run"
+    return f"{port}, bypassed" if bypassed else port
 
 
 def _arrows(path: list[str]) -> str:

@@ -47,6 +47,7 @@ class CaseResult:
     model_seconds: float = 0.0  # the model's own prompt reading and generating
     visits: Counter = field(default_factory=Counter)  # node id -> times run
     exits: Counter = field(default_factory=Counter)  # (node id, port) -> times taken
+    bypassed: Counter = field(default_factory=Counter)  # node id -> times reached bypassed (not run)
     server: str = ""  # what ran the conversation: a fleet's server name, else the backend's label
     moved: list[str] = field(default_factory=list)  # in a fleet run: why it was run again on another server
 
@@ -67,15 +68,19 @@ class CaseResult:
 
 @dataclass
 class Coverage:
-    """How often each node ran and each exit was taken, over every case run on one asset."""
+    """How often each node ran and each exit was taken, over every case run on one asset. A bypassed
+    node a turn reaches is counted in ``bypassed``, not ``visits``: it did not run, so it is not
+    covered (its exit, which the turn took, is)."""
 
     asset: Asset
     visits: Counter = field(default_factory=Counter)
     exits: Counter = field(default_factory=Counter)
+    bypassed: Counter = field(default_factory=Counter)
 
     def add(self, result: CaseResult) -> None:
         self.visits.update(result.visits)
         self.exits.update(result.exits)
+        self.bypassed.update(result.bypassed)
 
     @property
     def all_exits(self) -> list[tuple[str, str]]:
@@ -87,13 +92,19 @@ class Coverage:
 
     @property
     def never_visited(self) -> list[str]:
-        return [n.id for n in self.asset.nodes if not self.visits.get(n.id)]
+        """Nodes no turn reached (neither ran nor passed bypassed)."""
+        return [n.id for n in self.asset.nodes if not self.visits.get(n.id) and not self.bypassed.get(n.id)]
+
+    @property
+    def only_bypassed(self) -> list[str]:
+        """Nodes turns reached but never ran: bypassed every time."""
+        return [n.id for n in self.asset.nodes if not self.visits.get(n.id) and self.bypassed.get(n.id)]
 
     @property
     def percent(self) -> float:
-        """Nodes visited and exits taken, out of all nodes and exits."""
+        """Nodes run and exits taken, out of all nodes and exits (a bypassed node has not run)."""
         total = len(self.asset.nodes) + len(self.all_exits)
-        covered = total - len(self.never_visited) - len(self.never_taken)
+        covered = total - len(self.never_visited) - len(self.only_bypassed) - len(self.never_taken)
         return 100.0 * covered / total if total else 100.0
 
 
@@ -146,6 +157,7 @@ def report_json(report: Report) -> dict[str, Any]:
             "nodes": {n.id: c.visits.get(n.id, 0) for n in c.asset.nodes},
             "exits": {f"{node}.{port}": c.exits.get((node, port), 0) for node, port in c.all_exits},
             "never_taken": [f"{node}.{port}" for node, port in c.never_taken],
+            "bypassed": {n.id: c.bypassed[n.id] for n in c.asset.nodes if c.bypassed.get(n.id)},
         } for path, c in report.coverage.items()},
     }
 

@@ -60,7 +60,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                 break
             outcome.result, outcome.reply, outcome.path = result, result.reply, list(result.path)
             for diag in result.diagnostics.nodes if result.diagnostics is not None else []:
-                out.visits[diag.node] += 1
+                (out.bypassed if diag.bypassed else out.visits)[diag.node] += 1  # bypassed: reached, not run
                 out.exits[(diag.node, diag.exit)] += 1
                 out.model_seconds += (diag.timings.prompt_ms + diag.timings.generate_ms) / 1000
                 summaries += diag.summary is not None

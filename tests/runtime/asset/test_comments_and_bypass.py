@@ -7,6 +7,7 @@ import json
 import pytest
 
 from runtime.agent import Agent
+from runtime.asset.clipboard import comments_in_text, nodes_from_text, nodes_to_text, prepare_comment_paste
 from runtime.asset.file import (
     ASSET_VERSION,
     asset_from_dict,
@@ -16,10 +17,14 @@ from runtime.asset.file import (
     repair_asset_dict,
 )
 from runtime.asset.model import Asset, Comment, new_node
+from runtime.asset.validation import validate_asset
 from runtime.backends.scripted import ScriptedBackend
+from runtime.cli import main
 from runtime.events import NodeFinished, NodeStarted
 from runtime.problems import AssetError
 from runtime.resources import examples_dir
+from runtime.suites.file import load_suite
+from runtime.suites.run import run_suites
 from tests.runtime.conversations import MODEL, asset, node_diag, prompt_of
 
 
@@ -204,3 +209,118 @@ def test_opening_for_editing_repairs_bad_comments_and_keeps_their_text():
     fields = {p.field for p in repaired.problems}
     assert {"comments.1.id", "comments.1.color", "comments.2.id", "comments.2.kind", "comments.3"} <= fields
     assert all(p.severity == "error" and "unchanged until you save" in p.message for p in repaired.problems)
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def test_validation_warns_about_a_bypassed_node_at_its_bypassed_field():
+    problems = validate_asset(two_replies())
+    bypass = [p for p in problems if p.field == "bypassed"]
+    assert [(p.severity, p.node_id, p.message) for p in bypass] == [
+        ("warning", "first", "bypassed: turns pass along its next exit without running it")]
+    assert not [p for p in validate_asset(two_replies(first_bypassed=False)) if p.field == "bypassed"]
+    classify = asset(("ClassifyIntent", "c", {"intents": [{"name": "greet", "exit": ""}], "bypassed": True}))
+    (warning,) = [p for p in validate_asset(classify) if p.field == "bypassed"]
+    assert warning.message == "bypassed: turns pass along its fallback exit without running it"
+
+
+# --- suites: coverage and reports ----------------------------------------------------------------
+
+SUITE = """\
+asset: npc.json
+cases:
+  - name: talks
+    turns:
+      - say: "hello there"
+        expect:
+          visits: [first, second]
+          exits: {first: default_exit}
+"""
+
+
+def test_suites_report_a_bypassed_node_as_bypassed_not_as_run(tmp_path, capsys):
+    (tmp_path / "npc.json").write_text(dumps_asset(two_replies()), encoding="utf-8")
+    (tmp_path / "npc.suite.yaml").write_text(SUITE, encoding="utf-8")
+    report = run_suites([load_suite(tmp_path / "npc.suite.yaml")], ScriptedBackend)
+    (result,) = report.results
+    assert result.passed, result.failures
+    assert result.visits == {"second": 1} and result.bypassed == {"first": 1}
+    assert result.exits[("first", "default_exit")] == 1  # the exit was taken
+    (coverage,) = report.coverage.values()
+    assert coverage.only_bypassed == ["first"] and coverage.never_visited == []
+    # 2 nodes and 2 exits; 'first' did not run, so it is not covered
+    assert coverage.percent == 75.0
+    checks = [c.message for t in result.turns for c in t.checks]
+    assert "visits first (took first (bypassed) \u2192 second)" in checks
+    assert "first takes default_exit (took default_exit, bypassed)" in checks
+
+    out_json = tmp_path / "out.json"
+    assert main(["test", str(tmp_path / "npc.suite.yaml"), "--backend", "scripted", "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert "bypassed: first: turns passed it 1 time without running it" in printed
+    data = json.loads(out_json.read_text(encoding="utf-8"))["coverage"][str(tmp_path / "npc.json")]
+    assert data["bypassed"] == {"first": 1} and data["nodes"] == {"first": 0, "second": 1}
+
+
+# --- the clipboard -------------------------------------------------------------------------------
+
+
+def test_copy_and_paste_carry_bypassed_nodes_and_comments():
+    graph = two_replies()
+    note = Comment(id="note", kind="note", text="why", position=(10, 20))
+    text = nodes_to_text(graph.nodes, [note])
+    raw = json.loads(text)
+    assert raw["nodes"][0]["bypassed"] is True and "bypassed" not in raw["nodes"][1]
+    assert list(raw["comments"][0]) == ["id", "kind", "title", "text", "color", "position", "size", "metadata"]
+    assert [n.bypassed for n in nodes_from_text(text)] == [True, False]
+    assert comments_in_text(text) == [note]
+    assert "comments" not in json.loads(nodes_to_text(graph.nodes))
+    assert comments_in_text(nodes_to_text(graph.nodes)) == [] and comments_in_text("not json") == []
+    # a whole asset's text pastes its comments too
+    assert comments_in_text(dumps_asset(graph.model_copy(update={"comments": [note]}))) == [note]
+    pasted = prepare_comment_paste([note, note], {"note"}, (5.0, 5.0))
+    assert [(c.id, c.position) for c in pasted] == [("note_2", (15.0, 25.0)), ("note_3", (15.0, 25.0))]
+    assert pasted[0].text == "why"
+
+
+def test_bad_pasted_comments_are_located_errors():
+    text = json.dumps({"nodes": [], "comments": [
+        {"id": "a", "kind": "note"}, {"id": "b", "kind": "note", "color": [1, True, 3]},
+        {"id": "c", "kind": "sticker"}]})
+    with pytest.raises(AssetError) as caught:
+        comments_in_text(text)
+    assert [p.field for p in caught.value.problems] == ["comments.1.color.1"]
+    with pytest.raises(AssetError) as caught:
+        comments_in_text(text.replace("true", "2"))
+    assert [(p.field, p.file) for p in caught.value.problems] == [("comments.2.kind", "clipboard")]
+
+
+# --- on the real model ---------------------------------------------------------------------------
+
+
+@pytest.mark.model
+def test_a_bypassed_generate_on_the_sample_model_leaves_only_the_second_nodes_prompt(sample_model):
+    from runtime.backends.llama import LlamaBackend
+
+    graph = asset(
+        ("Generate", "first", {"system_prompt": "You are a grumpy troll. Answer in one word.", "context_size": 512,
+                               "max_tokens": 16, "default_exit": "second", "bypassed": True}),
+        ("Generate", "second", {"system_prompt": "You are a friendly innkeeper. Answer briefly.", "context_size": 512,
+                                "max_tokens": 24}),
+    ).model_copy(update={"default_model": str(sample_model), "comments": [
+        Comment(id="note", kind="note", text="The troll is bypassed while we tune the innkeeper.")]})
+    backend = LlamaBackend(str(sample_model.parent))
+    try:
+        result = Agent(graph, backend).run_turn("Good evening! Is there a room for the night?")
+    finally:
+        backend.close()
+    assert result.path == ["first", "second"]
+    first, second = node_diag(result.diagnostics, "first"), node_diag(result.diagnostics, "second")
+    assert first.bypassed and first.input.prompt == [] and first.output == "" and first.tokens.prompt == 0
+    assert first.exit == "default_exit" and first.next_node == "second"
+    assert not second.bypassed and second.tokens.prompt > 0 and second.tokens.generated > 0
+    prompts = [m.content for n in result.diagnostics.nodes for m in n.input.prompt]
+    assert any("innkeeper" in p for p in prompts)
+    assert not any("troll" in p for p in prompts), "the bypassed node's prompt never reaches the model"
+    assert result.reply == second.output and result.reply.strip()
