@@ -30,13 +30,16 @@ from editor import settings as app_settings
 from editor.attach_dialog import AttachDialog, AttachPanel
 from editor.backend_choice import EMBEDDED_TITLE, BackendChoice
 from editor.backends_dialog import open_backends_dialog
+from editor.bypass import install_bypass
 from editor.canvas import Canvas, add_action, context_menu
+from editor.canvas.comments import add_comments, comments_from_text, install_comments, text_with_comments
 from editor.commands import (
     MacroCommand,
     SetAgentFieldCommand,
     SetExitCommand,
     add_nodes,
     disconnect,
+    remove_comments,
     remove_nodes,
 )
 from editor.docks.conversation.dock import ConversationDock
@@ -382,6 +385,9 @@ class MainWindow(QMainWindow):
                          self.delete_action])
         menu.addSeparator()
         menu.addActions([self.select_all_action, self.start_action, self.frame_action, self.layout_action])
+        # Backdrops and notes (editor/canvas/comments.py) and Bypass (editor/bypass.py), in Edit and here
+        self.comment_actions = install_comments(self, edit, menu)
+        self.bypass_actions = install_bypass(self, edit, menu)
 
     def _fill_add_menu(self, menu: QMenu, at_cursor: bool) -> None:
         for views in categories().values():
@@ -821,65 +827,84 @@ class MainWindow(QMainWindow):
     # --- editing --------------------------------------------------------------------------------
 
     def copy(self) -> None:
-        ids = self.canvas.selected_ids()
-        if ids:
-            QApplication.clipboard().setText(nodes_to_text([self.document.node(i) for i in ids]))
+        """Edit > Copy: the selected nodes and comments (a selected backdrop brings the nodes inside it)."""
+        ids, comments = self.comment_actions.selection()
+        if ids or comments:
+            text = nodes_to_text([self.document.node(i) for i in ids])
+            QApplication.clipboard().setText(text_with_comments(text, comments))
 
     def cut(self) -> None:
-        ids = self.canvas.selected_ids()
-        if ids:
+        ids, comments = self.comment_actions.selection()
+        if ids or comments:
             self.copy()
             command = remove_nodes(self.document, ids)
-            command.setText(f"Cut {len(ids)} node{'s' if len(ids) != 1 else ''}")
+            remove_comments(self.document, [c.id for c in comments], command)
+            command.setText(f"Cut {_things(len(ids), len(comments))}")
             self.document.push(command)
 
     def paste(self) -> None:
         self.paste_text(QApplication.clipboard().text(), None)
 
     def paste_text(self, text: str, pos: tuple[float, float] | None) -> list[str]:
-        """Paste nodes from JSON text; returns the new ids. Bad text is reported, nothing changes."""
+        """Paste nodes (and comments) from JSON text; returns the new node ids. Bad text is reported,
+        nothing changes."""
         try:
             nodes = nodes_from_text(text)
         except AssetError as exc:
             first = exc.problems[0]
             self.statusBar().showMessage(f"Nothing pasted: {first.where.lstrip(':')}: {first.message}", 8000)
             return []
-        if not nodes:
+        comments, refused = comments_from_text(text)
+        if refused:
+            self.statusBar().showMessage(f"Comments left out of the paste: {'; '.join(refused)}", 8000)
+        if not nodes and not comments:
             return []
         if pos is None:
-            offset = self.canvas.clear_offset(nodes)  # beside the originals, never on top of them
+            # beside the originals, never on top of them
+            offset = self.canvas.clear_offset(nodes) if nodes else (40.0, 40.0)
         else:
-            left = min(n.position[0] for n in nodes)
-            top = min(n.position[1] for n in nodes)
+            left = min(p.position[0] for p in [*nodes, *comments])
+            top = min(p.position[1] for p in [*nodes, *comments])
             offset = (pos[0] - left, pos[1] - top)
         pasted = prepare_paste(nodes, set(self.document.asset.node_ids()), offset)
-        command = add_nodes(self.document, pasted, f"Paste {len(pasted)} node{'s' if len(pasted) != 1 else ''}")
-        if not self.document.asset.start_node:
+        command = add_nodes(self.document, pasted, f"Paste {_things(len(pasted), len(comments))}")
+        comment_ids = add_comments(self.document, comments, offset, command)
+        if pasted and not self.document.asset.start_node:
             SetAgentFieldCommand(self.document, "start_node", "", pasted[0].id, command)
         self.document.push(command)
         ids = [n.id for n in pasted]
         self.canvas.select(ids)
+        self.canvas.comments.select(comment_ids, add=True)
         return ids
 
     def duplicate(self) -> list[str]:
-        ids = self.canvas.selected_ids()
-        if not ids:
+        ids, comments = self.comment_actions.selection()
+        if not ids and not comments:
             return []
         originals = [self.document.node(i) for i in ids]
-        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), self.canvas.clear_offset(originals))
-        self.document.push(add_nodes(self.document, pasted, f"Duplicate {len(pasted)} node{'s' if len(pasted) != 1 else ''}"))
+        offset = self.canvas.clear_offset(originals) if originals else (40.0, 40.0)
+        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), offset)
+        command = add_nodes(self.document, pasted, f"Duplicate {_things(len(pasted), len(comments))}")
+        comment_ids = add_comments(self.document, comments, offset, command)
+        self.document.push(command)
         new_ids = [n.id for n in pasted]
         self.canvas.select(new_ids)
+        self.canvas.comments.select(comment_ids, add=True)
         return new_ids
 
     def delete_selected(self) -> None:
-        """Edit > Delete: the selected nodes, or else the selected connections (their exits then end
-        the turn). A marquee also catches pipes that merely cross it, so with nodes selected only
-        the nodes (and the exits into them) go."""
+        """Edit > Delete: the selected nodes and comments (a backdrop's nodes stay), or else the selected
+        connections (their exits then end the turn). A marquee also catches pipes that merely cross it,
+        so with nodes selected only the nodes (and the exits into them) go."""
         doc = self.document
         ids = self.canvas.selected_ids()
-        if ids:
-            doc.push(remove_nodes(doc, ids))
+        comment_ids = self.canvas.comments.selected_ids()
+        if ids or comment_ids:
+            command = remove_nodes(doc, ids) if ids else remove_comments(doc, comment_ids)
+            if ids and comment_ids:
+                remove_comments(doc, comment_ids, command)
+                command.setText(f"Delete {_things(len(ids), len(comment_ids))}")
+            doc.push(command)
             return
         exits, start = self.canvas.selected_connections()
         command = disconnect(doc, exits, start)
@@ -938,6 +963,12 @@ class MainWindow(QMainWindow):
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()
+
+
+def _things(nodes: int, comments: int) -> str:
+    """'2 nodes', '1 node and 1 comment', '3 comments': what an edit of nodes and comments changed."""
+    parts = [f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((nodes, "node"), (comments, "comment")) if n]
+    return " and ".join(parts) or "0 nodes"
 
 
 # Windows opened with File > New Window stay alive while they are open.

@@ -17,6 +17,7 @@ from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
+from editor.canvas.comments import CommentLayer
 from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing, key_of
 from editor.canvas.following import DocumentFollower
 from editor.canvas.gestures import NODE_MIME, Gestures, node_type_mime
@@ -52,6 +53,7 @@ class Canvas(QObject):
         self.overlays = Overlays(self.drawing, self)
         self.gestures = Gestures(self.drawing, self)
         self.follower = DocumentFollower(document, self.drawing, self.overlays, self)
+        self.comments = CommentLayer(self.drawing, self)  # backdrops and notes
         self.graph = self.drawing.graph
         self.viewer = self.drawing.viewer
         self.search = self.gestures.search

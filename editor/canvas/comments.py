@@ -320,7 +320,8 @@ class CommentLayer(QObject):
         for node_id in node_ids:
             box = self.drawing.canvas_node(node_id).view.sceneBoundingRect()
             rect = box if rect.isNull() else rect.united(box)
-        return rect.adjusted(-GROUP_PADDING, -GROUP_PADDING - TITLE_BAR, GROUP_PADDING, GROUP_PADDING)
+        # above the nodes: the title bar and a line or two of text
+        return rect.adjusted(-GROUP_PADDING, -GROUP_PADDING - TITLE_BAR - 24.0, GROUP_PADDING, GROUP_PADDING)
 
 
 def _label(comment: Comment) -> str:

@@ -505,6 +505,9 @@ class TurnInspectorDock(QDockWidget):
     def stats_html(self, diag: NodeDiagnostics) -> str:
         t, tm = diag.tokens, diag.timings
         rows = []
+        if diag.bypassed:
+            rows.append(f"<span class='warn'><b>Bypassed</b>: not run; the turn passed along its "
+                        f"{html.escape(diag.exit or 'default')} exit (Ctrl+B on the canvas runs it again)</span>")
         if t.budget is not None:
             rows.append(f"<b>Tokens</b> prompt {t.prompt} (counted {t.counted} of a budget of {t.budget}) \u00b7 "
                         f"reused {t.reused} \u00b7 evaluated {t.evaluated} \u00b7 generated {t.generated}"
