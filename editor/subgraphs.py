@@ -578,7 +578,8 @@ class SubgraphSupport(QObject):
         doc.push(extraction_command(doc, plan, target.name))
         self.window.canvas.select([plan.subgraph.id])
         self.window.statusBar().showMessage(
-            f"Extracted {len(plan.chosen)} nodes to {target} (undo puts them back; the file stays)", 8000)
+            f"Extracted {len(plan.chosen)} node{'s' if len(plan.chosen) != 1 else ''} to {target} (undo puts "
+            f"{'them' if len(plan.chosen) != 1 else 'it'} back; the file stays)", 8000)
         return plan
 
     def refuse(self, message: str) -> QMessageBox:
