@@ -13,6 +13,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.help_menu import shortcut_rows
 from editor.main_window import MainWindow
 from editor.subgraphs import ExtractRefused, behaviour_info, plan_extraction, subgraph_port_counts
 from runtime.asset.file import asset_to_dict, load_asset, save_asset
@@ -268,6 +269,7 @@ def test_extract_to_behaviour_is_one_undo_step(shop: MainWindow, tmp_path: Path,
     shop.canvas.select(["ask", "haggle"])
     steps = doc.undo_stack.count()
     assert shop.subgraphs.extract_action.shortcut().toString() == "Ctrl+Alt+B"
+    assert ("Edit", "Extract to Behaviour", "Ctrl+Alt+B") in shortcut_rows(shop), "Help > Keyboard Shortcuts lists it"
     shop.subgraphs.extract_action.trigger()
     assert asked and doc.undo_stack.count() == steps + 1
     # the behaviour: the two nodes, an Exit node for each target outside, next for the END exit
