@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from runtime.asset.file import load_asset
-from runtime.asset.model import END, Asset, NodeBase
+from runtime.asset.model import END, Asset, NodeBase, is_valid_id
 from runtime.names import NAMESPACE_SEP, namespaced
 from runtime.nodes import shown_exits
 from runtime.nodes.exit import Exit
 from runtime.nodes.subgraph import END_PORT, Subgraph
 from runtime.problems import AssetError, Problem
 
-__all__ = ["END_PORT", "behaviour_path", "behaviour_ports", "expand", "has_behaviours", "load_behaviour",
-           "node_folders", "ports_of", "problems"]
+__all__ = ["END_PORT", "behaviour_path", "behaviour_ports", "expand", "expanded_from_dict", "expanded_to_dict",
+           "has_behaviours", "load_behaviour", "node_folders", "ports_of", "problems"]
 
 PathLike = str | os.PathLike[str]
 
@@ -211,6 +211,43 @@ def node_folders(expanded: Asset) -> dict[str, str]:
                 out[node.id] = folders[owner]
                 break
     return out
+
+
+_EXPANDED_KEY = "__expanded__"  # where an expanded node's own state is kept in ``expanded_to_dict``
+
+
+def expanded_to_dict(asset: Asset) -> dict:
+    """An asset, expanded or not, as JSON data that ``expanded_from_dict`` reads back the same (a
+    kept test run's asset): an expanded node's state (a Subgraph node's entry and folder, an Exit
+    node's target) is kept under ``__expanded__``. Not an asset file: files hold no namespaced ids."""
+    raw = asset.model_dump(mode="json", by_alias=True)
+    for node, out in zip(asset.nodes, raw["nodes"]):
+        if isinstance(node, Subgraph) and node.expanded:
+            out[_EXPANDED_KEY] = {"entry": node.exits()["enter"], "folder": node.behaviour_folder}
+        elif isinstance(node, Exit) and node.exits():
+            out[_EXPANDED_KEY] = {"target": node.exits()["default_exit"]}
+    return raw
+
+
+def expanded_from_dict(raw: dict) -> Asset:
+    """``expanded_to_dict``'s data as the asset it was. Raises ValueError (a pydantic
+    ValidationError among them) or KeyError for data it did not write."""
+    from runtime.nodes import node_model
+
+    nodes: list[NodeBase] = []
+    for data in raw.get("nodes", []):
+        data = dict(data)
+        state, node_id = data.pop(_EXPANDED_KEY, None), data.get("id", "")
+        # validated under a plain id, then given its own (a namespaced one no file may hold)
+        node = node_model(data["type"]).model_validate({**data, "id": "node"}).model_copy(update={"id": node_id})
+        if NAMESPACE_SEP in node_id and not all(is_valid_id(part) for part in node_id.split(NAMESPACE_SEP)):
+            raise ValueError(f"{node_id!r} is not a node id")
+        if isinstance(node, Subgraph) and state is not None:
+            node = node.entered(str(state["entry"]), str(state["folder"]))
+        elif isinstance(node, Exit) and state is not None:
+            node = node.leading_to(str(state["target"]))
+        nodes.append(node)
+    return Asset.model_validate({**raw, "nodes": nodes})
 
 
 # --- expanding ------------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runtime.asset.behaviours import expanded_from_dict, expanded_to_dict
 from runtime.asset.model import Asset
 from runtime.diagnostics import TurnDiagnostics
 from runtime.files.writing import atomic_write_text
+from runtime.names import NAMESPACE_SEP
 from runtime.prompting.prompt import PromptPart
 from runtime.suites.checks import Check
 from runtime.suites.report import CaseResult
@@ -144,7 +146,7 @@ class KeptRuns:
 def _run_json(run: KeptRun) -> dict[str, Any]:
     return {
         "suite": run.suite, "case": run.case, "passed": run.passed, "when": run.when,
-        "asset": run.asset.model_dump(mode="json", by_alias=True),
+        "asset": expanded_to_dict(run.asset),  # the asset the case ran: its behaviours expanded
         "turns": [{
             "number": t.number, "line": t.line, "reply": t.reply, "path": t.path, "passed": t.passed,
             "error": t.error, "checks": [vars(c) for c in t.checks],
@@ -162,7 +164,7 @@ def _run_from_json(raw: dict[str, Any]) -> KeptRun:
         TurnDiagnostics.model_validate(t["diagnostics"]) if t.get("diagnostics") is not None else None,
         {n: [PromptPart(**p) for p in parts] for n, parts in t.get("parts", {}).items()},
         dict(t.get("context_sizes", {}))) for t in raw["turns"]]
-    return KeptRun(raw["suite"], raw["case"], raw["passed"], raw["when"], Asset.model_validate(raw["asset"]), turns)
+    return KeptRun(raw["suite"], raw["case"], raw["passed"], raw["when"], expanded_from_dict(raw["asset"]), turns)
 
 
 # --- what changed in the asset ------------------------------------------------------------------
@@ -196,6 +198,11 @@ def asset_changes(old: Asset, new: Asset) -> list[AssetChange]:
     a, b = old.model_dump(mode="json", by_alias=True), new.model_dump(mode="json", by_alias=True)
     nodes_a = {n["id"]: n for n in a.pop("nodes", [])}
     nodes_b = {n["id"]: n for n in b.pop("nodes", [])}
+    # One side as it ran (a behaviour's nodes added under namespaced ids), the other as the file holds
+    # it: compared as the file holds both, so the behaviour's nodes are not "added" or "removed".
+    expanded_a, expanded_b = (any(NAMESPACE_SEP in i for i in nodes) for nodes in (nodes_a, nodes_b))
+    if expanded_a != expanded_b:
+        nodes_a, nodes_b = ({i: n for i, n in nodes.items() if NAMESPACE_SEP not in i} for nodes in (nodes_a, nodes_b))
     out = [AssetChange("", f, x, y) for f, x, y in _fields(a, b)]
     for node_id, node in nodes_b.items():
         if node_id not in nodes_a:

@@ -58,3 +58,25 @@ def test_a_suite_whose_behaviour_is_gone_says_so(folder: Path) -> None:
         load_suite(suite(folder, "{visits: [guard]}"))
     assert "runs a behaviour that cannot be loaded" in raised.value.problems[0].message
     assert raised.value.problems[1].node_id == "guard" and raised.value.problems[1].field == "behaviour"
+
+
+def test_a_kept_run_of_an_expanded_asset_reads_back_the_same(folder: Path) -> None:
+    from runtime.asset.file import load_asset
+    from runtime.suites.kept import KeptRuns, asset_changes, kept_run
+
+    loaded = load_suite(suite(folder, "{visits: [guard/warn]}"))
+    report = run_suites([loaded], ScriptedBackend)
+    kept = KeptRuns(folder / "kept")
+    kept.keep(kept_run(loaded.path, report.results[0], loaded.asset))
+    again = KeptRuns(folder / "kept").current(loaded.path, "one")
+    assert again is not None, "a kept run of an asset with namespaced ids reads back"
+    assert again.asset.node_ids() == loaded.asset.node_ids()
+    assert again.asset.node("guard").exits() == {"enter": "guard/classify"}
+    assert again.asset.node("guard/warned").exits() == loaded.asset.node("guard/warned").exits()
+    assert asset_changes(again.asset, loaded.asset) == []
+    # against the asset as its file holds it (the editor's open document): no behaviour node is "removed"
+    source = load_asset(folder / "gate_guard.json")
+    assert asset_changes(again.asset, source) == []
+    changed = source.model_copy(update={"nodes": [source.nodes[0], source.nodes[1].model_copy(
+        update={"system_prompt": "Be brief."})]})
+    assert [(c.node, c.field) for c in asset_changes(again.asset, changed)] == [("directions", "system_prompt")]
