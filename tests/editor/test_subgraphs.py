@@ -349,3 +349,25 @@ def test_an_example_opened_unsaved_finds_its_behaviours_in_its_folder(make_windo
     window.canvas.select(["guard"])
     assert window.subgraphs.extract() is None and "Save the asset first" in window.subgraphs.last_refusal
     window.findChild(QMessageBox, "extract_refused").close()
+
+
+def test_a_turn_says_why_it_cannot_run_when_a_behaviour_is_gone(window: MainWindow, qtbot, guard_file: Path):
+    conversation = window.conversation
+    conversation.use_backend(ScriptedBackend)
+    with qtbot.waitSignal(conversation.turn_finished, timeout=30_000):
+        assert conversation.say("I threaten you.")
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=30_000)
+    (guard_file.parent / "behaviours" / "threats.json").unlink()
+    window.subgraphs.reload()  # the Reload the bar offers
+    assert any(p.node_id == "guard" and p.field == "behaviour" for p in window.problems)
+    with qtbot.waitSignal(conversation.turn_failed, timeout=30_000) as failed:
+        assert conversation.say("Hello again.")
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=30_000)
+    assert failed.args[0].message.startswith("The graph cannot run: no file behaviours/threats.json")
+    assert len(conversation.saved.history.turns) == 1, "the conversation so far stays"
+    write(guard_file.parent / "behaviours" / "threats.json", THREATS)
+    window.subgraphs.reload()
+    with qtbot.waitSignal(conversation.turn_finished, timeout=30_000):
+        assert conversation.say("I threaten you again.")
+    qtbot.waitUntil(lambda: not conversation.busy, timeout=30_000)
+    assert len(conversation.saved.history.turns) == 2
