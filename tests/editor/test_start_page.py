@@ -269,3 +269,22 @@ def test_the_launch_with_no_asset_starts_on_the_page_in_process(monkeypatch, tmp
     monkeypatch.setattr(app_module, "_exit_when_ready", lambda app, window, phases: (window.close(), 0)[1])
     assert app_module.main(["--exit-when-ready"]) == 0
     assert seen == {"shown_with_page": True}
+
+
+@pytest.mark.model
+def test_the_empty_agent_talks_on_the_sample_model(window, qtbot, monkeypatch):
+    """New from template is ready to talk: its one reply node answers a real turn on the sample model,
+    with nothing in the Problems dock first."""
+    from tests.editor.live import sample_model, talk
+
+    model = Path(sample_model())
+    monkeypatch.setenv(MODELS_DIR_ENV, str(model.parent))
+    page = window.start_page.show()
+    click_row(page.templates, 0, qtbot)
+    assert window.document.asset.default_model == model.name
+    assert window.problems_dock.problems == [], [p.message for p in window.problems_dock.problems]
+    window.workspace.switch("Talk")
+    record = talk(qtbot, window.conversation, "Hello there! Who are you?")
+    assert record.diagnostics.path == [REPLY_ID]
+    assert record.diagnostics.reply.strip()
+    assert record.diagnostics.nodes[0].tokens.generated > 0
