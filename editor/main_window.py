@@ -32,7 +32,9 @@ from editor.backend_choice import EMBEDDED_TITLE, BackendChoice
 from editor.backends_dialog import open_backends_dialog
 from editor.bypass import install_bypass
 from editor.canvas import Canvas, add_action, context_menu
+from editor.canvas.arrange import install_arrange
 from editor.canvas.comments import add_comments, comments_from_text, install_comments, text_with_comments
+from editor.canvas.minimap import install_minimap
 from editor.commands import (
     MacroCommand,
     SetAgentFieldCommand,
@@ -178,6 +180,8 @@ class MainWindow(QMainWindow):
         self.attach_panel.hide()
         self._build_actions()
         self._build_menus()
+        self.minimap = install_minimap(self)  # View > Show Minimap, in the canvas's corner
+        self.arrange = install_arrange(self)  # Edit > Arrange: align and distribute the selection
         self._wire()
         self.status = QLabel(self)
         self.statusBar().addPermanentWidget(self.status)
@@ -294,6 +298,8 @@ class MainWindow(QMainWindow):
                                           canvas=True, tip="Type a node type's name (Tab)")
         self.frame_action = self._action("&Frame Selection", self.canvas.frame_readably, "F", canvas=True,
                                          tip="Zoom to the selected nodes, or to all nodes, never too small to read")
+        self.zoom_selection_action = self._action("&Zoom to Selection", self.zoom_to_selection, "Shift+F",
+                                                  canvas=True, tip="Fit the selected nodes in the canvas (Shift+F)")
         self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
                                           tip="Arrange the graph in layers from the start node")
         self.download_sample_action = self._action(
@@ -363,7 +369,7 @@ class MainWindow(QMainWindow):
         self._fill_backend_menu()
 
         view = bar.addMenu("&View")
-        view.addActions([self.frame_action, self.layout_action])
+        view.addActions([self.frame_action, self.zoom_selection_action, self.layout_action])
         view.addSeparator()
         view.addActions([*self.workspace.actions.values(), self.workspace.reset_action])
         bar.setCornerWidget(preset_buttons(self.workspace, bar), Qt.Corner.TopRightCorner)
@@ -384,7 +390,8 @@ class MainWindow(QMainWindow):
         menu.addActions([self.cut_action, self.copy_action, self.paste_action, self.duplicate_action,
                          self.delete_action])
         menu.addSeparator()
-        menu.addActions([self.select_all_action, self.start_action, self.frame_action, self.layout_action])
+        menu.addActions([self.select_all_action, self.start_action, self.frame_action, self.zoom_selection_action,
+                         self.layout_action])
         # Backdrops and notes (editor/canvas/comments.py) and Bypass (editor/bypass.py), in Edit and here
         self.comment_actions = install_comments(self, edit, menu)
         self.bypass_actions = install_bypass(self, edit, menu)
@@ -662,6 +669,11 @@ class MainWindow(QMainWindow):
         self._node_find.popup_at(self.document.asset, viewport.mapToGlobal(QPoint(viewport.width() // 2, 8)),
                                  min(480, max(300, viewport.width() - 40)))
         return self._node_find
+
+    def zoom_to_selection(self) -> None:
+        """View > Zoom to Selection (Shift+F): fit the selected nodes; F frames the whole graph."""
+        if not self.canvas.zoom_to_selection():
+            self.statusBar().showMessage("Select the nodes to zoom to (F frames the whole graph)", 4000)
 
     def show_node(self, node_id: str) -> bool:
         """Select the node ``node_id`` and centre it on the canvas; False when the asset has no such node

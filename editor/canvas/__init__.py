@@ -234,6 +234,13 @@ class Canvas(QObject):
         if viewer.get_zoom() > 0.1:
             viewer.reset_zoom(rect.center())
 
+    def zoom_to_selection(self) -> bool:
+        """Fit the selected nodes in the view (never closer than 1:1); False when none is selected."""
+        if not self.graph.selected_nodes():
+            return False
+        self.frame_selection()
+        return True
+
     def frame_readably(self) -> None:
         """F: the selection, or the whole graph when nothing is selected, but never below
         ``LEGIBLE_SCALE``: a graph too large for that is shown from START on (``frame_for_reading``),
