@@ -11,6 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from runtime.asset.behaviours import expand
 from runtime.asset.estimate import Estimate, ModelResolver, estimate_asset
 from runtime.asset.file import load_asset
 from runtime.models.context_settings import FLASH_ATTN, FLASH_ATTN_MODES, KV_TYPE, kv_type_refusal
@@ -63,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"parley estimate: error: {message}", file=sys.stderr)
         return 2
     try:
-        asset = load_asset(args.asset)
+        # as it runs: a behaviour's nodes are sized, and named by --context, by namespaced id (guard/warn)
+        asset = expand(load_asset(args.asset), Path(args.asset).parent, str(args.asset))
         settings = Settings(
             gpu_memory=gpu_memory_bytes(args.gpu_memory),
             gpu_layers=args.gpu_layers,

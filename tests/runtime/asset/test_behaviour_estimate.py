@@ -36,3 +36,24 @@ def test_a_missing_behaviour_is_a_problem_of_the_estimate(tmp_path: Path) -> Non
     estimate = estimate_asset(load_asset(path), lambda name: model, CPU, asset_file=str(path))
     assert [n.node_id for n in estimate.nodes] == ["reply"]
     assert [(p.node_id, p.field) for p in estimate.problems] == [("g", "behaviour")]
+
+
+def test_parley_estimate_sizes_and_takes_namespaced_nodes(tmp_path: Path, capsys) -> None:
+    import json
+
+    from runtime.cli import main
+
+    model = write_tiny_gguf(tmp_path / "m.gguf")
+    write(tmp_path / "behaviours" / "threats.json", THREATS)
+    path = write(tmp_path / "host.json", asset(
+        "guard", subgraph("guard", "behaviours/threats.json", {"refuse": "", "calm": "", "next": ""})))
+    raw = json.loads(path.read_text())
+    raw["default_model"] = str(model)
+    path.write_text(json.dumps(raw))
+    assert main(["estimate", str(path), "--context", "guard/warn=512", "--json"]) == 0
+    nodes = {n["id"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert set(nodes) == {"guard/classify", "guard/warn", "guard/chat"}
+    assert main(["estimate", str(path), "--context", "guard/nothing=512"]) == 2
+    (tmp_path / "behaviours" / "threats.json").unlink()
+    assert main(["estimate", str(path)]) == 2
+    assert "guard.behaviour: error: no file behaviours/threats.json" in capsys.readouterr().err
