@@ -322,7 +322,10 @@ def behaviour_reference(document: Document, chosen: str) -> str:
     folder = document.asset_dir
     if folder is None or not os.path.isabs(chosen):
         return chosen
-    return Path(os.path.relpath(chosen, folder)).as_posix()
+    try:
+        return Path(os.path.relpath(chosen, folder)).as_posix()
+    except ValueError:  # another drive: no relative path (validation asks for one)
+        return chosen
 
 
 def ports_for(document: Document, node: NodeBase, behaviour: str) -> dict[str, str] | None:
@@ -417,6 +420,7 @@ class SubgraphSupport(QObject):
         self.pending: list[Path] = []  # changed since, not reloaded yet
         self.last_refusal = ""  # what Extract to Behaviour last said it could not do
         self._registered = -1  # the asset whose folder _FOLDERS holds for this window
+        window.destroyed.connect(lambda *_: _FOLDERS.pop(self._registered, None))
         self.bar = BehaviourChangedBar(window.canvas.viewer)
         self.bar.reload_requested.connect(self.reload)
         self.bar.dismissed.connect(self.dismiss)
