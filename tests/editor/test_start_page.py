@@ -205,7 +205,7 @@ def test_opening_a_file_any_way_hides_the_page(window, tmp_path):
     assert window.problems_dock.problems
 
 
-def test_tab_walks_the_page_in_reading_order(window, tmp_path):
+def test_tab_walks_the_page_in_reading_order(window, tmp_path, qtbot):
     app_settings.add_recent_file(str(tmp_path / "gone.json"))  # a missing file: Forget Missing Files shows
     app_settings.add_recent_file(str(asset_file(tmp_path, "npc")))
     page = window.start_page.show()
@@ -221,6 +221,9 @@ def test_tab_walks_the_page_in_reading_order(window, tmp_path):
         chain.append(next_stop(chain[-1]))
     assert chain == [page.templates, page.recent, page.forget_button, page.examples,
                      page.new_button, page.open_button, page.close_button]
+    page.templates.setFocus()
+    qtbot.keyClick(page.templates, Qt.Key.Key_Tab)  # the key itself: no canvas shortcut takes it here
+    assert window.focusWidget() is page.recent
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
