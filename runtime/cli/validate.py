@@ -6,11 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from runtime.asset.behaviours import expand
 from runtime.asset.file import load_asset
 from runtime.asset.validation import ModelFiles, validate_asset
 from runtime.models.folder import unusable_path
 from runtime.names import without_surrogates
-from runtime.problems import AssetError, Problem
+from runtime.problems import AssetError, InputError, Problem
 from runtime.prompting.templates import template_problems
 
 
@@ -48,5 +49,9 @@ def _problems(path: str) -> list[Problem]:
         return exc.problems
     folder = Path(path).parent
     problems = validate_asset(asset, str(path), asset_dir=folder, models=ModelFiles(folder))
+    try:  # a behaviour's templates too, under its nodes' namespaced ids
+        nodes = expand(asset, folder, str(path)).nodes
+    except InputError:  # its problems are in validate_asset's already
+        nodes = asset.nodes
     # Until validate_asset checks templates itself; the check keeps a problem from being listed twice.
-    return problems + [p for p in template_problems(asset.nodes, str(path)) if p not in problems]
+    return problems + [p for p in template_problems(nodes, str(path)) if p not in problems]

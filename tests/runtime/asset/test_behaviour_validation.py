@@ -110,3 +110,10 @@ def test_an_edited_behaviour_changes_the_next_validation(tmp_path: Path) -> None
 def test_a_behaviour_validated_alone_ends_at_its_exit_nodes(tmp_path: Path) -> None:
     path = write(tmp_path / "b.json", THREATS)
     assert [p for p in check_file(path) if p.severity == "error"] == []
+
+
+def test_parley_validate_finds_a_broken_template_in_a_behaviour(tmp_path: Path, capsys) -> None:
+    write(tmp_path / "b.json", asset("ask", generate("ask", "", template="{{#vars.x}}unclosed")))
+    path = write(tmp_path / "host.json", asset("g", subgraph("g", "b.json", {"next": ""})))
+    assert main(["validate", str(path)]) == 1
+    assert f"{path}:g/ask.template: error:" in capsys.readouterr().out
