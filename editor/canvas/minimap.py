@@ -41,6 +41,7 @@ MIN_MARK = 1.5  # pixels: a node smaller than this on the minimap is drawn this 
 BACKGROUND = QColor(24, 26, 30, 235)
 BORDER = QColor(90, 96, 108)
 VIEW_PEN = QColor(240, 240, 240)
+SELECTED_PEN = QColor(255, 196, 64)
 VIEW_FILL = QColor(255, 255, 255, 36)
 
 
@@ -88,6 +89,11 @@ class Minimap(QWidget):
         d.reset.connect(self._forget_all_looks)
         canvas.built.connect(self._forget_all_looks)  # every node drawn: their real sizes are known
         d.agent_changed.connect(self._on_agent_changed)
+        for signal in (d.comment_added, d.comment_removed, d.comment_changed):  # backdrops and notes
+            signal.connect(self.schedule_rebuild)
+        self._selected: list[str] = []
+        self._selected_rects: list[QRectF] = []  # on the minimap, drawn over the picture
+        canvas.selection_changed.connect(self._on_selection_changed)
         # The view pans and zooms by its own code (NodeGraphQt), which says nothing; each pan or zoom
         # repaints the whole viewport, and with it the minimap over it, which reads the view's
         # rectangle as it paints. Only the viewport's size is followed here (the minimap's place).
@@ -105,6 +111,21 @@ class Minimap(QWidget):
     def _forget_all_looks(self) -> None:
         self._looks.clear()
         self.schedule_rebuild()
+
+    def _on_selection_changed(self, node_ids: list[str]) -> None:
+        self._selected = list(node_ids)
+        self._selected_rects = self._rects_of_selected()
+        self.update()
+
+    def _rects_of_selected(self) -> list[QRectF]:
+        scale, dx, dy = self._mapping()
+        doc, rects = self.document, []
+        for node_id in self._selected:
+            if doc.has_node(node_id):
+                node = doc.node(node_id)
+                w, h, _fill = self._looks.get(node_id) or self._look_of(node)
+                rects.append(self._to_widget_rect(QRectF(*node.position, w, h), scale, dx, dy))
+        return rects
 
     def _on_agent_changed(self, field: str) -> None:
         if field == "comments":
@@ -247,6 +268,7 @@ class Minimap(QWidget):
                 painter.drawRects(rects)
         finally:
             painter.end()
+        self._selected_rects = self._rects_of_selected()
         self.update()
 
     def _mapping(self) -> tuple[float, float, float]:
@@ -292,6 +314,10 @@ class Minimap(QWidget):
                 painter.fillRect(self.rect(), BACKGROUND)
             else:
                 painter.drawPixmap(self.rect(), self.picture)  # stretched for a moment after a resize
+            if self._selected_rects:
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.setPen(QPen(SELECTED_PEN, 1.0))
+                painter.drawRects(self._selected_rects)
             painter.setBrush(VIEW_FILL)
             painter.setPen(QPen(VIEW_PEN, 1.0))
             painter.drawRect(self._kept_inside(self.viewport_rect()))

@@ -9,12 +9,12 @@ from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtTest import QTest
 
-from editor.canvas.minimap import SHOWN_KEY, VIEW_PEN, Minimap
+from editor.canvas.minimap import SELECTED_PEN, SHOWN_KEY, VIEW_PEN, Minimap
 from editor.commands import AddNodeCommand, MoveCommand, remove_nodes
 from editor.help_menu import shortcut_rows
 from editor.node_types import view_of
 from editor.settings import app_settings
-from runtime.asset.model import Asset, new_node
+from runtime.asset.model import Asset, Comment, new_node
 
 
 def grid(count: int, columns: int = 10) -> Asset:
@@ -192,18 +192,32 @@ def test_an_empty_asset_has_no_minimap_until_a_node_is_added(window, qtbot):
     assert window.minimap.rebuilds >= 1
 
 
-@pytest.mark.skipif("comments" not in Asset.model_fields, reason="the asset has no comments yet")
-def test_a_backdrop_is_drawn_under_the_nodes(window, qtbot):
-    from runtime.asset.model import Comment
-
+def test_backdrops_are_drawn_under_the_nodes_and_follow_the_document(window, qtbot):
     asset = grid(4, columns=4)
     asset.comments = [Comment(id="guards", kind="backdrop", title="Guards", color=(200, 40, 40),
                               position=(-100.0, 500.0), size=(1200.0, 600.0))]
     window.set_asset(asset)
-    settled(qtbot, window.minimap)
-    image = window.minimap.picture.toImage()
-    inside = pixel(image, window.minimap.to_minimap(QPointF(500.0, 900.0)))
+    minimap = window.minimap
+    settled(qtbot, minimap)
+    inside = pixel(minimap.picture.toImage(), minimap.to_minimap(QPointF(500.0, 900.0)))
     assert inside.red() > inside.green() + 20, "the backdrop's red shows"
+    before = minimap.rebuilds
+    window.document.add_comment(Comment(id="note", kind="note", color=(40, 200, 40), position=(400.0, -900.0),
+                                        size=(300.0, 200.0)))
+    qtbot.waitUntil(lambda: minimap.rebuilds > before, timeout=3000)
+    note = pixel(minimap.picture.toImage(), minimap.to_minimap(QPointF(550.0, -800.0)))
+    assert note.green() > note.red() + 20, "a note added is drawn"
+
+
+def test_the_selected_nodes_are_outlined(big, qtbot):
+    minimap, canvas = big.minimap, big.canvas
+    canvas.select(["n57"])  # far from the view, which is at n0
+    image = minimap.grab().toImage()
+    x, y = big.document.node("n57").position
+    corner = minimap.to_minimap(QPointF(x, y))
+    assert drawn_near(image, corner, SELECTED_PEN)
+    canvas.select([])
+    assert not drawn_near(minimap.grab().toImage(), corner, SELECTED_PEN)
 
 
 def test_zoom_to_selection_fits_the_selected_nodes(big):
