@@ -33,7 +33,7 @@ from editor.backends_dialog import open_backends_dialog
 from editor.bypass import install_bypass
 from editor.canvas import Canvas, add_action, context_menu
 from editor.canvas.arrange import install_arrange
-from editor.canvas.comments import add_comments, comments_from_text, install_comments, text_with_comments
+from editor.canvas.comments import add_comments, install_comments
 from editor.canvas.minimap import install_minimap
 from editor.commands import (
     MacroCommand,
@@ -75,7 +75,7 @@ from editor.subgraphs import subgraph_port_counts
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
 from editor.workspace import Workspace, preset_buttons
-from runtime.asset.clipboard import nodes_from_text, nodes_to_text, prepare_paste
+from runtime.asset.clipboard import comments_in_text, nodes_from_text, nodes_to_text, prepare_paste
 from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.asset.model import Asset
 from runtime.asset.validation import ModelFiles, Validator
@@ -842,8 +842,7 @@ class MainWindow(QMainWindow):
         """Edit > Copy: the selected nodes and comments (a selected backdrop brings the nodes inside it)."""
         ids, comments = self.comment_actions.selection()
         if ids or comments:
-            text = nodes_to_text([self.document.node(i) for i in ids])
-            QApplication.clipboard().setText(text_with_comments(text, comments))
+            QApplication.clipboard().setText(nodes_to_text([self.document.node(i) for i in ids], comments))
 
     def cut(self) -> None:
         ids, comments = self.comment_actions.selection()
@@ -862,13 +861,11 @@ class MainWindow(QMainWindow):
         nothing changes."""
         try:
             nodes = nodes_from_text(text)
+            comments = comments_in_text(text)
         except AssetError as exc:
             first = exc.problems[0]
             self.statusBar().showMessage(f"Nothing pasted: {first.where.lstrip(':')}: {first.message}", 8000)
             return []
-        comments, refused = comments_from_text(text)
-        if refused:
-            self.statusBar().showMessage(f"Comments left out of the paste: {'; '.join(refused)}", 8000)
         if not nodes and not comments:
             return []
         if pos is None:

@@ -14,7 +14,6 @@ a selected backdrop along with it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +22,6 @@ from NodeGraphQt.constants import NodeEnum
 from NodeGraphQt.qgraphics.node_backdrop import BackdropNodeItem
 from NodeGraphQt.qgraphics.pipe import PipeItem
 from NodeGraphQt.qgraphics.port import PortItem
-from pydantic import ValidationError
 from PySide6.QtCore import QObject, QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (
@@ -52,7 +50,6 @@ NOTE_SIZE = (260.0, 140.0)
 NOTE_COLOR = (112, 96, 40)
 BACKDROP_COLOR = (60, 70, 90)
 MIN_SIZE = (120.0, 60.0)
-CLIPBOARD_KEY = "comments"  # beside "nodes" in the clipboard's JSON (runtime.asset.clipboard ignores it)
 
 _TITLE_FONT = QFont()
 _TITLE_FONT.setPointSizeF(14.0)
@@ -328,38 +325,7 @@ def _label(comment: Comment) -> str:
     return f'{comment.kind} "{comment.title}"' if comment.title else comment.kind
 
 
-# --- the clipboard ----------------------------------------------------------------------------------
-
-
-def text_with_comments(text: str, comments: list[Comment]) -> str:
-    """Clipboard text of nodes (``nodes_to_text``) with ``comments`` beside them."""
-    if not comments:
-        return text
-    raw = json.loads(text)
-    raw[CLIPBOARD_KEY] = [c.model_dump(mode="json") for c in comments]
-    return json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
-
-
-def comments_from_text(text: str) -> tuple[list[Comment], list[str]]:
-    """The comments in clipboard text, and what was wrong with any that could not be read (those
-    are left out). Text without comments (nodes from elsewhere, any other text) has none."""
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError):
-        return [], []
-    items = raw.get(CLIPBOARD_KEY) if isinstance(raw, dict) else None
-    if not isinstance(items, list):
-        return [], []
-    comments: list[Comment] = []
-    problems: list[str] = []
-    for index, item in enumerate(items):
-        try:
-            comments.append(Comment.model_validate(item))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            problems.append(f"comments[{index}]{'.' + where if where else ''}: {first['msg']}")
-    return comments, problems
+# --- pasting (the clipboard's text is runtime.asset.clipboard's) ----------------------------------
 
 
 def add_comments(document: Document, comments: list[Comment], offset: tuple[float, float],

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QColorDialog
 
-from editor.canvas.comments import CommentDialog, comments_from_text
+from editor.canvas.comments import CommentDialog
 from editor.commands import set_comment
 from editor.document import Document, FieldRejected
 from runtime.agent import Agent
@@ -243,8 +243,9 @@ def test_copy_paste_takes_a_backdrop_with_its_nodes(window):
     backdrop = group(window, [a, b])
     window.canvas.comments.select([backdrop])
     window.copy_action.trigger()
-    comments, refused = comments_from_text(QApplication.clipboard().text())
-    assert [c.id for c in comments] == [backdrop] and not refused
+    copied = json.loads(QApplication.clipboard().text())
+    assert [c["id"] for c in copied["comments"]] == [backdrop]
+    assert [n["id"] for n in copied["nodes"]] == [a, b], "a backdrop copies with the nodes inside it"
     steps = doc.undo_stack.count()
     pasted = window.paste_text(QApplication.clipboard().text(), None)
     assert len(pasted) == 2 and len(doc.asset.comments) == 2
@@ -256,12 +257,16 @@ def test_copy_paste_takes_a_backdrop_with_its_nodes(window):
     assert len(doc.asset.comments) == 1 and doc.asset.node_ids() == [a, b]
 
 
-def test_paste_of_a_bad_comment_leaves_it_out(window):
+def test_paste_of_a_bad_comment_says_where_and_changes_nothing(window):
     text = json.dumps({"nodes": [], "comments": [{"id": "x", "kind": "sticker"}, {"id": "n", "kind": "note"}]})
-    window.paste_text(text, (10.0, 20.0))
+    steps = window.document.undo_stack.count()
+    assert window.paste_text(text, (10.0, 20.0)) == []
+    assert window.document.asset.comments == [] and window.document.undo_stack.count() == steps
+    assert "comments.0.kind" in window.statusBar().currentMessage()
+    # a note alone pastes where it is dropped
+    window.paste_text(json.dumps({"nodes": [], "comments": [{"id": "n", "kind": "note"}]}), (10.0, 20.0))
     assert [c.id for c in window.document.asset.comments] == ["n"]
     assert window.document.comment("n").position == (10.0, 20.0)
-    assert "comments[0].kind" in window.statusBar().currentMessage()
 
 
 def test_comments_never_reach_a_prompt():
