@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -418,10 +419,13 @@ class TurnInspectorDock(QDockWidget):
 
         for diag in nodes:
             bypassed = " \u00b7 bypassed" if diag.bypassed else ""  # passed along its exit without running
-            item = QTreeWidgetItem([f"{diag.node}  ({diag.type}){bypassed}"])
+            # a bypassed node's row says so in place of its type (the list is narrow), greyed like on the canvas
+            item = QTreeWidgetItem([f"{diag.node}  ({'bypassed' if diag.bypassed else diag.type})"])
             item.setData(0, Qt.ItemDataRole.UserRole, diag.node)
-            item.setToolTip(0, f"{diag.node} \u00b7 {diag.timings.total_ms:.0f} ms \u00b7 exit {diag.exit or '-'}"
-                               f"{bypassed}")
+            item.setToolTip(0, f"{diag.node} ({diag.type}) \u00b7 {diag.timings.total_ms:.0f} ms \u00b7 exit "
+                               f"{diag.exit or '-'}{bypassed}")
+            if diag.bypassed:
+                item.setForeground(0, QColor("#9a9a9a"))
             self._add_row(item, parent_of(diag.node))
             latest[diag.node] = item
             rows.append(item)
@@ -506,8 +510,9 @@ class TurnInspectorDock(QDockWidget):
         t, tm = diag.tokens, diag.timings
         rows = []
         if diag.bypassed:
+            port = {"default_exit": "next", "fallback_exit": "fallback"}.get(diag.exit, diag.exit.removeprefix("intent:"))
             rows.append(f"<span class='warn'><b>Bypassed</b>: not run; the turn passed along its "
-                        f"{html.escape(diag.exit or 'default')} exit (Ctrl+B on the canvas runs it again)</span>")
+                        f"{html.escape(port or 'next')} exit (Ctrl+B on the canvas runs it again)</span>")
         if t.budget is not None:
             rows.append(f"<b>Tokens</b> prompt {t.prompt} (counted {t.counted} of a budget of {t.budget}) \u00b7 "
                         f"reused {t.reused} \u00b7 evaluated {t.evaluated} \u00b7 generated {t.generated}"
