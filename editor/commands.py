@@ -173,7 +173,7 @@ class MoveCommand(DocumentCommand):
 
     def __init__(self, document: Document, moves: dict[str, tuple[tuple[float, float], tuple[float, float]]],
                  text: str = "", parent: MacroCommand | None = None) -> None:
-        super().__init__(text or (f"Move {len(moves)} nodes" if len(moves) != 1 else f"Move {next(iter(moves))}"))
+        super().__init__(text or _move_text(moves))
         _join(self, parent)
         self.document = document
         self.moves = moves
@@ -192,6 +192,16 @@ class MoveCommand(DocumentCommand):
 
     def undo(self) -> None:
         self._apply(0)
+
+
+def _move_text(moves: dict) -> str:
+    """'Move reply', 'Move 3 nodes', 'Move a comment and 2 nodes' (a backdrop dragged with its nodes)."""
+    comments = sum(key.startswith(COMMENT_KEY_PREFIX) for key in moves)
+    nodes = len(moves) - comments
+    if not comments:
+        return f"Move {next(iter(moves))}" if nodes == 1 else f"Move {nodes} nodes"
+    what = "a comment" if comments == 1 else f"{comments} comments"
+    return f"Move {what}" + (f" and {nodes} node{'s' if nodes != 1 else ''}" if nodes else "")
 
 
 class SetAgentFieldCommand(DocumentCommand):

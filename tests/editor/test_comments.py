@@ -101,6 +101,8 @@ def test_dragging_a_backdrop_moves_its_nodes_in_one_undo_step(window, qtbot):
         assert (x - before[node_id][0], y - before[node_id][1]) == pytest.approx((dx, dy)), "its nodes came along"
     assert doc.node(outside).position == before[outside]
     assert doc.undo_stack.count() == steps + 1, "one step for the backdrop and its nodes"
+    # (the END terminal of the empty canvas sits inside it here too, and comes along)
+    assert doc.undo_stack.text(doc.undo_stack.count() - 1).startswith("Move a comment and ")
     assert window.canvas.comments.selected_ids() == [backdrop] and window.canvas.selected_ids() == [], \
         "the click leaves the backdrop alone selected"
     window.undo_action.trigger()
