@@ -291,3 +291,16 @@ def test_the_empty_agent_talks_on_the_sample_model(window, qtbot, monkeypatch):
     assert record.diagnostics.path == [REPLY_ID]
     assert record.diagnostics.reply.strip()
     assert record.diagnostics.nodes[0].tokens.generated > 0
+
+
+def test_a_new_window_starts_on_the_page(window):
+    from editor import main_window
+
+    other = window.new_window()
+    try:
+        assert other.start_page.shown and other.document.asset.nodes == []
+        assert not window.start_page.shown, "the window it came from keeps its canvas"
+    finally:
+        other.close()
+        main_window._open_windows.remove(other)
+        other.deleteLater()
