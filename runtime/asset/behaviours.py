@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -104,6 +105,16 @@ class _Reading:
     root: Path | None
     source: str
     files: dict[Path, Asset | AssetError] = field(default_factory=dict)
+    # The only files there are, when given (a repro bundle's), by ``os.path.normpath`` of their path:
+    # nothing is read from disk.
+    given: Mapping[str, Asset] | None = None
+
+    def identity(self, path: Path) -> Path:
+        """The file ``path`` is, however it is spelled (a cycle is the same file twice)."""
+        return path.resolve() if self.given is None else Path(os.path.normpath(path))
+
+    def is_file(self, path: Path) -> bool:
+        return path.is_file() if self.given is None else os.path.normpath(path) in self.given
 
     def shown(self, path: Path) -> str:
         if self.root is not None:
@@ -114,6 +125,8 @@ class _Reading:
         return str(path)
 
     def read(self, path: Path) -> Asset:
+        if self.given is not None:
+            return self.given[os.path.normpath(path)]
         key = path.resolve()
         if key not in self.files:
             try:
@@ -141,13 +154,13 @@ def _node_problems(reading: _Reading, node: Subgraph, folder: Path | None, chain
             error(str(exc))
         return None
     shown = reading.shown(path)
-    resolved = path.resolve()
+    resolved = reading.identity(path)
     if any(hop.path == resolved for hop in chain):
         names = [hop.shown for hop in chain[next(i for i, h in enumerate(chain) if h.path == resolved):]]
         error(f"a cycle of behaviours: {' uses '.join([*names, shown])}; a behaviour cannot run itself")
         return None
-    if not path.is_file():
-        kind = "not a file" if path.exists() else "no file"
+    if not reading.is_file(path):
+        kind = "not a file" if reading.given is None and path.exists() else "no file"
         error(f"{kind} {shown}: the behaviour this node runs (looked for {path})")
         return None
     try:
@@ -181,15 +194,19 @@ def _node_problems(reading: _Reading, node: Subgraph, folder: Path | None, chain
     return path, behaviour
 
 
-def problems(asset: Asset, asset_dir: PathLike | None, source: str = "") -> list[Problem]:
+def problems(asset: Asset, asset_dir: PathLike | None, source: str = "", *,
+             files: Mapping[str, Asset] | None = None) -> list[Problem]:
     """Every problem of the behaviours ``asset``'s Subgraph nodes run, as errors at each node's
     ``behaviour`` (or ``exits``) field: a path that is absolute or names no file, a cycle of files
     running each other, a behaviour that cannot be loaded (each of its problems, located in its file),
     one with no exit, and exits that do not match the behaviour's ports. ``source`` is the asset's
-    file (it is part of a cycle too)."""
+    file (it is part of a cycle too). ``files``, when given, are the only behaviour files there are
+    (a repro bundle's), by ``os.path.normpath`` of the path ``behaviour_path`` gives from
+    ``asset_dir``: nothing is read from disk."""
     root = Path(asset_dir) if asset_dir is not None else None
-    reading = _Reading(root, source)
-    chain = [_Hop(Path(source).resolve(), Path(source).name)] if source and Path(source).is_file() else []
+    reading = _Reading(root, source, given=files)
+    chain = ([_Hop(Path(source).resolve(), Path(source).name)]
+             if files is None and source and Path(source).is_file() else [])
     found: list[Problem] = []
     for node in asset.nodes:
         if isinstance(node, Subgraph) and not node.expanded:
@@ -253,16 +270,17 @@ def expanded_from_dict(raw: dict) -> Asset:
 # --- expanding ------------------------------------------------------------------------------------
 
 
-def expand(asset: Asset, asset_dir: PathLike | None, source: str = "") -> Asset:
+def expand(asset: Asset, asset_dir: PathLike | None, source: str = "", *,
+           files: Mapping[str, Asset] | None = None) -> Asset:
     """The flattened graph an agent runs (see the module's docstring); ``asset`` itself when it holds
     no Subgraph or Exit node, and an asset expanded already is returned as it is. Raises
     ``AssetError`` with ``problems`` when a behaviour cannot be expanded (missing, a cycle, not
     loadable, no exit). Exits that do not match the behaviour's ports are no reason to refuse: a
     port this node does not name ends the turn, a name the behaviour has no port for is not used
-    (validation reports both)."""
+    (validation reports both). ``files``: as for ``problems``, the only behaviour files there are."""
     if not has_behaviours(asset):
         return asset
-    found = problems(asset, asset_dir, source)
+    found = problems(asset, asset_dir, source, files=files)
     # A Subgraph node with no behaviour yet (one just added) is its own check's problem, not a file's
     empty = [Problem("error", "no behaviour: choose the asset file this node runs", source, n.id, "behaviour")
              for n in asset.nodes if isinstance(n, Subgraph) and not n.expanded and not n.behaviour.strip()]
@@ -270,7 +288,7 @@ def expand(asset: Asset, asset_dir: PathLike | None, source: str = "") -> Asset:
     if errors:
         raise AssetError(errors)
     root = Path(asset_dir) if asset_dir is not None else None
-    reading = _Reading(root, source)
+    reading = _Reading(root, source, given=files)
     nodes, variables = _flattened(asset, root, reading)
     top = [n.leading_to(END) if isinstance(n, Exit) and not n.exits() else n for n in nodes]
     return asset.model_copy(update={"nodes": top, "variables": {**variables, **asset.variables}})

@@ -1,17 +1,25 @@
-"""The repro bundle file format (``parley-bundle``, version 1): one JSON file that holds everything a
+"""The repro bundle file format (``parley-bundle``, version 2): one JSON file that holds everything a
 conversation's numbers depend on, so ``parley replay`` can repeat it in a cold process or on another
 machine and say, byte for byte, whether it did.
 
-It holds the asset (as its file holds it, with the SHA-256 of the text Parley saves it as), each
-model file the asset uses (its name in the asset, file name, size and SHA-256), the llama.cpp build
+It holds the asset (as its file holds it, with the SHA-256 of the text Parley saves it as), every
+behaviour file its Subgraph nodes run (nested ones too, by path relative to the asset's folder, each
+with its SHA-256), each model file the asset uses (its name in the asset, file name, size and SHA-256), the llama.cpp build
 (llama-cpp-python's version and llama.cpp's system info: the CPU features it was compiled for), the
 engine settings that decide the numbers (threads, batch size, KV cache type, flash attention, the seed
 salt and each node's seed), each model-backed node's context parameters, what the backend promised
 (``Reproducibility``) and the whole conversation tree as a dialog file (version 4), whose turn states
 carry each node's decode journal: which tokens were read at which positions, in which chunks.
 
-Reading checks every part and how the parts fit (the asset against its hash, the seeds against the
-asset, the conversation against the asset's nodes), and names the field of each problem.
+Reading checks every part and how the parts fit (the asset and its behaviours against their hashes,
+the seeds against the asset, the conversation against the nodes of the graph the asset runs, its
+behaviours expanded from the bundle's own files, never from the disk), and names the field of each
+problem. A behaviour's path that is absolute, goes up out of the bundle's folder (``..``), is not a
+plain relative path or is listed twice is refused. Version 1 (before behaviours) reads as version 2
+holding no behaviour files.
+
+``unpack_bundle`` writes the asset, its behaviours and the conversation into a folder the user chose,
+and nowhere else.
 """
 
 from __future__ import annotations
@@ -20,17 +28,21 @@ import hashlib
 import itertools
 import json
 import os
+import posixpath
 import threading
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from runtime.asset.file import asset_from_dict, asset_to_dict, dumps_asset
+from runtime.asset.behaviours import expand
+from runtime.asset.behaviours import problems as behaviour_problems
+from runtime.asset.file import asset_from_dict, asset_to_dict, dumps_asset, load_asset
 from runtime.asset.model import Asset, SamplingParams
 from runtime.backends.base import Reproducibility
 from runtime.dialogue.dialog_file import (
@@ -46,11 +58,12 @@ from runtime.files.writing import atomic_write_text
 from runtime.models.context_settings import FLASH_ATTN_MODES, KV_TYPES, ContextParams, context_params
 from runtime.models.folder import APP_NAME, ModelFileError, file_sha256, resolve_model
 from runtime.models.gguf import GGUFError, read_gguf
-from runtime.names import ID_PATTERN, lone_surrogates, shown_name
+from runtime.names import NAMESPACE_SEP, NODE_PATH_PATTERN, lone_surrogates, shown_name
+from runtime.nodes.subgraph import Subgraph
 from runtime.problems import AssetError, InputError, Problem
 
 BUNDLE_FORMAT = "parley-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: the asset's behaviour files (``asset.behaviours``, ``asset.folder``)
 BUNDLE_SUFFIX = ".parley-bundle"
 # A bundle is read whole, like a history (which is most of it): no larger than any input file.
 MAX_BUNDLE_BYTES = MAX_INPUT_BYTES
@@ -147,10 +160,23 @@ class Bundle:
     conversation: SavedDialog
     asset_source: str = ""  # the asset file's name when the bundle was written
     created_by: str = ""
+    # Every behaviour file the asset's Subgraph nodes run (nested ones too): its path relative to the
+    # asset's folder (``/`` between folders, ``..`` where it lies above) -> the behaviour.
+    behaviours: Mapping[str, Asset] = field(default_factory=dict)
+    # The asset's folder within the bundle's files: its last folders, as many as its behaviours' paths
+    # go up (``..``); '' when none does.
+    folder: str = ""
+    # The graph the asset runs: its behaviours expanded from ``behaviours`` (None: the asset as it is).
+    graph: Asset | None = field(default=None, compare=False)
     source: str = field(default="<bundle>", compare=False)  # the file it was read from
 
     def model_named(self, name: str) -> ModelFile | None:
         return next((m for m in self.models if m.name == name), None)
+
+    @property
+    def runs(self) -> Asset:
+        """The graph an agent of the bundle runs: the asset with its behaviours expanded."""
+        return self.graph if self.graph is not None else self.asset
 
 
 def asset_sha256(asset: Asset) -> str:
@@ -188,9 +214,27 @@ def make_bundle(asset: Asset, conversation: SavedDialog, backend: Any = None,
     """The bundle of ``conversation`` on ``asset`` with the settings of ``backend`` (a ``LlamaBackend``;
     None: one with the default settings, as ``parley chat`` and the editor make it). Hashes each model
     file (once per file: ``model_sha256``). Raises ``BundleError`` naming the node and field of a model
-    that cannot be found or read, and a history that names nodes the asset lacks."""
+    that cannot be found or read, a behaviour that cannot be read (as validation names it), and a
+    history that names nodes the graph lacks. The asset is as its file holds it (a Subgraph node's
+    behaviour is read from ``asset_dir``); every behaviour it runs goes into the bundle."""
     where = asset_source or "<asset>"
-    problems = unknown_node_problems(conversation, set(asset.node_ids()), "<history>")
+    if any(NAMESPACE_SEP in node.id for node in asset.nodes):
+        raise BundleError([Problem("error", "this is an expanded graph (its ids hold '/'): bundle the asset as its "
+                                   "file holds it, with its Subgraph nodes", where)])
+    files = behaviour_files(asset, asset_dir, asset_source)
+    folder = ""
+    if files:
+        ups = max(_ups(key) for key in files)
+        parts = Path(os.path.abspath(asset_dir or ".")).parts[1:]
+        if ups > len(parts):
+            raise BundleError([Problem("error", "a behaviour lies above the file system's root", where)])
+        folder = "/".join(parts[len(parts) - ups:])
+    try:
+        graph = _expanded(asset, files, Path(os.path.abspath(asset_dir or ".")), where)
+    except AssetError as exc:
+        raise BundleError(exc.problems) from None
+    asset_source = Path(asset_source).name if asset_source else ""
+    problems = unknown_node_problems(conversation, set(graph.node_ids()), "<history>")
     if problems:
         raise BundleError(problems)
     owned = backend is None
@@ -206,7 +250,7 @@ def make_bundle(asset: Asset, conversation: SavedDialog, backend: Any = None,
             backend.close()
     models: dict[str, ModelFile] = {}
     contexts: dict[str, NodeContext] = {}
-    for node_id, (name, context_size, model_field) in model_uses(asset).items():
+    for node_id, (name, context_size, model_field) in model_uses(graph).items():
         try:
             path = resolve_model(name, asset_dir)
             if name not in models:
@@ -220,8 +264,87 @@ def make_bundle(asset: Asset, conversation: SavedDialog, backend: Any = None,
                                        f"{getattr(exc, 'strerror', None) or exc}", where, node_id=node_id,
                                        field=model_field)]) from None
     return Bundle(asset, asset_sha256(asset), tuple(models.values()), LlamaBuild.here(), settings,
-                  conversation.seed_salt, node_seeds(asset), contexts, promise, conversation,
-                  asset_source=Path(asset_source).name if asset_source else "", created_by=created_by())
+                  conversation.seed_salt, node_seeds(graph), contexts, promise, conversation,
+                  asset_source=asset_source, created_by=created_by(), behaviours=files, folder=folder,
+                  graph=graph)
+
+
+# --- behaviour files ----------------------------------------------------------------------------
+
+
+def _ups(key: str) -> int:
+    """How many folders a behaviour's path goes up (its leading ``..``)."""
+    parts = key.split("/")
+    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+
+
+def _walk(asset: Asset, read: Callable[[str], Asset | None],
+          missing: Callable[[str, str, str], None] | None = None) -> dict[str, Asset]:
+    """Every behaviour ``asset``'s Subgraph nodes run, nested ones too, by path relative to the asset's
+    folder, as ``read`` gives it (None: there is none; ``missing(where, node id, path)`` is told,
+    ``where`` being '' for the asset itself, else the path of the behaviour holding the node). Each
+    file is read once, so a cycle of files ends (``expand`` names it)."""
+    found: dict[str, Asset] = {}
+    said: set[str] = set()
+
+    def walk(holder: Asset, where: str) -> None:
+        for node in holder.nodes:
+            if not isinstance(node, Subgraph) or node.expanded or not node.behaviour.strip():
+                continue
+            rel = node.behaviour.replace("\\", "/")
+            if rel.startswith("/") or PureWindowsPath(rel).drive:
+                continue  # an absolute path: validation's problem, never a file of the bundle
+            key = posixpath.normpath(posixpath.join(posixpath.dirname(where), rel))
+            if key in found or key in said:
+                continue
+            behaviour = read(key)
+            if behaviour is None:
+                said.add(key)
+                if missing is not None:
+                    missing(where, node.id, key)
+                continue
+            found[key] = behaviour
+            walk(behaviour, key)
+
+    walk(asset, "")
+    return found
+
+
+def behaviour_files(asset: Asset, asset_dir: str | os.PathLike[str] | None, source: str = "") -> dict[str, Asset]:
+    """Every behaviour file ``asset``'s Subgraph nodes run (nested ones too), read now from
+    ``asset_dir``, by path relative to it (``/`` between folders, ``..`` where one lies above it).
+    Raises ``BundleError`` with validation's errors at the nodes' ``behaviour`` fields (a missing or
+    unreadable file, a cycle, no folder)."""
+    if not any(isinstance(node, Subgraph) for node in asset.nodes):
+        return {}
+    where = source or "<asset>"
+    errors = [_at(p, where) for p in behaviour_problems(asset, asset_dir, source)
+              if p.severity == "error" and p.field == "behaviour"]
+    errors += [Problem("error", "no behaviour: choose the asset file this node runs", where, node.id, "behaviour")
+               for node in asset.nodes if isinstance(node, Subgraph) and not node.behaviour.strip()]
+    if errors:
+        raise BundleError(errors)
+    base = Path(asset_dir or ".")
+
+    def read(key: str) -> Asset | None:
+        path = base / key
+        return load_asset(path) if path.is_file() else None
+
+    try:
+        return _walk(asset, read)
+    except AssetError as exc:  # changed on disk since it was checked a moment ago
+        raise BundleError(exc.problems) from None
+
+
+def _at(problem: Problem, where: str) -> Problem:
+    return Problem(problem.severity, problem.message, problem.file or where, problem.node_id, problem.field)
+
+
+def _expanded(asset: Asset, files: Mapping[str, Asset], asset_dir: Path, source: str) -> Asset:
+    """The graph ``asset`` runs, its behaviours read from ``files`` only (paths relative to
+    ``asset_dir``, which is where their nodes' relative paths are read from). Raises ``AssetError``."""
+    given = {os.path.normpath(asset_dir / key): behaviour for key, behaviour in files.items()}
+    return expand(asset, asset_dir, source, files=given)
 
 
 def _first_line(exc: Exception) -> str:
@@ -295,13 +418,24 @@ def bundle_to_parts(bundle: Bundle) -> dict[str, Any]:
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
         "created_by": bundle.created_by,
-        "asset": {"source": bundle.asset_source, "sha256": bundle.asset_sha256, "file": asset_to_dict(bundle.asset)},
+        "asset": _asset_part(bundle),
         "models": [asdict(m) for m in bundle.models],
         "llama_cpp": asdict(bundle.llama),
         "settings": {**asdict(bundle.settings), "seed_salt": bundle.seed_salt, "seeds": dict(bundle.seeds)},
         "contexts": {node: {"model": c.model, **asdict(c.params)} for node, c in bundle.contexts.items()},
         "reproducibility": asdict(bundle.reproducibility),
     }
+
+
+def _asset_part(bundle: Bundle) -> dict[str, Any]:
+    part: dict[str, Any] = {"source": bundle.asset_source, "sha256": bundle.asset_sha256,
+                            "file": asset_to_dict(bundle.asset)}
+    if bundle.folder:
+        part["folder"] = bundle.folder
+    if bundle.behaviours:
+        part["behaviours"] = {key: {"sha256": asset_sha256(behaviour), "file": asset_to_dict(behaviour)}
+                              for key, behaviour in bundle.behaviours.items()}
+    return part
 
 
 def dumps_bundle(bundle: Bundle) -> str:
@@ -326,6 +460,55 @@ def write_bundle(bundle: Bundle, path: str | os.PathLike[str]) -> int:
     return len(data)
 
 
+def unpack_bundle(bundle: Bundle, folder: str | os.PathLike[str]) -> list[Path]:
+    """Write the bundle's asset (under its file's name), its behaviour files (at their paths) and its
+    conversation (``<asset>.dialog.json``, a dialog history) into ``folder``, which must exist, so
+    the editor or ``parley chat`` opens them as they were. Returns the files written. Nothing is
+    written outside ``folder`` (each path is checked after following links) and nothing is
+    overwritten: a file there already is left as it is when it holds the same text, else the whole
+    unpacking is refused before anything is written. Raises ``BundleError`` naming the path."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise BundleError([Problem("error", "no such folder: give a folder that exists", str(folder))])
+    root = root.resolve()
+    base = root.joinpath(*bundle.folder.split("/")) if bundle.folder else root
+    name = bundle.asset_source or f"{Path(bundle.source).stem or 'asset'}.json"
+    texts: dict[str, tuple[str, str]] = {name: (dumps_asset(bundle.asset), "asset.source")}
+    for key, behaviour in bundle.behaviours.items():
+        texts[key] = (dumps_asset(behaviour), f"asset.behaviours.{shown_name(key)}")
+    dialog = f"{Path(name).stem}.dialog.json"
+    if dialog.casefold() in {key.casefold() for key in texts}:
+        raise BundleError([Problem("error", f"a behaviour is called {dialog}, the name its conversation is "
+                                   "unpacked as", bundle.source, field="conversation")])
+    texts[dialog] = (dumps_history(bundle.conversation), "conversation")
+    depth = len(bundle.folder.split("/")) if bundle.folder else 0
+    plan: list[tuple[Path, str]] = []
+    problems: list[Problem] = []
+    for key, (text, where) in texts.items():
+        why = bundle_path_problem(key, depth)
+        target = Path(os.path.normpath(base / key))
+        if why is None:
+            # Links already in the folder are followed: the file must still land inside it.
+            real = target.parent.resolve() / target.name
+            if not real.is_relative_to(root) or target.is_symlink():
+                why = f"would be written outside {root} (through a link)"
+            elif target.exists() and (not target.is_file() or target.read_bytes() != text.encode("utf-8")):
+                why = f"{target} is there already and holds something else: unpack into an empty folder"
+        if why:
+            problems.append(Problem("error", f"{key!r}: {why}", bundle.source, field=where))
+        else:
+            plan.append((target, text))
+    if problems:
+        raise BundleError(problems)
+    written = []
+    for target, text in plan:
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, text)
+        written.append(target)
+    return written
+
+
 # --- the file's schema --------------------------------------------------------------------------
 
 
@@ -334,16 +517,26 @@ class _BundlePart(BaseModel):
 
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-NodeKey = Annotated[str, Field(pattern=ID_PATTERN)]
+NodeKey = Annotated[str, Field(pattern=NODE_PATH_PATTERN)]  # a behaviour's nodes: guard/classify
 Count = Annotated[int, Field(ge=1, le=1 << 24)]
 KVTypeInFile = Literal[KV_TYPES]  # type: ignore[valid-type]
 FlashAttnInFile = Literal[FLASH_ATTN_MODES]  # type: ignore[valid-type]
+
+
+class BehaviourInFile(_BundlePart):
+    sha256: Sha256 = Field(description="SHA-256 of the behaviour's text as Parley saves it, in UTF-8.")
+    file: dict[str, Any] = Field(description="The behaviour, as its file holds it.")
 
 
 class AssetInFile(_BundlePart):
     source: str = Field("", description="The asset file's name when the bundle was written.")
     sha256: Sha256 = Field(description="SHA-256 of the asset's text as Parley saves it, in UTF-8.")
     file: dict[str, Any] = Field(description="The asset, as its file holds it.")
+    folder: str = Field("", description="The asset's folder within the bundle's files: its last folders, as many "
+                        "as its behaviours' paths go up (..).")
+    behaviours: dict[str, BehaviourInFile] = Field(default_factory=dict, description=(
+        "Every behaviour file the asset's Subgraph nodes run, nested ones too, by path relative to the asset's "
+        "folder (/ between folders)."))
 
 
 class ModelInFile(_BundlePart):
@@ -387,7 +580,7 @@ class ReproducibilityInFile(_BundlePart):
 
 class BundleFile(_BundlePart):
     format: Literal["parley-bundle"]
-    version: Literal[1]
+    version: Literal[2]
     created_by: str = ""
     asset: AssetInFile
     models: list[ModelInFile]
@@ -401,11 +594,37 @@ class BundleFile(_BundlePart):
 # --- reading ----------------------------------------------------------------------------------
 
 
+class _Repeated(dict):
+    """A JSON object that named a key more than once (``repeated``: those keys; the last value kept)."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    marked = _Repeated(out)
+    marked.repeated = tuple(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+    return marked
+
+
 def load_bundle(path: str | os.PathLike[str]) -> Bundle:
     """Read and check a bundle file. Raises ``BundleError`` naming the file and each field at fault."""
     source = str(path)
     text = read_input_text(path, BundleError, MAX_BUNDLE_BYTES)
-    return bundle_from_dict(parse_input_json(text, source, BundleError), source)
+    try:
+        raw = json.loads(text, object_pairs_hook=_pairs)
+    except (ValueError, RecursionError):
+        raw = parse_input_json(text, source, BundleError)  # raises, naming the line and column
+    return bundle_from_dict(raw, source)
+
+
+def _migrated(raw: dict[str, Any]) -> dict[str, Any]:
+    """A bundle of an older version as the current one: version 1 is version 2 holding no behaviours."""
+    if raw.get("version") == 1:
+        return {**raw, "version": 2}
+    return raw
 
 
 def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
@@ -416,6 +635,8 @@ def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
     if isinstance(version, int) and not isinstance(version, bool) and version > BUNDLE_VERSION:
         raise BundleError([Problem("error", f"this bundle is version {version}; this Parley Studio reads version "
                                    f"{BUNDLE_VERSION}. Update Parley Studio", source, field="version")])
+    written_version = version
+    raw = _migrated(raw)
     try:
         record = BundleFile.model_validate(raw)
     except ValidationError as exc:
@@ -433,15 +654,21 @@ def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
         asset = asset_from_dict(raw["asset"]["file"], source)
     except AssetError as exc:
         problems += _within(exc.problems, "asset.file", source)
+    behaviours, path_problems = _behaviours_read(raw, record, source)
+    problems += path_problems
+    graph: Asset | None = None
+    if asset is not None and not path_problems:
+        graph, found = _graph_of(asset, behaviours, record, source, written_version)
+        problems += found
     conversation: SavedDialog | None = None
     try:
         conversation = history_from_dict(raw["conversation"], source)
     except HistoryError as exc:
         problems += _within(exc.problems, "conversation", source)
     if asset is not None:
-        problems += _asset_problems(record, asset, source)
-    if asset is not None and conversation is not None:
-        problems += _within(unknown_node_problems(conversation, set(asset.node_ids()), source), "conversation", source)
+        problems += _asset_problems(record, asset, graph, source)
+    if graph is not None and conversation is not None:
+        problems += _within(unknown_node_problems(conversation, set(graph.node_ids()), source), "conversation", source)
         if conversation.seed_salt != record.settings.seed_salt:
             problems.append(Problem("error", f"the seed salt is {record.settings.seed_salt}, but the conversation's is "
                                     f"{conversation.seed_salt}; a bundle holds the one its conversation was "
@@ -461,25 +688,139 @@ def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
                   for node, c in record.contexts.items()},
         reproducibility=Reproducibility(record.reproducibility.exact, record.reproducibility.across_threads,
                                         record.reproducibility.note),
-        conversation=conversation, asset_source=record.asset.source, created_by=record.created_by, source=source,
+        conversation=conversation, asset_source=record.asset.source, created_by=record.created_by,
+        behaviours=behaviours, folder=record.asset.folder, graph=graph, source=source,
     )
 
 
-def _asset_problems(record: BundleFile, asset: Asset, source: str) -> list[Problem]:
-    """How the other parts disagree with the asset: its hash, its models, its seeds, its nodes."""
+_WINDOWS_DEVICES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
+def bundle_path_problem(path: str, ups: int = 0) -> str | None:
+    """Why ``path`` cannot be a file of a bundle (None: it can): it must be a plain relative path with
+    ``/`` between folders, going up (leading ``..``) at most ``ups`` folders, each name one that every
+    system can hold. Hostile paths (absolute, escaping with ``..``) are refused so that unpacking a
+    bundle writes only inside the folder chosen for it."""
+    if not path:
+        return "an empty path"
+    if "\\" in path:
+        return "holds a backslash: a bundle's paths have / between folders"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "holds a control character"
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in path):
+        return "holds a lone surrogate, which is no text"
+    if path.startswith("/") or PureWindowsPath(path).drive or PureWindowsPath(path).is_absolute():
+        return "an absolute path: a bundle's paths are relative to the asset's folder"
+    parts = path.split("/")
+    rest = parts[_ups(path):]
+    if not rest or any(part in ("", ".", "..") for part in rest):
+        return "not a plain relative path (an empty, . or .. name after the first folder)"
+    if _ups(path) > ups:
+        return (f"goes up {_ups(path)} folder{'s' if _ups(path) != 1 else ''} (..), out of the bundle's folder"
+                + (f" (the asset's folder within it is {ups} deep)" if ups else ""))
+    for part in rest:
+        if any(c in '<>:"|?*' for c in part) or part.endswith((" ", ".")) or \
+                part.split(".")[0].lower() in _WINDOWS_DEVICES:
+            return f"{part!r} cannot be a file's or folder's name on every system"
+    return None
+
+
+def _behaviours_read(raw: dict[str, Any], record: BundleFile, source: str) -> tuple[dict[str, Asset], list[Problem]]:
+    """The bundle's behaviour files, read, and every problem of their paths and contents (located at
+    ``asset.behaviours.<path>``). Any problem of a path means no behaviour is used."""
+    problems: list[Problem] = []
+    folder = record.asset.folder
+    if folder and (why := bundle_path_problem(folder)):
+        problems.append(Problem("error", f"{folder!r}: {why}", source, field="asset.folder"))
+    name = record.asset.source
+    if name and (name in (".", "..") or "/" in name or "\\" in name or bundle_path_problem(name)):
+        problems.append(Problem("error", f"{name!r} is not a file name", source, field="asset.source"))
+    part = raw["asset"].get("behaviours", {})
+    for key in (part.repeated if isinstance(part, _Repeated) else ()):
+        problems.append(Problem("error", "listed twice: a bundle holds one file for each path", source,
+                                field=f"asset.behaviours.{shown_name(key)}"))
+    depth = len(folder.split("/")) if folder else 0
+    seen: dict[str, str] = {name.casefold(): "the asset's own file"} if name else {}
+    for key in record.asset.behaviours:
+        where = f"asset.behaviours.{shown_name(key)}"
+        why = bundle_path_problem(key, depth)
+        if why:
+            problems.append(Problem("error", f"{key!r}: {why}", source, field=where))
+            continue
+        folded = key.casefold()
+        if folded in seen:
+            problems.append(Problem("error", f"{key!r} is the same file as {seen[folded]} on systems that do not "
+                                    "tell capitals from small letters", source, field=where))
+        seen.setdefault(folded, repr(key))
+    behaviours: dict[str, Asset] = {}
+    for key, entry in record.asset.behaviours.items():
+        where = f"asset.behaviours.{shown_name(key)}"
+        lone = next(iter(lone_surrogates(raw["asset"]["behaviours"][key]["file"])), None)
+        if lone is not None:
+            problems.append(Problem("error", lone.message("key"), source,
+                                    field=".".join([where, "file", *(shown_name(p) for p in lone.path)])))
+            continue
+        try:
+            behaviour = asset_from_dict(entry.file, source)
+        except AssetError as exc:
+            problems += _within(exc.problems, f"{where}.file", source)
+            continue
+        digest = asset_sha256(behaviour)
+        if digest != entry.sha256:
+            problems.append(Problem("error", f"the behaviour hashes to {digest}, not to the {entry.sha256} recorded: "
+                                    "it was changed after the bundle was written; write the bundle again", source,
+                                    field=f"{where}.sha256"))
+        behaviours[key] = behaviour
+    return behaviours, problems
+
+
+def _graph_of(asset: Asset, behaviours: dict[str, Asset], record: BundleFile, source: str,
+              version: Any) -> tuple[Asset | None, list[Problem]]:
+    """The graph ``asset`` runs, expanded from the bundle's behaviour files alone, and the problems:
+    a behaviour a node runs that the bundle lacks, one no node runs, one that cannot be expanded."""
+    problems: list[Problem] = []
+
+    def missing(where: str, node_id: str, key: str) -> None:
+        place = (f"asset.behaviours.{shown_name(where)}.file.{shown_name(node_id)}.behaviour" if where
+                 else f"asset.file.{shown_name(node_id)}.behaviour")
+        why = (" (a bundle of version 1 holds no behaviour files: write the bundle again with this Parley Studio)"
+               if version == 1 else "")
+        problems.append(Problem("error", f"runs the behaviour {key}, which the bundle does not hold{why}", source,
+                                field=place))
+
+    used = _walk(asset, behaviours.get, missing)
+    for key in behaviours.keys() - used.keys():
+        problems.append(Problem("error", "no Subgraph node of the asset runs this behaviour", source,
+                                field=f"asset.behaviours.{shown_name(key)}"))
+    if problems:
+        return None, problems
+    root = Path(os.path.abspath(os.path.dirname(source) if os.path.isfile(source) else "."))
+    try:
+        return _expanded(asset, behaviours, root.joinpath(*record.asset.folder.split("/")) if record.asset.folder
+                         else root, source), []
+    except AssetError as exc:
+        return None, _within(exc.problems, "asset.file", source)
+
+
+def _asset_problems(record: BundleFile, asset: Asset, graph: Asset | None, source: str) -> list[Problem]:
+    """How the other parts disagree with the asset: its hash, and the graph it runs (``graph``, its
+    behaviours expanded; None when they cannot be, and that is what is said): its models, its seeds,
+    its nodes."""
     problems: list[Problem] = []
     digest = asset_sha256(asset)
     if digest != record.asset.sha256:
         problems.append(Problem("error", f"the asset hashes to {digest}, not to the {record.asset.sha256} recorded: it "
                                 "was changed after the bundle was written; write the bundle again", source,
                                 field="asset.sha256"))
+    if graph is None:
+        return problems
     names: dict[str, int] = {}
     for i, m in enumerate(record.models):
         if m.name in names:
             problems.append(Problem("error", f"{m.name!r} is listed twice (models.{names[m.name]} names it too)",
                                     source, field=f"models.{i}.name"))
         names.setdefault(m.name, i)
-    uses = model_uses(asset)
+    uses = model_uses(graph)
     for node_id, (name, _size, _field) in uses.items():
         if name not in names:
             problems.append(Problem("error", f"node {shown_name(node_id)} uses the model {name!r}, which no entry "
@@ -494,7 +835,7 @@ def _asset_problems(record: BundleFile, asset: Asset, source: str) -> list[Probl
         if node_id not in uses:
             problems.append(Problem("error", "not a node of the asset that uses a model", source,
                                     field=f"contexts.{shown_name(node_id)}"))
-    seeds = node_seeds(asset)
+    seeds = node_seeds(graph)
     for node_id, seed in record.settings.seeds.items():
         if node_id not in seeds:
             problems.append(Problem("error", "not a node of the asset that samples with a seed", source,
@@ -536,7 +877,7 @@ _WORDING: Wording = {
     "missing": MISSING_FIELD,
     "literal_error": lambda err: (f"not a Parley repro bundle (format must be {BUNDLE_FORMAT!r})"
                                   if _loc(err)[0] == ["format"]
-                                  else f"a bundle's version is {BUNDLE_VERSION}" if _loc(err)[0] == ["version"]
+                                  else f"a bundle's version is 1 to {BUNDLE_VERSION}" if _loc(err)[0] == ["version"]
                                   else err["msg"]),
     "string_pattern_mismatch": lambda err: ("a SHA-256 is 64 lowercase hex digits" if _loc(err)[0][-1:] == ["sha256"]
                                             else err["msg"]),

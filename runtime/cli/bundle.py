@@ -9,6 +9,10 @@ the editor's defaults unless the flags say otherwise.
 compares it byte for byte (``runtime.bundle.replay``). Exit 0 when every turn is identical, 1 when one
 differs or fails (the first is named by turn, node and token), 2 on bad input: a bundle that cannot
 be read (each problem by field), a model not found or with another SHA-256 (unless ``--force``).
+
+The bundle holds every behaviour file the asset's Subgraph nodes run, and a replay expands the graph
+from those, never from the disk. ``parley unpack BUNDLE FOLDER`` writes the asset, its behaviours and
+the conversation into FOLDER (and nowhere else), to open them in the editor.
 """
 
 from __future__ import annotations
@@ -53,6 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--stop-at-first", action="store_true", help="stop at the first turn that differs")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
     r.set_defaults(func=run_replay)
+
+    u = sub.add_parser("unpack", help="write a repro bundle's asset, behaviours and conversation into a folder",
+                       description="Write the bundle's asset (its file's name), the behaviour files it runs (at "
+                       "their paths) and the conversation (<asset>.dialog.json) into FOLDER and nowhere else. "
+                       "A file there already is never overwritten. Exit 2 on a bundle or folder it refuses.")
+    u.add_argument("bundle", metavar="BUNDLE", help="the .parley-bundle file")
+    u.add_argument("folder", metavar="FOLDER", help="the folder to write into (it must exist)")
+    u.set_defaults(func=run_unpack)
 
 
 def _problem_lines(exc: Exception) -> str:
@@ -173,3 +185,24 @@ def run_replay(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     print(f"{different} of {replayed} turns replayed differ" + (" (stopped at the first)" if report.stopped_early
                                                                 else ""), file=out)
     return 1
+
+
+def run_unpack(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    out, err = stdout or sys.stdout, sys.stderr
+    bad = _path_problems([("BUNDLE", args.bundle), ("FOLDER", args.folder)])
+    if bad:
+        print("\n".join(bad), file=err)
+        return 2
+    from runtime.bundle.file import load_bundle, unpack_bundle
+
+    try:
+        written = unpack_bundle(load_bundle(args.bundle), args.folder)
+    except InputError as exc:
+        print(_problem_lines(exc), file=err)
+        return 2
+    except OSError as exc:
+        print(f"{args.folder}: error: cannot write: {exc.strerror or exc}", file=err)
+        return 2
+    for path in written:
+        print(printable(f"wrote {path}"), file=out)
+    return 0

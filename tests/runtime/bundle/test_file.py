@@ -91,7 +91,7 @@ def test_a_bundle_holds_every_part_and_reads_back_as_written(conversation, tmp_p
     size = write_bundle(bundle, path)
     assert size == path.stat().st_size
     raw = json.loads(path.read_text(encoding="utf-8"))
-    assert raw["format"] == BUNDLE_FORMAT and raw["version"] == 1
+    assert raw["format"] == BUNDLE_FORMAT and raw["version"] == 2
     assert raw["asset"]["sha256"] == asset_sha256(asset) and raw["asset"]["source"] == "chat.json"
     assert raw["models"] == [{"name": str(sample_model), "file": sample_model.name,
                               "size": sample_model.stat().st_size, "sha256": file_sha256(sample_model)}]
@@ -109,8 +109,8 @@ def test_a_bundle_holds_every_part_and_reads_back_as_written(conversation, tmp_p
 @pytest.mark.model
 @pytest.mark.parametrize(("change", "expected"), [
     (lambda r: r.update(format="parley-dialog"), "FILE:format: error: not a Parley repro bundle"),
-    (lambda r: r.update(version=2), "FILE:version: error: this bundle is version 2"),
-    (lambda r: r.update(version=0), "FILE:version: error: a bundle's version is 1"),
+    (lambda r: r.update(version=3), "FILE:version: error: this bundle is version 3"),
+    (lambda r: r.update(version=0), "FILE:version: error: a bundle's version is 1 to 2"),
     (lambda r: r["settings"].pop("n_threads"), "FILE:settings.n_threads: error: required field is missing"),
     (lambda r: r["settings"].update(n_thread=2), "FILE:settings.n_thread: error: unknown key"),
     (lambda r: r["settings"].update(flash_attn="maybe"), "FILE:settings.flash_attn: error:"),
