@@ -229,6 +229,11 @@ def make_bundle(asset: Asset, conversation: SavedDialog, backend: Any = None,
         if ups > len(parts):
             raise BundleError([Problem("error", "a behaviour lies above the file system's root", where)])
         folder = "/".join(parts[len(parts) - ups:])
+        unfit = _unbundlable(files, ups, Path(asset_source).name if asset_source else "")
+        if folder and (why := bundle_path_problem(folder)):
+            unfit.append(f"the asset's folder {folder} (its behaviours lie above it): {why}; rename it to bundle it")
+        if unfit:
+            raise BundleError([Problem("error", message, where) for message in unfit])
     try:
         graph = _expanded(asset, files, Path(os.path.abspath(asset_dir or ".")), where)
     except AssetError as exc:
@@ -334,6 +339,22 @@ def behaviour_files(asset: Asset, asset_dir: str | os.PathLike[str] | None, sour
         return _walk(asset, read)
     except AssetError as exc:  # changed on disk since it was checked a moment ago
         raise BundleError(exc.problems) from None
+
+
+def _unbundlable(files: Mapping[str, Asset], ups: int, name: str) -> list[str]:
+    """Why these behaviour paths would make a bundle that reading refuses (a name not every system
+    can hold, two paths one file where capitals are not told apart): said when it is written."""
+    out = []
+    seen = {name.casefold(): "the asset's own file"} if name else {}
+    for key in files:
+        why = bundle_path_problem(key, ups)
+        if why:
+            out.append(f"the behaviour {key}: {why}; rename it to bundle it")
+        elif key.casefold() in seen:
+            out.append(f"the behaviour {key} is the same file as {seen[key.casefold()]} where capitals are not "
+                       "told apart (Windows, macOS): name it one way everywhere to bundle it")
+        seen.setdefault(key.casefold(), repr(key))
+    return out
 
 
 def _at(problem: Problem, where: str) -> Problem:

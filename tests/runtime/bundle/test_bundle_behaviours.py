@@ -317,3 +317,21 @@ def test_a_gate_guard_conversation_on_the_sample_model_replays_byte_identical_fr
     assert report["identical"] and report["first_difference"] is None
     assert [(t["turn"], t["outcome"]) for t in report["turns"]] == [(1, "identical"), (2, "identical")], report
     assert list(elsewhere.iterdir()) == [path], "the replay wrote nothing"
+
+
+def test_a_behaviour_whose_path_a_bundle_cannot_hold_is_said_when_bundling(tmp_path):
+    """A name reading would refuse (one not every system can hold) is refused as the bundle is written,
+    so no bundle is written that cannot be read back."""
+    studio = tmp_path / "studio"
+    asset_path = copy_gate_guard(studio)
+    shutil.move(studio / BEHAVIOUR, studio / "behaviours" / "threats:v2.json")
+    guard = load_asset(asset_path)
+    nodes = [n.model_copy(update={"behaviour": "behaviours/threats:v2.json"}) if n.id == "guard" else n
+             for n in guard.nodes]
+    asset = guard.model_copy(update={"nodes": nodes})
+    (studio / MODEL).write_bytes(b"GGUF, for the hash only")
+    agent = Agent(asset, ScriptedBackend(), str(studio))
+    agent.run_turn(LINES[0])
+    with pytest.raises(BundleError, match="the behaviour behaviours/threats:v2.json: 'threats:v2.json' cannot be "
+                                          "a file's or folder's name on every system; rename it to bundle it"):
+        make_bundle(asset, agent.export_dialog(), asset_dir=studio, asset_source="gate_guard.json")
