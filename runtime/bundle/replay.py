@@ -304,9 +304,12 @@ def _replay_turn(agent: Agent, backend: Backend, tree: ConversationTree, node: T
     except (TurnError, BackendError, InputError) as exc:
         return outcome("failed", Difference(getattr(exc, "node_id", "") or "", "failed", detail=str(exc)))
     order = list(dict.fromkeys([*result.path, *sorted({*node.after.journals, *agent.journals})]))
-    # A node that has no journal in the recorded states around the turn was not tracked (a history
-    # written before journals, a turn that ran on a server): only its replies can be compared.
-    untracked = [key for key in order if key not in node.after.journals and key not in before.journals]
+    # A model-backed node that has no journal in the recorded states around the turn was not tracked
+    # (a history written before journals, a turn that ran on a server): only its replies can be
+    # compared. A node that reads no model (a Subgraph node, a behaviour's Exit) never has one.
+    reads = {n.id for n in agent.asset.nodes if n.model_uses()}
+    untracked = [key for key in order if key in reads and key not in node.after.journals
+                 and key not in before.journals]
     for key in order:
         recorded = node.after.journals.get(key, EMPTY)
         mine = agent.journals.get(key, EMPTY)

@@ -83,6 +83,10 @@ def test_a_bundle_carries_the_behaviour_and_replays_the_same_turns_elsewhere(wri
     report = replay_bundle(bundle, backend=ScriptedBackend())
     assert [(t.turn_id, t.outcome) for t in report.turns] == [(0, "identical"), (1, "identical")], \
         [t.describe() for t in report.turns]
+    # The scripted engine keeps no decode journals: the model-backed nodes' replies are what is compared
+    assert [t.reason for t in report.turns] == [
+        "replies only: no decode journal was recorded for guard/classify, directions",
+        "replies only: no decode journal was recorded for guard/classify, guard/warn"]
     assert list(path.parent.iterdir()) == [path], "a replay writes nothing"
     # "identical" compared each replayed turn's replies with these, the ones the turns gave
     assert [t.entries[-1].text for t in bundle.conversation.history.turns] == [r.reply for r in results]
@@ -315,7 +319,8 @@ def test_a_gate_guard_conversation_on_the_sample_model_replays_byte_identical_fr
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["identical"] and report["first_difference"] is None
-    assert [(t["turn"], t["outcome"]) for t in report["turns"]] == [(1, "identical"), (2, "identical")], report
+    assert [(t["turn"], t["outcome"], t["reason"]) for t in report["turns"]] == [
+        (1, "identical", ""), (2, "identical", "")], "every node's decode journal was compared, token by token"
     assert list(elsewhere.iterdir()) == [path], "the replay wrote nothing"
 
 
