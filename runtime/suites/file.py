@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from runtime import patterns
@@ -116,12 +116,39 @@ class Case(_SuiteModel):
     expect: list[ConversationExpect] = Field(default_factory=list, description="Checked after a given turn.")
 
 
+# A simulated player's limits: each conversation is a model call per turn for the player and the agent
+MAX_PERSONA_TURNS = 50
+MAX_PERSONA_CONVERSATIONS = 1000
+
+
+class Persona(_SuiteModel):
+    """A simulated player: a model plays them for ``conversations`` conversations of up to ``max_turns``
+    lines each (runtime.suites.simulate)."""
+
+    name: str = Field(min_length=1, description="The persona's name, in reports and saved discoveries.")
+    description: str = Field(min_length=1, description="Who the player is and how they talk; told to the player model.")
+    goals: list[str] = Field(default_factory=list, description="What the player wants from the conversation.")
+    max_turns: int = Field(6, ge=1, le=MAX_PERSONA_TURNS, description="Lines the player says in one conversation.")
+    conversations: int = Field(3, ge=1, le=MAX_PERSONA_CONVERSATIONS, description="Conversations per run "
+                               "(parley test --conversations K replaces it).")
+
+
+class PlayerSettings(_SuiteModel):
+    model: str = Field("", description="The player's model, a GGUF file (relative to the suite) or a model "
+                       "name ('' : the sample model).")
+    backend: str = Field("", description="Where the player's model runs: embedded, a backend profile, a server's "
+                         "address or scripted ('' : embedded, this computer).")
+
+
 class Suite(_SuiteModel):
     asset: str = Field(description="The workflow asset, relative to the suite file.")
     model: str = Field("", description="Model for nodes without their own (replaces the asset's default model).")
     judge_model: str = Field("", description="The judge's model ('' : the sample model).")
     seed: int = Field(0, ge=0, description="Added to every fixed seed (re-rolls the replies).")
-    cases: list[Case] = Field(min_length=1)
+    cases: list[Case] = Field(default_factory=list, description="Scripted conversations (a suite holds cases, "
+                              "personas, or both).")
+    personas: list[Persona] = Field(default_factory=list, description="Simulated players, each played by a model.")
+    player: PlayerSettings = Field(default_factory=PlayerSettings, description="The model that plays the personas.")
 
     @field_validator("cases")
     @classmethod
@@ -130,6 +157,20 @@ class Suite(_SuiteModel):
         if repeated:
             raise ValueError(f"case names must be unique; repeated: {', '.join(repeated)}")
         return v
+
+    @field_validator("personas")
+    @classmethod
+    def _unique_personas(cls, v: list[Persona]) -> list[Persona]:
+        repeated = sorted(n for n, count in Counter(p.name for p in v).items() if count > 1)
+        if repeated:
+            raise ValueError(f"persona names must be unique; repeated: {', '.join(repeated)}")
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> Suite:
+        if not self.cases and not self.personas:
+            raise ValueError("a suite needs at least one case or persona ('cases' or 'personas')")
+        return self
 
 
 def suite_schema() -> dict[str, Any]:
@@ -533,6 +574,13 @@ def set_case_expectations(suite_path: str | Path, case_name: str, expects: list[
 def save_case(suite_path: str | Path, asset_path: str | Path, case: dict[str, Any]) -> str:
     """Add ``case`` to the suite at ``suite_path`` (made, for the asset, if missing); returns the name it
     got (made unique). Raises ``SuiteError`` when the existing file cannot be read; it is then untouched."""
+    return save_cases(suite_path, asset_path, [case])[0]
+
+
+def save_cases(suite_path: str | Path, asset_path: str | Path, cases: list[dict[str, Any]],
+               settings: dict[str, Any] | None = None) -> list[str]:
+    """Add ``cases`` to the suite at ``suite_path`` as ``save_case`` adds one; ``settings`` (such as
+    ``model`` and ``seed``) go into a suite made here. Returns the names they got."""
     suite_path = Path(suite_path)
     rt = None
     if suite_path.exists():
@@ -547,14 +595,18 @@ def save_case(suite_path: str | Path, asset_path: str | Path, case: dict[str, An
             rel = asset_rel.relative_to(suite_path.parent.resolve()).as_posix()
         except ValueError:
             rel = str(asset_rel)
-        raw = {"asset": rel, "cases": []}
+        raw = {"asset": rel, **(settings or {}), "cases": []}
     names = {c.get("name") for c in raw.get("cases", []) if isinstance(c, dict)}
-    name, n = case["name"], 2
-    while name in names:
-        name, n = f"{case['name']} ({n})", n + 1
     if "cases" not in raw:
         raw["cases"] = []
-    raw["cases"].append({**case, "name": name})
+    given = []
+    for case in cases:
+        name, n = case["name"], 2
+        while name in names:
+            name, n = f"{case['name']} ({n})", n + 1
+        names.add(name)
+        given.append(name)
+        raw["cases"].append({**case, "name": name})
     text = _dump(rt, raw) if rt is not None else yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=110)
     atomic_write_text(suite_path, text)
-    return name
+    return given
