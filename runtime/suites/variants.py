@@ -15,8 +15,22 @@ cases run on both with the same seeds and repeats, so each conversation of A has
 from __future__ import annotations
 
 import math
+import os
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runtime.asset.model import Asset
+from runtime.problems import InputError, Problem
+
+if TYPE_CHECKING:
+    from runtime.backends.base import Backend
+    from runtime.suites.file import LoadedSuite
+    from runtime.suites.report import CaseResult, TurnOutcome
+    from runtime.suites.run import Server
 
 
 @dataclass
@@ -117,7 +131,9 @@ def paired_difference(a: list[bool], b: list[bool]) -> tuple[float, float, float
     x = sm.add_constant(np.array([0.0] * n + [1.0] * n))
     groups = np.array(list(range(n)) * 2)
     fit = sm.OLS(y, x).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
-    low, high = fit.conf_int(alpha=0.05)[1]
+    # The contrast alone: the constant's own variance may come out a rounding below 0 (when A always
+    # passes, its residuals are all 0), and bse would take its square root.
+    low, high = fit.t_test(np.array([[0.0, 1.0]])).conf_int(alpha=0.05)[0]
     return difference, float(low), float(high)
 
 
@@ -134,3 +150,242 @@ def mcnemar_exact(a: list[bool], b: list[bool]) -> tuple[tuple[int, int], float]
     neither = len(a) - both - a_only - b_only
     result = mcnemar([[both, a_only], [b_only, neither]], exact=True)
     return (a_only, b_only), float(result.pvalue)
+
+
+# --- running both arms ----------------------------------------------------------------------------
+
+
+@dataclass
+class _NodeTrace:
+    node: str
+    prompt: list[tuple[str, str, str]]  # (role, name, content) as the model received it
+    output: str
+
+
+@dataclass
+class _TurnTrace:
+    """What one turn did, kept once the turn's full result is dropped: enough to compare and to show."""
+
+    reply: str
+    path: list[str]
+    error: str
+    nodes: list[_NodeTrace]
+
+    def same_as(self, other: _TurnTrace) -> bool:
+        return (self.reply, self.path, self.error, [(n.node, n.prompt, n.output) for n in self.nodes]) == (
+            other.reply, other.path, other.error, [(n.node, n.prompt, n.output) for n in other.nodes])
+
+
+@dataclass
+class _Run:
+    passed: bool
+    turns: list[_TurnTrace]
+
+
+def _trace(outcome: TurnOutcome) -> _TurnTrace:
+    nodes = []
+    diagnostics = outcome.result.diagnostics if outcome.result is not None else None
+    for diag in diagnostics.nodes if diagnostics is not None else []:
+        nodes.append(_NodeTrace(diag.node, [(m.role, m.name, m.content) for m in diag.input.prompt], diag.output))
+    return _TurnTrace(outcome.reply, list(outcome.path), outcome.error, nodes)
+
+
+def variant_suite(loaded: LoadedSuite, variant: str | os.PathLike[str] | Asset) -> LoadedSuite:
+    """The suite ``loaded`` with its asset replaced by ``variant`` (a file, or an asset that reads its
+    behaviours from the suite's asset folder): the suite's model applied, its behaviours expanded.
+    Raises ``InputError`` naming the variant's file when it cannot be loaded."""
+    from runtime.asset.behaviours import expand
+    from runtime.asset.file import load_asset
+    from runtime.suites.file import LoadedSuite as Loaded
+
+    suite = loaded.suite
+    if isinstance(variant, Asset):
+        asset, folder, source, name = variant, loaded.path.parent.joinpath(suite.asset).resolve().parent, "", suite.asset
+    else:
+        path = Path(variant).resolve()
+        if not path.is_file():
+            raise InputError([Problem("error", "--variant: no such asset file", str(variant))])
+        asset, folder, source = load_asset(path), path.parent, str(path)
+        name = os.path.relpath(path, loaded.path.parent.resolve())
+    if suite.model:
+        asset = asset.model_copy(update={"default_model": suite.model})
+    asset = expand(asset, folder, source)
+    return Loaded(loaded.path, suite.model_copy(update={"asset": name}), asset)
+
+
+Tokenize = Callable[[str, str], list[Any]]  # (node id, text) -> its tokens
+
+
+def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str | os.PathLike[str] | Asset,
+                     backend: Callable[[], Backend] | list[Server] | None = None, *, repeat: int = 1, jobs: int = 1,
+                     seed: int | None = None, judge_model: str = "",
+                     on_case: Callable[[str, CaseResult], None] | None = None,
+                     cancel: threading.Event | None = None, tokenize: Tokenize | None = None) -> VariantReport:
+    """Run the suite's cases (``repeat`` times each, with the same seeds) on its asset (A) and on
+    ``variant`` (B), and compare them conversation by conversation.
+
+    ``backend`` makes the backends (as ``run_suites``' ``make_backend``; None: the embedded one).
+    ``on_case(arm, result)`` is told of each conversation as it ends, ``arm`` "A" or "B". Tokens
+    of a divergence are the model's (a backend that can ``tokenize``, made once more after the run
+    when some run diverged) or whitespace-separated words (the scripted backend's tokens);
+    ``tokenize`` overrides both. Raises ``InputError`` when the suite or the variant cannot be read."""
+    from runtime.suites.file import load_suite
+    from runtime.suites.run import run_suites
+
+    started = time.perf_counter()
+    loaded_a = suite if not isinstance(suite, (str, os.PathLike)) else load_suite(suite)
+    loaded_b = variant_suite(loaded_a, variant)
+    if backend is None:
+        from runtime.backends.profiles import backend_factory
+
+        backend = backend_factory("embedded")
+    arms: dict[str, dict[tuple[str, int], _Run]] = {"A": {}, "B": {}}
+    lock = threading.Lock()
+
+    def keep(arm: str):
+        def kept(result: CaseResult) -> None:
+            run = _Run(result.passed, [_trace(t) for t in result.turns])
+            for t in result.turns:  # a turn's full result (diagnostics, prompt parts) is most of its memory
+                t.result = None
+            with lock:
+                arms[arm][(f"{result.suite}::{result.case}", result.repeat)] = run
+            if on_case is not None:
+                on_case(arm, result)
+        return kept
+
+    for arm, loaded in (("A", loaded_a), ("B", loaded_b)):
+        run_suites([loaded], backend, jobs=jobs, repeat=repeat, seed=seed, judge_model=judge_model,
+                   on_case=keep(arm), cancel=cancel, keep_turn_results=True)
+    keys = [(loaded_a.case_id(c), k) for c in loaded_a.suite.cases for k in range(repeat)]
+    closing: list[Backend] = []
+    if tokenize is None:
+        tokenize = _tokenizer(backend, loaded_a, keys, arms, closing)
+    try:
+        cases, outcomes = _compared(loaded_a, repeat, arms, tokenize)
+    finally:
+        for made in closing:
+            made.close()
+    a = [o[2] for o in outcomes]
+    return _report(loaded_a, loaded_b, cases, outcomes, a, started)
+
+
+def _compared(loaded_a: LoadedSuite, repeat: int, arms: dict[str, dict[tuple[str, int], _Run]],
+              tokenize: Tokenize) -> tuple[list[CaseComparison], list[tuple[str, int, bool, bool]]]:
+    cases: list[CaseComparison] = []
+    outcomes: list[tuple[str, int, bool, bool]] = []
+    for case in loaded_a.suite.cases:
+        cid = loaded_a.case_id(case)
+        comparison = CaseComparison(cid, repeat, 0, 0, 0)
+        for k in range(repeat):
+            run_a, run_b = arms["A"][(cid, k)], arms["B"][(cid, k)]
+            comparison.passed_a += run_a.passed
+            comparison.passed_b += run_b.passed
+            outcomes.append((cid, k, run_a.passed, run_b.passed))
+            for number, (ta, tb) in enumerate(_pad(run_a.turns, run_b.turns), 1):
+                if ta is not None and tb is not None and ta.same_as(tb):
+                    continue
+                comparison.differing_turns += 1
+                if comparison.first_divergence is None:
+                    comparison.first_divergence = _divergence(cid, k, number, ta, tb, tokenize)
+        cases.append(comparison)
+    return cases, outcomes
+
+
+def _report(loaded_a: LoadedSuite, loaded_b: LoadedSuite, cases: list[CaseComparison],
+            outcomes: list[tuple[str, int, bool, bool]], a: list[bool], started: float) -> VariantReport:
+    b = [o[3] for o in outcomes]
+    difference, low, high = paired_difference(a, b)
+    discordant, p = mcnemar_exact(a, b)
+    n = len(outcomes)
+    return VariantReport(
+        asset_a=str(loaded_a.path.parent / loaded_a.suite.asset), asset_b=str(loaded_b.path.parent / loaded_b.suite.asset),
+        cases=cases, conversations=n, differing_turns=sum(c.differing_turns for c in cases),
+        pass_rate_a=sum(a) / n if n else math.nan, pass_rate_b=sum(b) / n if n else math.nan,
+        difference=difference, ci_low=low, ci_high=high, discordant=discordant, mcnemar_p=p,
+        seconds=time.perf_counter() - started, outcomes=outcomes)
+
+
+def _pad(a: list[_TurnTrace], b: list[_TurnTrace]) -> list[tuple[_TurnTrace | None, _TurnTrace | None]]:
+    """Turns side by side; a run that stopped early (a failed turn) has None for the turns it lacks."""
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else None, b[i] if i < len(b) else None) for i in range(n)]
+
+
+def prompt_text(prompt: list[tuple[str, str, str]]) -> str:
+    """A prompt as the model received it, one message a paragraph: ``role: content`` (``role (name)``)."""
+    return "\n\n".join(f"{role}{f' ({name})' if name else ''}: {content}" for role, name, content in prompt)
+
+
+def _first_difference(a: list[Any], b: list[Any]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _divergence(case: str, run: int, turn: int, ta: _TurnTrace | None, tb: _TurnTrace | None,
+                tokenize: Tokenize) -> TurnDivergence:
+    """The first node (in the order they ran) whose prompt or output differs on the two arms."""
+    if ta is None or tb is None:  # one arm's conversation stopped before this turn
+        there = ta or tb
+        assert there is not None
+        text = there.error or there.reply
+        return TurnDivergence(case, run, turn, "", 0, text if ta else "(no turn: the run stopped)",
+                              text if tb else "(no turn: the run stopped)", "", "", "turn")
+    for na, nb in zip(ta.nodes, tb.nodes):
+        if na.node != nb.node:  # the graph took another way with the same outputs before: the graph differs
+            return TurnDivergence(case, run, turn, na.node, 0, f"ran {na.node}", f"ran {nb.node}",
+                                  prompt_text(na.prompt), prompt_text(nb.prompt), "path")
+        if na.prompt != nb.prompt:
+            pa, pb = prompt_text(na.prompt), prompt_text(nb.prompt)
+            return TurnDivergence(case, run, turn, na.node, _first_difference(tokenize(na.node, pa), tokenize(nb.node, pb)),
+                                  na.output, nb.output, pa, pb, "prompt")
+        if na.output != nb.output:
+            return TurnDivergence(case, run, turn, na.node,
+                                  _first_difference(tokenize(na.node, na.output), tokenize(nb.node, nb.output)),
+                                  na.output, nb.output, prompt_text(na.prompt), prompt_text(nb.prompt), "output")
+    if len(ta.nodes) != len(tb.nodes):  # one arm ran more nodes, all the shared ones alike
+        longer, shorter = (ta, tb) if len(ta.nodes) > len(tb.nodes) else (tb, ta)
+        extra = longer.nodes[len(shorter.nodes)]
+        prompt = prompt_text(extra.prompt)
+        return TurnDivergence(case, run, turn, extra.node, 0, extra.output if longer is ta else "(not run)",
+                              extra.output if longer is tb else "(not run)", prompt if longer is ta else "",
+                              prompt if longer is tb else "", "path")
+    # Same nodes alike: the reply (a template node's), the path or the error differ.
+    return TurnDivergence(case, run, turn, "", _first_difference(ta.reply.split(), tb.reply.split()),
+                          ta.error or ta.reply, tb.error or tb.reply, "", "", "output")
+
+
+def _words(node: str, text: str) -> list[str]:
+    return text.split()
+
+
+def _tokenizer(backend: Callable[[], Backend] | list[Server], loaded_a: LoadedSuite, keys: list[tuple[str, int]],
+               arms: dict[str, dict[tuple[str, int], _Run]], closing: list[Backend]) -> Tokenize:
+    """The model's tokens for a divergence's text when the backend can tokenize (a backend made once
+    more, only when some run diverged; put in ``closing``), else whitespace-separated words."""
+    if all(len(arms["A"][k].turns) == len(arms["B"][k].turns)
+           and all(x.same_as(y) for x, y in zip(arms["A"][k].turns, arms["B"][k].turns)) for k in keys):
+        return _words
+    make = backend[0].make_backend if isinstance(backend, list) else backend
+    try:
+        made = make()
+    except Exception:  # noqa: BLE001 - words are tokens enough to say where two texts part
+        return _words
+    closing.append(made)
+    if not callable(getattr(made, "tokenize", None)):
+        return _words
+    nodes = {n.id: n for n in loaded_a.asset.nodes}
+    cache: dict[tuple[str, str], list[Any]] = {}
+
+    def tokens(node: str, text: str) -> list[Any]:
+        found = nodes.get(node)
+        model = loaded_a.asset.model_for(found) if found is not None else loaded_a.asset.default_model
+        if (model, text) not in cache:
+            try:
+                cache[(model, text)] = list(made.tokenize(model, text))
+            except Exception:  # noqa: BLE001 - a node without a model (a template): words
+                cache[(model, text)] = text.split()
+        return cache[(model, text)]
+
+    return tokens

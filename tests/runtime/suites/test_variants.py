@@ -3,20 +3,28 @@ directly, a planted drop found, a no-op variant showing nothing, and the first d
 
 from __future__ import annotations
 
+import json
 import math
+import random
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import statsmodels.api as sm
 from scipy import stats
 
+from runtime.backends.scripted import ScriptedBackend, default_reply
 from runtime.suites.variants import (
     CaseComparison,
     TurnDivergence,
     VariantReport,
+    compare_variants,
     mcnemar_exact,
     paired_difference,
 )
+from tests.runtime.suites.router import ASSET, GOOD, write
 
 # Ten paired conversations: d = B - A is 0 0 0 0 -1 -1 -1 0 0 1.
 A = [True] * 8 + [False] * 2
@@ -85,3 +93,110 @@ def test_report_to_json():
     assert not data["significant"]
     nan = VariantReport("a", "b", [], 1, 0, 1.0, 0.0, -1.0, math.nan, math.nan, (1, 0), 1.0).to_json()
     assert nan["ci_low"] is None
+
+
+# --- two arms on the scripted backend ----------------------------------------------------------------
+
+CONVERSATIONS = 200
+LINES = ["greet me please", "shop for a sword", "hello there, greet", "I want to shop for bread"]
+
+
+def _many_cases(tmp_path: Path) -> Path:
+    """A suite of 200 conversations, each expecting the classifier's route."""
+    cases = []
+    for i in range(CONVERSATIONS):
+        line = f"{LINES[i % 4]} number {i}"
+        intent = "greet" if "greet" in line else "shop"
+        cases.append({"name": f"c{i:03}", "turns": [{"say": line, "expect": {"exits": {"classify": f"intent:{intent}"}}}]})
+    return write(tmp_path, json.dumps({"asset": "router.json", "cases": cases}))
+
+
+def _variant(tmp_path: Path) -> Path:
+    """B: the same router, with a description on the shop intent (its classifier's prompt changes)."""
+    b = json.loads(json.dumps(ASSET))
+    b["nodes"][0]["intents"][1]["description"] = "buying things"
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(b), encoding="utf-8")
+    return path
+
+
+def _misrouting(chosen: set[int]):
+    """Replies as the scripted backend's, but B's classifier (its prompt describes the shop intent)
+    takes the other intent in the conversations ``chosen``."""
+    def reply(key: str, request) -> str:
+        text = default_reply(key, request)
+        number = re.search(r"number (\d+)", request.messages[-1].content)
+        if key == "classify" and "buying things" in request.messages[0].content and number and int(number[1]) in chosen:
+            return "shop" if text == "greet" else "greet"
+        return text
+    return lambda: ScriptedBackend(reply)
+
+
+def test_a_planted_ten_point_drop_is_found(tmp_path):
+    chosen = set(random.Random(25).sample(range(CONVERSATIONS), CONVERSATIONS // 10))
+    report = compare_variants(_many_cases(tmp_path), _variant(tmp_path), _misrouting(chosen), jobs=2)
+    assert report.conversations == CONVERSATIONS
+    assert report.pass_rate_a == 1.0 and report.pass_rate_b == pytest.approx(0.9)
+    assert report.difference == pytest.approx(-0.1)
+    assert report.discordant == (20, 0)
+    assert report.mcnemar_p < 0.05 and report.significant
+    assert report.mcnemar_p == pytest.approx(2 * 0.5**20)
+    assert report.ci_low < -0.1 < report.ci_high < 0  # the interval holds -0.1 and excludes 0
+    # Every conversation's classifier prompt differs (B describes the intent): every turn differs.
+    assert report.differing_turns == CONVERSATIONS
+    misrouted = [c for c in report.cases if c.passed_b < c.passed_a]
+    assert sorted(int(c.case.rsplit("c", 1)[1]) for c in misrouted) == sorted(chosen)
+    first = report.cases[0].first_divergence
+    assert first is not None and (first.turn, first.node, first.part) == (1, "classify", "prompt")
+    # The scripted backend's tokens are words: the first differs where B's prompt says ": buying things".
+    words_a, words_b = first.prompt_a.split(), first.prompt_b.split()
+    assert words_a[first.token_index] != words_b[first.token_index]
+    assert words_a[:first.token_index] == words_b[:first.token_index]
+    assert "buying things" in first.prompt_b and "buying things" not in first.prompt_a
+
+
+def test_the_drop_is_not_found_when_it_is_not_there(tmp_path):
+    """The same run with no conversation chosen: B's prompt differs, its outcomes do not."""
+    report = compare_variants(_many_cases(tmp_path), _variant(tmp_path), _misrouting(set()))
+    assert report.difference == 0 and report.discordant == (0, 0) and report.mcnemar_p == 1.0
+    assert not report.significant
+
+
+def test_a_no_op_variant_reports_no_difference(tmp_path):
+    suite = write(tmp_path, GOOD)
+    copy = tmp_path / "copy.json"
+    shutil.copy(tmp_path / "router.json", copy)
+    seen = []
+    report = compare_variants(suite, copy, ScriptedBackend, repeat=3, on_case=lambda arm, r: seen.append(arm))
+    assert sorted(seen) == ["A"] * 6 + ["B"] * 6
+    assert report.conversations == 6 and report.differing_turns == 0
+    assert (report.difference, report.ci_low, report.ci_high) == (0.0, 0.0, 0.0)
+    assert report.discordant == (0, 0) and report.mcnemar_p == 1.0
+    assert all(c.first_divergence is None and c.passed_a == c.passed_b == 3 for c in report.cases)
+    assert report.asset_b.endswith("copy.json")
+
+
+def test_a_changed_reply_names_its_node_and_token(tmp_path):
+    suite = write(tmp_path, GOOD)
+    b = json.loads(json.dumps(ASSET))
+    b["nodes"][1]["system_prompt"] = "Greet warmly."
+    (tmp_path / "b.json").write_text(json.dumps(b), encoding="utf-8")
+    report = compare_variants(suite, tmp_path / "b.json", ScriptedBackend)
+    greets = next(c for c in report.cases if c.case.endswith("greets"))
+    first = greets.first_divergence
+    assert first is not None and (first.turn, first.node, first.part) == (1, "hello", "prompt")
+    assert first.prompt_a.split()[first.token_index] == "Greet."
+    assert first.prompt_b.split()[first.token_index] == "Greet"
+    assert report.differing_turns == 2  # both cases end in the hello node
+
+
+def test_a_variant_that_cannot_be_read_names_its_file(tmp_path):
+    from runtime.problems import InputError
+
+    suite = write(tmp_path, GOOD)
+    with pytest.raises(InputError, match="no such asset file"):
+        compare_variants(suite, tmp_path / "missing.json", ScriptedBackend)
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        compare_variants(suite, tmp_path / "bad.json", ScriptedBackend)
+    assert "bad.json" in str(caught.value.problems[0])
