@@ -3,7 +3,10 @@
 Exit 0 when every case passes (and coverage is at least ``--min-coverage``), 1 when a case fails,
 2 on bad input (a suite or asset that cannot be read, bad flags, a shard that holds no case, a
 report that cannot be written: checked before the run, and said after it if writing still fails;
-the results printed are kept). ``--repeat K`` runs each case K times with other seeds and reports a
+the results printed are kept). A suite's personas are played by a model after its cases
+(``runtime.suites.simulate``): ``--conversations K`` each, ``--guided`` steered by coverage, and
+``--save-discoveries OUT.suite.yaml`` keeps the lines that reached new coverage as cases; a
+simulated turn that fails exits 1. ``--repeat K`` runs each case K times with other seeds and reports a
 pass rate per case (flaky: some runs pass, some fail). ``--shard I/N`` runs only the cases of shard
 I of N (stable: the same split on every machine). ``--jobs`` is lowered to the number of cases run
 and, on the embedded backend (each job loads its own copy of the models), to as many jobs as the
@@ -69,6 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "a server's address (http://HOST:PORT), or scripted (deterministic test replies). Several, "
                    "separated by commas, make a fleet: conversations are spread over them, each staying on one "
                    "server, and one that fails has its conversations run again on another")
+    p.add_argument("--conversations", type=int, default=None, metavar="K",
+                   help="conversations per persona (replaces each persona's own number)")
+    p.add_argument("--guided", action="store_true", help="steer the simulated players toward the nodes, exits "
+                   "and intents not reached yet (default: each persona plays in character, at random)")
+    p.add_argument("--player-model", default=None, metavar="GGUF", help="the model that plays the personas "
+                   "(default: the suite's player.model, else the sample model)")
+    p.add_argument("--player-backend", default=None, metavar="NAME|URL", help="where the player's model runs, as "
+                   "--backend names it (default: the suite's player.backend, else embedded)")
+    p.add_argument("--save-discoveries", default=None, metavar="OUT.suite.yaml", help="add the simulated lines "
+                   "that reached new coverage to this suite as scripted cases (made when missing)")
     p.set_defaults(func=run)
 
 
@@ -167,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         for name, value, low in (("--repeat", args.repeat, 1), ("--jobs", args.jobs, 1)):
             if value < low:
                 raise ValueError(f"{name} must be at least {low}, not {value}")
+        if args.conversations is not None and args.conversations < 1:
+            raise ValueError(f"--conversations must be at least 1, not {args.conversations}")
         if args.min_coverage is not None and not 0 <= args.min_coverage <= 100:
             raise ValueError(f"--min-coverage must be from 0 to 100, not {args.min_coverage}")
         for kind, target in targets:
@@ -194,10 +209,17 @@ def run(args: argparse.Namespace) -> int:
         _say(exc, err)
         return 2
 
+    # Personas are played in the first shard only: a guided player steers by all that was reached before
+    playing = [s for s in loaded if s.suite.personas] if shard is None or shard[0] == 0 else []
+    try:
+        players = _players(args, playing)
+    except (BackendError, InputError, ValueError) as exc:
+        _say(exc, err)
+        return 2
     all_cases = [s.case_id(c) for s in loaded for c in s.suite.cases]
     cases = [c for c in all_cases if shard is None or shard_of(c, shard[1]) == shard[0]]
-    if not cases:
-        assert shard is not None  # a suite holds at least one case
+    if not cases and not playing:
+        assert shard is not None  # a suite holds at least one case or persona, and shard 1 plays the personas
         _say(f"--shard {args.shard} holds none of the {len(all_cases)} case{'s' if len(all_cases) != 1 else ''} "
              f"of these suites: nothing to run (use fewer shards)", err)
         return 2
@@ -228,6 +250,9 @@ def run(args: argparse.Namespace) -> int:
     except BackendError as exc:
         _say(exc, err)
         return 2
+    simulations = _simulate(args, playing, players, servers[0].make_backend, report, out)
+    if simulations is None:
+        return 2
     rates = report.pass_rates()
     passed = sum(r.passed for r in report.results)
     print(f"\n{passed} passed, {len(report.results) - passed} failed in {report.seconds:.1f} s", file=out)
@@ -242,7 +267,9 @@ def run(args: argparse.Namespace) -> int:
         for node, times in coverage.bypassed.items():
             _say(f"  bypassed: {node}: turns passed it {times} time{'' if times == 1 else 's'} without running it", out)
     out.flush()
-    final = {"JUnit": lambda: report_junit(report), "JSON": lambda: report_json_text(report_json(report))}
+    simulated = {"simulation": [r.to_json() for r in simulations]} if simulations else {}
+    final = {"JUnit": lambda: report_junit(report),
+             "JSON": lambda: report_json_text({**report_json(report), **simulated})}
     unwritten = False
     for kind, target in targets:
         try:
@@ -253,9 +280,97 @@ def run(args: argparse.Namespace) -> int:
             unwritten = True
     if unwritten:
         return 2
-    if not report.passed:
+    if not report.passed or any(r.errors for r in simulations):
         return 1
     if args.min_coverage is not None and report.coverage_percent() < args.min_coverage:
         print(f"coverage {report.coverage_percent():.0f} % is below --min-coverage {args.min_coverage:g} %", file=err)
         return 1
     return 0
+
+
+def _players(args: argparse.Namespace, playing: list[LoadedSuite]) -> dict[Path, tuple[str, str]]:
+    """Each playing suite's player: (the backend's spec, the model), checked before anything runs."""
+    from runtime.backends.profiles import backend_factory, load_profiles
+    from runtime.models.folder import resolve_model
+    from runtime.suites.report import report_target_problem
+
+    used = [name for name, value in (("--conversations", args.conversations), ("--guided", args.guided or None),
+                                      ("--player-model", args.player_model), ("--player-backend", args.player_backend),
+                                      ("--save-discoveries", args.save_discoveries)) if value is not None]
+    if used and not playing:
+        raise ValueError(f"{', '.join(used)}: none of these suites has personas (or this shard does not play them)")
+    if args.save_discoveries:
+        refused = report_target_problem(args.save_discoveries)
+        assets = {(s.path.parent / s.suite.asset).resolve() for s in playing}
+        if refused:
+            raise ValueError(f"--save-discoveries {args.save_discoveries}: {refused}")
+        if len(assets) > 1:
+            raise ValueError(f"--save-discoveries {args.save_discoveries}: the personas talk to {len(assets)} assets; "
+                             "a suite tests one (save each suite's discoveries in a run of its own)")
+    players = {}
+    for suite in playing:
+        spec = (args.player_backend or suite.suite.player.backend or "embedded").strip()
+        backend_factory(spec, None, load_profiles() if spec not in ("embedded", "llama", "scripted") else [])
+        if args.player_model is not None:
+            model, base = args.player_model, Path.cwd()
+        else:
+            model, base = suite.suite.player.model, suite.path.parent
+        if model and spec in ("embedded", "llama"):
+            beside = base / model
+            model = str(beside.resolve()) if beside.is_file() else str(resolve_model(model))  # ModelNotFound says where
+        players[suite.path] = (spec, model)
+    return players
+
+
+def _simulate(args: argparse.Namespace, playing: list[LoadedSuite], players: dict[Path, tuple[str, str]],
+              make_backend, report, out: TextIO):
+    """Play the personas of ``playing`` (after the cases, steering from what they reached), print each
+    conversation and the coverage curve, add their coverage to ``report`` and save the discoveries.
+    Returns the results, or None when the discoveries cannot be saved (said on stderr)."""
+    from runtime.backends.profiles import backend_factory, load_profiles
+    from runtime.suites.simulate import SimulatedPlayer, save_discoveries, simulate
+
+    results = []
+    for suite in playing:
+        spec, model = players[suite.path]
+        backend = make_backend()
+        shared = spec in ("embedded", "llama") and args.backend.strip() in ("embedded", "llama")
+        player_backend = backend if shared else backend_factory(
+            spec, None, load_profiles() if spec not in ("embedded", "llama", "scripted") else [])()
+        key = str(suite.path.parent / suite.suite.asset)
+
+        def said(conv, suite=suite) -> None:
+            mark = "FAIL" if conv.error else "PLAY"
+            found = ", ".join(what for _kind, what in conv.new)
+            lines = [f"{mark} {suite.name}::{conv.name} [{len(conv.turns)} turns, {conv.seconds:.1f} s]"
+                     + (f" new: {found}" if found else "")]
+            lines += [f"     {conv.error}"] if conv.error else []
+            print("\n".join(printable(line) for line in lines), file=out)
+            out.flush()
+
+        try:
+            result = simulate(suite, backend, SimulatedPlayer(player_backend, model), guided=args.guided,
+                              conversations=args.conversations, seed=args.seed, baseline=report.coverage.get(key),
+                              on_conversation=said)
+        finally:
+            backend.close()
+            if player_backend is not backend:
+                player_backend.close()
+        for conv in result.conversations:
+            report.coverage[key].add(conv.counts)
+        curve = " -> ".join(f"{p:.0f}" for p in result.curve)
+        _say(f"simulated players{' (guided)' if args.guided else ''} on {key}: coverage {curve} % "
+             f"after each of {len(result.conversations)} conversations", out)
+        results.append(result)
+    if args.save_discoveries and results:
+        names = []
+        try:
+            for suite, result in zip(playing, results):
+                names += save_discoveries(args.save_discoveries, suite, result)
+        except (InputError, OSError) as exc:
+            _say(exc if isinstance(exc, InputError) else f"cannot write {args.save_discoveries}: {exc}", sys.stderr)
+            return None
+        _say(f"saved {len(names)} discover{'y' if len(names) == 1 else 'ies'} as cases in {args.save_discoveries}", out)
+        for name in names:
+            _say(f"  {name}", out)
+    return results
