@@ -200,3 +200,56 @@ def test_a_variant_that_cannot_be_read_names_its_file(tmp_path):
     with pytest.raises(InputError) as caught:
         compare_variants(suite, tmp_path / "bad.json", ScriptedBackend)
     assert "bad.json" in str(caught.value.problems[0])
+
+
+# --- on the sample model -----------------------------------------------------------------------------
+
+
+ONE_TURN = """\
+asset: {asset}
+cases:
+  - name: a room
+    variables: {{player_name: Aldric}}
+    turns:
+      - say: "Good evening! Is there a room free tonight?"
+        expect:
+          path: [reply]
+          reply: {{max_words: 90}}
+"""
+
+
+@pytest.mark.model
+def test_on_the_sample_model_a_copy_differs_in_nothing_and_a_new_system_prompt_diverges(sample_model, tmp_path):
+    """One turn of the chat example (few turns keep the model's time short), against a copy of its
+    file; then, with shorter replies, against a variant whose system prompt says gruff, not warm."""
+    from runtime.backends.llama import LlamaBackend
+    from runtime.resources import examples_dir
+
+    shutil.copy(examples_dir() / "chat.json", tmp_path / "chat.json")
+    shutil.copy(examples_dir() / "chat.json", tmp_path / "copy.json")
+    (tmp_path / "chat.suite.yaml").write_text(ONE_TURN.format(asset="chat.json"), encoding="utf-8")
+    same = compare_variants(tmp_path / "chat.suite.yaml", tmp_path / "copy.json", LlamaBackend)
+    assert same.conversations == 1 and same.differing_turns == 0, same.cases
+    assert same.difference == 0 and same.discordant == (0, 0) and same.mcnemar_p == 1.0
+
+    short = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))
+    short["nodes"][0]["max_tokens"] = 12
+    (tmp_path / "short.json").write_text(json.dumps(short), encoding="utf-8")
+    (tmp_path / "short.suite.yaml").write_text(ONE_TURN.format(asset="short.json"), encoding="utf-8")
+    short["nodes"][0]["system_prompt"] = short["nodes"][0]["system_prompt"].replace("warm", "gruff")
+    (tmp_path / "gruff.json").write_text(json.dumps(short), encoding="utf-8")
+    report = compare_variants(tmp_path / "short.suite.yaml", tmp_path / "gruff.json", LlamaBackend)
+    assert report.differing_turns == 1
+    first = report.cases[0].first_divergence
+    assert first is not None and (first.turn, first.node, first.part) == (1, "reply", "prompt")
+    assert "warm" in first.prompt_a and "gruff" in first.prompt_b
+    # The token is the model's: the prompts' tokens agree before it and part at it.
+    backend = LlamaBackend()
+    try:
+        tokens_a = backend.tokenize(sample_model.name, first.prompt_a)
+        tokens_b = backend.tokenize(sample_model.name, first.prompt_b)
+    finally:
+        backend.close()
+    assert 0 < first.token_index < len(tokens_a)
+    assert tokens_a[:first.token_index] == tokens_b[:first.token_index]
+    assert tokens_a[first.token_index] != tokens_b[first.token_index]
