@@ -29,7 +29,7 @@ from runtime.problems import InputError, Problem
 if TYPE_CHECKING:
     from runtime.backends.base import Backend
     from runtime.suites.file import LoadedSuite
-    from runtime.suites.report import CaseResult, TurnOutcome
+    from runtime.suites.report import CaseResult, Report, TurnOutcome
     from runtime.suites.run import Server
 
 
@@ -83,6 +83,8 @@ class VariantReport:
     mcnemar_p: float  # exact McNemar on the per-conversation outcomes
     seconds: float = 0.0
     outcomes: list[tuple[str, int, bool, bool]] = field(default_factory=list)  # (case, run, passed A, passed B)
+    # Each arm's suite report ("A", "B"): its results (turn results dropped) and coverage; not in to_json.
+    reports: dict[str, Report] = field(default_factory=dict, repr=False)
 
     @property
     def significant(self) -> bool:
@@ -92,7 +94,12 @@ class VariantReport:
         def number(x: float) -> float | None:
             return None if math.isnan(x) else round(x, 6)
 
-        data = asdict(self)
+        data: dict[str, Any] = {
+            "asset_a": self.asset_a, "asset_b": self.asset_b, "cases": [asdict(c) for c in self.cases],
+            "conversations": self.conversations, "differing_turns": self.differing_turns,
+            **{key: getattr(self, key) for key in ("pass_rate_a", "pass_rate_b", "difference", "ci_low", "ci_high",
+                                                   "mcnemar_p")},
+        }
         for key in ("pass_rate_a", "pass_rate_b", "difference", "ci_low", "ci_high", "mcnemar_p"):
             data[key] = number(data[key])
         data["discordant"] = {"a_only": self.discordant[0], "b_only": self.discordant[1]}
@@ -220,12 +227,14 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
                      backend: Callable[[], Backend] | list[Server] | None = None, *, repeat: int = 1, jobs: int = 1,
                      seed: int | None = None, judge_model: str = "",
                      on_case: Callable[[str, CaseResult], None] | None = None,
+                     on_turn: Callable[[str, str, TurnOutcome], None] | None = None,
                      cancel: threading.Event | None = None, tokenize: Tokenize | None = None) -> VariantReport:
     """Run the suite's cases (``repeat`` times each, with the same seeds) on its asset (A) and on
     ``variant`` (B), and compare them conversation by conversation.
 
     ``backend`` makes the backends (as ``run_suites``' ``make_backend``; None: the embedded one).
-    ``on_case(arm, result)`` is told of each conversation as it ends, ``arm`` "A" or "B". Tokens
+    ``on_case(arm, result)`` is told of each conversation as it ends, ``arm`` "A" or "B", and
+    ``on_turn(arm, case id, outcome)`` of each turn (its full result still there). Tokens
     of a divergence are the model's (a backend that can ``tokenize``, made once more after the run
     when some run diverged) or whitespace-separated words (the scripted backend's tokens);
     ``tokenize`` overrides both. Raises ``InputError`` when the suite or the variant cannot be read."""
@@ -253,9 +262,11 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
                 on_case(arm, result)
         return kept
 
+    reports: dict[str, Report] = {}
     for arm, loaded in (("A", loaded_a), ("B", loaded_b)):
-        run_suites([loaded], backend, jobs=jobs, repeat=repeat, seed=seed, judge_model=judge_model,
-                   on_case=keep(arm), cancel=cancel, keep_turn_results=True)
+        told = (lambda cid, outcome, arm=arm: on_turn(arm, cid, outcome)) if on_turn is not None else None
+        reports[arm] = run_suites([loaded], backend, jobs=jobs, repeat=repeat, seed=seed, judge_model=judge_model,
+                                  on_case=keep(arm), on_turn=told, cancel=cancel, keep_turn_results=True)
     keys = [(loaded_a.case_id(c), k) for c in loaded_a.suite.cases for k in range(repeat)]
     closing: list[Backend] = []
     if tokenize is None:
@@ -266,7 +277,9 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
         for made in closing:
             made.close()
     a = [o[2] for o in outcomes]
-    return _report(loaded_a, loaded_b, cases, outcomes, a, started)
+    report = _report(loaded_a, loaded_b, cases, outcomes, a, started)
+    report.reports = reports
+    return report
 
 
 def _compared(loaded_a: LoadedSuite, repeat: int, arms: dict[str, dict[tuple[str, int], _Run]],

@@ -174,6 +174,9 @@ def test_a_no_op_variant_reports_no_difference(tmp_path):
     assert report.discordant == (0, 0) and report.mcnemar_p == 1.0
     assert all(c.first_divergence is None and c.passed_a == c.passed_b == 3 for c in report.cases)
     assert report.asset_b.endswith("copy.json")
+    assert [len(report.reports[arm].results) for arm in "AB"] == [6, 6]
+    assert all(t.result is None for r in report.reports["B"].results for t in r.turns)  # kept small
+    assert "reports" not in report.to_json()
 
 
 def test_a_changed_reply_names_its_node_and_token(tmp_path):
