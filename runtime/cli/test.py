@@ -65,8 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", default=None, metavar="I/N", help="run only shard I (from 1) of N")
     p.add_argument("--junit", metavar="OUT.xml", help="write a JUnit XML report")
     p.add_argument("--json", metavar="OUT.json", help="write a JSON report")
-    p.add_argument("--report", metavar="OUT.html", help="write an HTML report to look at: pass rates with intervals, "
-                   "coverage drawn on the graph, each failure's turn, check and prompt (one self-contained page)")
     p.add_argument("--min-coverage", type=float, default=None, metavar="P",
                    help="fail when fewer than P %% of the nodes and exits were taken")
     p.add_argument("--backend", default="embedded", metavar="NAME|URL[,...]",
@@ -84,6 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "--backend names it (default: the suite's player.backend, else embedded)")
     p.add_argument("--save-discoveries", default=None, metavar="OUT.suite.yaml", help="add the simulated lines "
                    "that reached new coverage to this suite as scripted cases (made when missing)")
+    p.add_argument("--variant", default=None, metavar="B.json", help="compare the suite's asset (A) with this "
+                   "variant (B): the same cases, seeds and repeats on both; per-case pass rates, the paired "
+                   "difference with its 95 %% interval, McNemar's exact test, the turns that differ and where "
+                   "they first diverge (exit 1 when B passes significantly fewer)")
     p.set_defaults(func=run)
 
 
@@ -162,13 +164,6 @@ def _jobs(asked: int, cases: int, loaded: list[LoadedSuite], embedded: bool, err
     return jobs
 
 
-def _html_report():
-    """``runtime.suites.html_report``, imported only when a run writes one (matplotlib takes a while to load)."""
-    from runtime.suites import html_report
-
-    return html_report
-
-
 def run(args: argparse.Namespace) -> int:
     from runtime.suites.file import load_suite
     from runtime.suites.report import (
@@ -183,9 +178,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.suites.run import run_suites, shard_of
 
     err, out = sys.stderr, sys.stdout
-    flags = {"JUnit": "--junit", "JSON": "--json", "HTML": "--report"}
-    targets = [(kind, target) for kind, target in (("JUnit", args.junit), ("JSON", args.json),
-                                                   ("HTML", args.report)) if target]
+    targets = [(kind, target) for kind, target in (("JUnit", args.junit), ("JSON", args.json)) if target]
     try:
         shard = _shard(args.shard)
         for name, value, low in (("--repeat", args.repeat, 1), ("--jobs", args.jobs, 1)):
@@ -199,10 +192,13 @@ def run(args: argparse.Namespace) -> int:
             refused = report_target_problem(target)
             if refused:
                 raise ValueError(f"cannot write the {kind} report {target}: {refused}")
-        for i, (kind, target) in enumerate(targets):
-            for other, again in targets[i + 1:]:
-                if Path(target).resolve() == Path(again).resolve():
-                    raise ValueError(f"{flags[kind]} and {flags[other]} name the same file, {again}")
+        if len(targets) == 2 and Path(args.junit).resolve() == Path(args.json).resolve():
+            raise ValueError(f"--junit and --json name the same file, {args.json}")
+        if args.variant is not None:
+            from runtime.cli.compare import refused_flags
+
+            if refused_flags(args):
+                raise ValueError(refused_flags(args))
     except ValueError as exc:
         _say(exc, err)
         return 2
@@ -222,6 +218,10 @@ def run(args: argparse.Namespace) -> int:
         _say(exc, err)
         return 2
 
+    if args.variant is not None:
+        from runtime.cli.compare import run_variant
+
+        return run_variant(args, loaded[0], servers, out, err)
     # Personas are played in the first shard only: a guided player steers by all that was reached before
     playing = [s for s in loaded if s.suite.personas] if shard is None or shard[0] == 0 else []
     try:
@@ -239,8 +239,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = _jobs(args.jobs, len(cases) * args.repeat, loaded, args.backend.strip() in ("embedded", "llama"), err)
 
     # Before anything runs: each report says the run is in progress (and can be written at all).
-    initial = {"JUnit": in_progress_junit, "JSON": lambda: report_json_text(in_progress_json()),
-               "HTML": lambda: _html_report().in_progress_html()}
+    initial = {"JUnit": in_progress_junit, "JSON": lambda: report_json_text(in_progress_json())}
     for kind, target in targets:
         try:
             write_report(target, initial[kind]())
@@ -258,11 +257,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(printable(line) for line in lines), file=out)  # one print: jobs do not interleave
         out.flush()
 
-    prompts = _html_report().FailurePrompts(loaded) if args.report else None  # each failure's prompt, for the page
     try:
         report = run_suites(loaded, servers if len(servers) > 1 else servers[0].make_backend, jobs=jobs,
-                            repeat=args.repeat, seed=args.seed, shard=shard, on_case=said, keep_turn_results=False,
-                            on_turn=prompts.on_turn if prompts is not None else None)
+                            repeat=args.repeat, seed=args.seed, shard=shard, on_case=said, keep_turn_results=False)
     except BackendError as exc:
         _say(exc, err)
         return 2
@@ -285,8 +282,7 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     simulated = {"simulation": [r.to_json() for r in simulations]} if simulations else {}
     final = {"JUnit": lambda: report_junit(report),
-             "JSON": lambda: report_json_text({**report_json(report), **simulated}),
-             "HTML": lambda: _html_report().report_html(report, prompts=prompts)}
+             "JSON": lambda: report_json_text({**report_json(report), **simulated})}
     unwritten = False
     for kind, target in targets:
         try:

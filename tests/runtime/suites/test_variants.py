@@ -205,6 +205,80 @@ def test_a_variant_that_cannot_be_read_names_its_file(tmp_path):
     assert "bad.json" in str(caught.value.problems[0])
 
 
+# --- parley test SUITE --variant B.json -----------------------------------------------------------------
+
+
+def _cli_files(tmp_path: Path) -> tuple[str, str]:
+    b = json.loads(json.dumps(ASSET))
+    b["nodes"][1]["system_prompt"] = "Greet warmly."
+    (tmp_path / "b.json").write_text(json.dumps(b), encoding="utf-8")
+    return str(write(tmp_path, GOOD)), str(tmp_path / "b.json")
+
+
+def test_the_cli_prints_the_table_the_statistics_and_the_first_divergence(tmp_path, capsys):
+    from runtime.cli import main
+
+    suite, variant = _cli_files(tmp_path)
+    out_json = tmp_path / "out.json"
+    code = main(["test", suite, "--variant", variant, "--backend", "scripted", "--repeat", "2",
+                 "--json", str(out_json)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "A PASS router.suite.yaml::greets (run 2)" in printed and "B PASS router.suite.yaml::shops (run 1)" in printed
+    assert re.search(r"router.suite.yaml::greets\s+2/2\s+2/2\s+2", printed)
+    assert "difference B - A: +0.0 points (95 % CI +0.0 to +0.0, clustered by conversation)" in printed
+    assert "McNemar exact: 0 passed on A only, 0 on B only: p = 1 (no significant difference)" in printed
+    assert "differing turns: 4" in printed
+    assert "first divergence of router.suite.yaml::greets: turn 1, node hello: prompt token 1" in printed
+    assert "    system: Greet warmly." in printed and "    system: Greet." in printed
+    data = json.loads(out_json.read_text(encoding="utf-8"))
+    assert data["in_progress"] is False
+    assert data["variant"]["differing_turns"] == 4 and data["variant"]["conversations"] == 4
+    assert data["variant"]["cases"][0]["first_divergence"]["node"] == "hello"
+
+
+def test_the_cli_exits_1_when_the_variant_passes_significantly_fewer(tmp_path, capsys, monkeypatch):
+    from runtime.backends import profiles
+    from runtime.cli import main
+
+    chosen = set(random.Random(25).sample(range(CONVERSATIONS), CONVERSATIONS // 10))
+    suite, variant = _many_cases(tmp_path), _variant(tmp_path)
+    made = _misrouting(chosen)
+    real = profiles.backend_factory
+    monkeypatch.setattr(profiles, "backend_factory",
+                        lambda spec, *a, **k: made if spec == "scripted" else real(spec, *a, **k))
+    code = main(["test", str(suite), "--variant", str(variant), "--backend", "scripted", "--jobs", "2"])
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    assert "McNemar exact: 20 passed on A only, 0 on B only: p = 1.91e-06 (B passes fewer than A)" in printed
+    assert "difference B - A: -10.0 points" in printed
+    assert "... and 180 more cases diverge (--json has them all)" in printed
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--shard", "1/2"], "--shard does not go with --variant"),
+    (["--junit", "out.xml"], "--junit does not go with --variant"),
+    (["--min-coverage", "50"], "--min-coverage does not go with --variant"),
+    (["--guided"], "--guided does not go with --variant"),
+])
+def test_the_cli_refuses_flags_a_comparison_cannot_use(tmp_path, capsys, extra, says):
+    from runtime.cli import main
+
+    suite, variant = _cli_files(tmp_path)
+    assert main(["test", suite, "--variant", variant, "--backend", "scripted", *extra]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_cli_refuses_a_missing_variant_and_two_suites(tmp_path, capsys):
+    from runtime.cli import main
+
+    suite, variant = _cli_files(tmp_path)
+    assert main(["test", suite, "--variant", str(tmp_path / "nope.json"), "--backend", "scripted"]) == 2
+    assert "nope.json: error: --variant: no such asset file" in capsys.readouterr().err
+    assert main(["test", suite, suite, "--variant", variant, "--backend", "scripted"]) == 2
+    assert "--variant compares one suite's asset with the variant; 2 suites were given" in capsys.readouterr().err
+
+
 # --- on the sample model -----------------------------------------------------------------------------
 
 
