@@ -65,6 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", default=None, metavar="I/N", help="run only shard I (from 1) of N")
     p.add_argument("--junit", metavar="OUT.xml", help="write a JUnit XML report")
     p.add_argument("--json", metavar="OUT.json", help="write a JSON report")
+    p.add_argument("--report", metavar="OUT.html", help="write an HTML report to look at: pass rates with intervals, "
+                   "coverage drawn on the graph, each failure's turn, check and prompt (one self-contained page)")
     p.add_argument("--min-coverage", type=float, default=None, metavar="P",
                    help="fail when fewer than P %% of the nodes and exits were taken")
     p.add_argument("--backend", default="embedded", metavar="NAME|URL[,...]",
@@ -164,6 +166,13 @@ def _jobs(asked: int, cases: int, loaded: list[LoadedSuite], embedded: bool, err
     return jobs
 
 
+def _html_report():
+    """``runtime.suites.html_report``, imported only when a run writes one (matplotlib takes a while to load)."""
+    from runtime.suites import html_report
+
+    return html_report
+
+
 def run(args: argparse.Namespace) -> int:
     from runtime.suites.file import load_suite
     from runtime.suites.report import (
@@ -178,7 +187,9 @@ def run(args: argparse.Namespace) -> int:
     from runtime.suites.run import run_suites, shard_of
 
     err, out = sys.stderr, sys.stdout
-    targets = [(kind, target) for kind, target in (("JUnit", args.junit), ("JSON", args.json)) if target]
+    flags = {"JUnit": "--junit", "JSON": "--json", "HTML": "--report"}
+    targets = [(kind, target) for kind, target in (("JUnit", args.junit), ("JSON", args.json),
+                                                   ("HTML", args.report)) if target]
     try:
         shard = _shard(args.shard)
         for name, value, low in (("--repeat", args.repeat, 1), ("--jobs", args.jobs, 1)):
@@ -192,8 +203,10 @@ def run(args: argparse.Namespace) -> int:
             refused = report_target_problem(target)
             if refused:
                 raise ValueError(f"cannot write the {kind} report {target}: {refused}")
-        if len(targets) == 2 and Path(args.junit).resolve() == Path(args.json).resolve():
-            raise ValueError(f"--junit and --json name the same file, {args.json}")
+        for i, (kind, target) in enumerate(targets):
+            for other, again in targets[i + 1:]:
+                if Path(target).resolve() == Path(again).resolve():
+                    raise ValueError(f"{flags[kind]} and {flags[other]} name the same file, {again}")
         if args.variant is not None:
             from runtime.cli.compare import refused_flags
 
@@ -217,11 +230,11 @@ def run(args: argparse.Namespace) -> int:
     except (BackendError, InputError) as exc:
         _say(exc, err)
         return 2
-
     if args.variant is not None:
         from runtime.cli.compare import run_variant
 
         return run_variant(args, loaded[0], servers, out, err)
+
     # Personas are played in the first shard only: a guided player steers by all that was reached before
     playing = [s for s in loaded if s.suite.personas] if shard is None or shard[0] == 0 else []
     try:
@@ -239,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = _jobs(args.jobs, len(cases) * args.repeat, loaded, args.backend.strip() in ("embedded", "llama"), err)
 
     # Before anything runs: each report says the run is in progress (and can be written at all).
-    initial = {"JUnit": in_progress_junit, "JSON": lambda: report_json_text(in_progress_json())}
+    initial = {"JUnit": in_progress_junit, "JSON": lambda: report_json_text(in_progress_json()),
+               "HTML": lambda: _html_report().in_progress_html()}
     for kind, target in targets:
         try:
             write_report(target, initial[kind]())
@@ -257,9 +271,11 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(printable(line) for line in lines), file=out)  # one print: jobs do not interleave
         out.flush()
 
+    prompts = _html_report().FailurePrompts(loaded) if args.report else None  # each failure's prompt, for the page
     try:
         report = run_suites(loaded, servers if len(servers) > 1 else servers[0].make_backend, jobs=jobs,
-                            repeat=args.repeat, seed=args.seed, shard=shard, on_case=said, keep_turn_results=False)
+                            repeat=args.repeat, seed=args.seed, shard=shard, on_case=said, keep_turn_results=False,
+                            on_turn=prompts.on_turn if prompts is not None else None)
     except BackendError as exc:
         _say(exc, err)
         return 2
@@ -282,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     simulated = {"simulation": [r.to_json() for r in simulations]} if simulations else {}
     final = {"JUnit": lambda: report_junit(report),
-             "JSON": lambda: report_json_text({**report_json(report), **simulated})}
+             "JSON": lambda: report_json_text({**report_json(report), **simulated}),
+             "HTML": lambda: _html_report().report_html(report, prompts=prompts)}
     unwritten = False
     for kind, target in targets:
         try:
