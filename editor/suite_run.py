@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from editor.thread_service import OneRunService
+from editor.thread_service import OneRunService, ThreadService
 from runtime.backends.base import Backend
 from runtime.suites.file import SUITE_SUFFIXES, LoadedSuite, suites_beside
 from runtime.suites.kept import AssetChange, KeptRuns, kept_run
@@ -54,6 +54,8 @@ class TurnComparison:
     focus: str = ""  # the node whose expectation failed ("": the replying node)
     changes: list[AssetChange] = field(default_factory=list)  # the asset edits since that run
     why_none: str = ""  # when ``against`` is None: why
+    headers: tuple[str, str] = ("Was (passing run)", "Now")  # the edit list's two value columns
+    no_changes: str = ""  # what the edit list says when there are none ("": no edits since the passing run)
 
 
 class _SuiteWorker(QObject):
@@ -194,8 +196,10 @@ class SuiteRun(OneRunService):
         self.reading = SuiteReading(self)  # the suite files beside an asset, read off the UI thread
 
     def shutdown(self, timeout_ms: int | None = None) -> None:
-        """Stop the run and any reading of suite files, and wait for their threads."""
-        self.reading.shutdown(timeout_ms)
+        """Stop the run, any reading of suite files and the other services made its children (a
+        variant comparison), and wait for their threads."""
+        for service in self.findChildren(ThreadService):
+            service.shutdown(timeout_ms)
         super().shutdown(timeout_ms)
 
     def start(self, loaded: list[LoadedSuite], asset_dir: str = "") -> bool:

@@ -25,8 +25,10 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QHeaderView,
     QLabel,
+    QMenu,
     QProgressBar,
     QSizePolicy,
+    QSplitter,
     QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -39,6 +41,13 @@ from editor.expectations_dialog import ExpectationsDialog
 from editor.flow_layout import wrapping_row
 from editor.runtime_worker import TurnRecord, turn_record
 from editor.suite_run import SuiteRun, TurnComparison
+from editor.variant_compare import (
+    VariantComparison,
+    VariantPanel,
+    VariantRequest,
+    divergence_opening,
+    pick_variant_file,
+)
 from runtime.asset.model import Asset
 from runtime.problems import InputError, Problem
 from runtime.suites.checks import Check
@@ -127,6 +136,17 @@ class TestsDock(QDockWidget):
                                                   self.clear_coverage)
         self.edit_button = self._button("Edit expectations\u2026", "Edit the selected case's expectations in a form "
                                         "(the suite file keeps its comments and order)", self.edit_expectations)
+        self.compare_button = QToolButton(self)
+        self.compare_button.setText("Compare with variant\u2026")
+        self.compare_button.setToolTip("Run the selected suite (else the first) on this asset (A) and a variant (B) "
+                                       "with the same seeds: each case's passes on both, and where they first differ")
+        self.compare_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.compare_button)
+        menu.addAction("Another asset\u2026", lambda: self.compare_with_variant())
+        self.compare_saved_action = menu.addAction("The saved version of this one (B: the unsaved edits)",
+                                                   lambda: self.compare_with_variant(saved=True))
+        menu.aboutToShow.connect(lambda: self.compare_saved_action.setEnabled(self.document.modified))
+        self.compare_button.setMenu(menu)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(16)
@@ -136,7 +156,7 @@ class TestsDock(QDockWidget):
         # wraps in a narrow dock: in one row the buttons set a 384 px minimum width
         layout.addWidget(wrapping_row(self, [self.run_all_button, self.run_selected_button, self.stop_button,
                                              self.refresh_button, self.clear_coverage_button, self.edit_button,
-                                             self.progress]))
+                                             self.compare_button, self.progress]))
         self.status = QLabel(self)
         self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -153,7 +173,20 @@ class TestsDock(QDockWidget):
         self.tree.setToolTip("Click a turn to open its prompts in the Turn Inspector")
         self.tree.itemClicked.connect(self._item_clicked)
         self.tree.itemActivated.connect(self._item_clicked)
-        layout.addWidget(self.tree, 1)
+        # A comparison with a variant (hidden until one runs): below the tree, in a splitter
+        self.variants = VariantComparison(run)  # shut down with the run's service
+        self.variant_panel = VariantPanel(self)
+        self.variant_panel.divergence_opened.connect(self.open_divergence)
+        self.variants.started.connect(self.variant_panel.running)
+        self.variants.finished.connect(self.variant_panel.show_report)
+        self.variants.failed.connect(self.variant_panel.failed)
+        self.variants.finished.connect(self._compared)
+        self.variants.busy_changed.connect(self._comparing)
+        splitter = QSplitter(Qt.Orientation.Vertical, self)
+        splitter.setChildrenCollapsible(False)
+        splitter.addWidget(self.tree)
+        splitter.addWidget(self.variant_panel)
+        layout.addWidget(splitter, 1)
         self.setWidget(body)
 
         run.started.connect(self._started)
@@ -474,6 +507,7 @@ class TestsDock(QDockWidget):
         return loaded.asset
 
     def stop(self) -> None:
+        self.variants.stop()
         if self.run.busy:
             self.run.stop()
             self.set_status("Stopping\u2026 the running turn ends within a moment; the other cases are skipped.")
@@ -482,7 +516,7 @@ class TestsDock(QDockWidget):
         self.run_all_button.setEnabled(not busy)
         self.run_selected_button.setEnabled(not busy)
         self.refresh_button.setEnabled(not busy)
-        self.stop_button.setEnabled(busy)
+        self.stop_button.setEnabled(busy or self.variants.busy)
 
     def _started(self, count: int) -> None:
         self.progress.setRange(0, count)
@@ -635,6 +669,55 @@ class TestsDock(QDockWidget):
         node_id = item.data(0, NODE_ROLE)
         if node_id:
             self.node_clicked.emit(node_id)
+
+
+    # --- comparing with a variant ---------------------------------------------------------------
+
+    def compare_with_variant(self, saved: bool = False, variant: str = "") -> bool:
+        """Run the selected suite (else the first) on A and B with the same seeds, on the comparison's
+        thread: A the document as it is in the editor (unsaved edits included), B ``variant``, else a file
+        picked in a dialog; with ``saved``, A the saved file and B the document. False when nothing runs."""
+        entry = self._entry(self.selected_cases()[0][0]) if self.selected_cases() else None
+        entry = entry or next((e for e in self.entries if e.loaded is not None), None)
+        if entry is None or not self.document.path:
+            self.set_status("Nothing to compare: save the asset, and write a test suite beside it.")
+            return False
+        if self.variants.busy:
+            self.set_status("A comparison is going on.")
+            return False
+        name = Path(self.document.path).name
+        if saved:
+            if not self.document.modified:
+                self.set_status(f"{name} has no unsaved edits: the saved version is the same.")
+                return False
+            request = VariantRequest(entry.path, self.document.asset.model_copy(deep=True), f"{name} as saved",
+                                     f"{name} with the unsaved edits")
+        else:
+            variant = variant or pick_variant_file(self, str(Path(self.document.path).parent))
+            if not variant:
+                return False
+            request = VariantRequest(entry.path, Path(variant), name + (" (unsaved edits)" if self.document.modified
+                                     else ""), Path(variant).name, self.document.asset.model_copy(deep=True))
+        asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
+        if not self.variants.start(request, self.run._maker(asset_dir)):
+            self.set_status("Could not start the comparison.", error=True)
+            return False
+        self.set_status(f"Comparing {request.label_a} with {request.label_b} on {entry.name}\u2026")
+        return True
+
+    def _comparing(self, busy: bool) -> None:
+        self.compare_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy or self.run.busy)
+
+    def _compared(self, request: VariantRequest, report: object) -> None:
+        self.set_status(f"Compared {request.label_a} (A) with {request.label_b} (B) on {request.suite.name}: "
+                        "the table is below.")
+
+    def open_divergence(self, divergence: object) -> None:
+        """Both prompts of a divergence side by side in the Turn Inspector (B's turn against A's)."""
+        request = self.variant_panel.request
+        if request is not None:
+            self.turn_opened.emit(*divergence_opening(divergence, request))  # type: ignore[arg-type]
 
 
 def _set_result(item: QTreeWidgetItem, text: str, passed: bool | None) -> None:

@@ -623,7 +623,8 @@ class TurnInspectorDock(QDockWidget):
             self.changes_list.hide()
             return
         if not comparison.changes:
-            why = "No edits to the asset since the last passing run: the model's output changed on its own."
+            why = comparison.no_changes or ("No edits to the asset since the last passing run: the model's output "
+                                            "changed on its own.")
             item = QTreeWidgetItem(self.changes_list, [why])
             item.setFirstColumnSpanned(True)
         for change in comparison.changes:
@@ -633,7 +634,7 @@ class TurnInspectorDock(QDockWidget):
             item.setToolTip(0, change.text())
             for column, value in ((2, change.old), (3, change.new)):
                 item.setToolTip(column, str(value))
-        self.changes_list.setHeaderLabels(["Node", "Field", "Was (passing run)", "Now"])
+        self.changes_list.setHeaderLabels(["Node", "Field", *comparison.headers])
         for column in range(4):
             self.changes_list.resizeColumnToContents(column)
         # as tall as its rows (up to 6): the side-by-side below keeps the rest
