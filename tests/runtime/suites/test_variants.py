@@ -219,9 +219,9 @@ def test_the_cli_prints_the_table_the_statistics_and_the_first_divergence(tmp_pa
     from runtime.cli import main
 
     suite, variant = _cli_files(tmp_path)
-    out_json = tmp_path / "out.json"
+    out_json, page = tmp_path / "out.json", tmp_path / "out.html"
     code = main(["test", suite, "--variant", variant, "--backend", "scripted", "--repeat", "2",
-                 "--json", str(out_json)])
+                 "--json", str(out_json), "--report", str(page)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "A PASS router.suite.yaml::greets (run 2)" in printed and "B PASS router.suite.yaml::shops (run 1)" in printed
@@ -235,6 +235,8 @@ def test_the_cli_prints_the_table_the_statistics_and_the_first_divergence(tmp_pa
     assert data["in_progress"] is False
     assert data["variant"]["differing_turns"] == 4 and data["variant"]["conversations"] == 4
     assert data["variant"]["cases"][0]["first_divergence"]["node"] == "hello"
+    html = page.read_text(encoding="utf-8")
+    assert 'id="variants"' in html and "4 paired conversations, 4 differing turns" in html
 
 
 def test_the_cli_exits_1_when_the_variant_passes_significantly_fewer(tmp_path, capsys, monkeypatch):
