@@ -39,7 +39,7 @@ from runtime.suites.run import _tool_answers
 # agent shares keeps the player's context apart from every node's
 PLAYER_SESSION = "simulated:player"
 PLAYER_CONTEXT = 2048
-PLAYER_MAX_TOKENS = 48
+PLAYER_MAX_TOKENS = 32
 PLAYER_TEMPERATURE = 0.9
 MAX_LINE_CHARS = 300
 FALLBACK_LINE = "Hello."  # said when the player model wrote nothing usable
@@ -346,8 +346,11 @@ def discovery_cases(result: SimulationResult, asset: Asset) -> list[dict[str, An
             if exits:
                 expect["exits"] = exits
             turns.append({"say": t.line, "expect": expect})
-        found = ", ".join(what for _kind, what in conv.new)
-        name = f"{conv.name} reaches {found}"
+        new = [what for _kind, what in conv.new]
+        # named by the branches it found (the intents), else by the nodes
+        named = ([w for w in new if w.rsplit(".", 1)[0] in branching and "." in w]
+                 or [w for kind, w in conv.new if kind == "node"] or new)
+        name = f"{conv.name} reaches {', '.join(named)}"
         cases.append({"name": name if len(name) <= 120 else name[:119] + "\u2026", "turns": turns})
     return cases
 
