@@ -305,7 +305,7 @@ def variant_chart(variant: VariantReport) -> Figure:
     axes.set_xlabel("pass rate, % (A: circles, B: squares; bars: 95 % Wilson interval)")
     axes.grid(axis="x", color="#eeeeee")
     axes.set_axisbelow(True)
-    axes.legend(loc="lower right", fontsize=8, frameon=False)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # beside, over no case
     return figure
 
 
