@@ -195,8 +195,10 @@ def run(args: argparse.Namespace) -> int:
         for name, value, low in (("--repeat", args.repeat, 1), ("--jobs", args.jobs, 1)):
             if value < low:
                 raise ValueError(f"{name} must be at least {low}, not {value}")
-        if args.conversations is not None and args.conversations < 1:
-            raise ValueError(f"--conversations must be at least 1, not {args.conversations}")
+        from runtime.suites.file import MAX_PERSONA_CONVERSATIONS
+
+        if args.conversations is not None and not 1 <= args.conversations <= MAX_PERSONA_CONVERSATIONS:
+            raise ValueError(f"--conversations must be from 1 to {MAX_PERSONA_CONVERSATIONS:,}, not {args.conversations}")
         if args.min_coverage is not None and not 0 <= args.min_coverage <= 100:
             raise ValueError(f"--min-coverage must be from 0 to 100, not {args.min_coverage}")
         for kind, target in targets:
