@@ -332,3 +332,18 @@ def test_on_the_sample_model_a_copy_differs_in_nothing_and_a_new_system_prompt_d
     assert 0 < first.token_index < len(tokens_a)
     assert tokens_a[:first.token_index] == tokens_b[:first.token_index]
     assert tokens_a[first.token_index] != tokens_b[first.token_index]
+
+
+def test_a_variant_may_be_an_asset_in_memory_and_the_suite_loaded_already(tmp_path):
+    """As the editor compares: the asset being edited (not saved) against the suite's, loaded once."""
+    from runtime.asset.file import load_asset
+    from runtime.suites.file import load_suite
+
+    loaded = load_suite(write(tmp_path, GOOD))
+    same = compare_variants(loaded, load_asset(tmp_path / "router.json"), ScriptedBackend)
+    assert same.differing_turns == 0 and same.asset_b == same.asset_a
+    edited = load_asset(tmp_path / "router.json")
+    edited.nodes[1].system_prompt = "Greet warmly."
+    changed = compare_variants(loaded, edited, ScriptedBackend)
+    assert changed.differing_turns == 2
+    assert {c.first_divergence.node for c in changed.cases if c.first_divergence} == {"hello"}
