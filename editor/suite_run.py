@@ -56,6 +56,7 @@ class TurnComparison:
     why_none: str = ""  # when ``against`` is None: why
     headers: tuple[str, str] = ("Was (passing run)", "Now")  # the edit list's two value columns
     no_changes: str = ""  # what the edit list says when there are none ("": no edits since the passing run)
+    note_heading: str = "expected"  # what the note above the turn's path is headed
 
 
 class _SuiteWorker(QObject):

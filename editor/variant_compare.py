@@ -237,7 +237,8 @@ def divergence_opening(div: TurnDivergence, request: VariantRequest) -> tuple[Tu
     record_a = divergence_record(div, asset_a or fallback, "a")
     record_b = divergence_record(div, asset_b or fallback, "b")
     comparison = TurnComparison(record_a, label_a, div.node, changes, headers=("A", "B"),
-                                no_changes="A and B have the same graph: the replies differ on their own.")
+                                no_changes="A and B have the same graph: the replies differ on their own.",
+                                note_heading="where A and B part")
     return record_b, label_b, divergence_note(div, request.label_a, request.label_b), comparison
 
 

@@ -180,6 +180,7 @@ def test_a_divergence_opens_both_prompts_side_by_side(dock, qtbot, monkeypatch, 
     assert note.startswith("\u2717 A (chat.json) and B (chat_b.json) first differ in case \u201cgreets\u201d, run 1, "
                            "turn 1, at node reply, prompt token 3.")
     assert inspector.turn_picker.currentText() == label_b
+    assert f"<b>{label_b}</b> \u00b7 where A and B part:" in inspector.note_label.text()
     assert inspector.compare_picker.currentText() == comparison.against_label
     assert inspector.tabs.currentWidget() is inspector.diff_page
     diff = inspector.diff_view.toPlainText()

@@ -396,7 +396,9 @@ class TurnInspectorDock(QDockWidget):
             kinds = ", ".join(dict.fromkeys(line[2:].split(":", 1)[0] for line in passed))
             lines.append(f"<span style='color:#8fd18f'>\u2713 {len(passed)} more passed ({_e(kinds)}): hover to "
                          "see them</span>")
-        self.note_label.setText(f"<b>{_e(label)}</b> \u00b7 expected:<br/>" + "<br/>".join(lines))
+        comparison = self.comparisons.get(label)
+        heading = comparison.note_heading if comparison is not None else "expected"
+        self.note_label.setText(f"<b>{_e(label)}</b> \u00b7 {_e(heading)}:<br/>" + "<br/>".join(lines))
         self.note_label.setToolTip("\n".join(note))
         self.note_label.show()
 
