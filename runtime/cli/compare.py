@@ -5,7 +5,9 @@ Prints each conversation as it ends, then the per-case table (pass A, pass B, di
 paired difference B - A with its 95 % interval clustered by conversation, McNemar's exact test,
 the differing turns, and each case's first divergence (run, turn, node, token), with both prompts
 of the first. ``--json`` writes the comparison (``VariantReport.to_json``), ``--report`` the HTML
-page with the variant deltas. Exit 0 when B is not worse than A at p < 0.05, 1 when it is (fewer
+page with the variant deltas. The suite's personas play both arms too (``--conversations``,
+``--player-model``, ``--player-backend`` as without ``--variant``; at random, never guided).
+Exit 0 when B is not worse than A at p < 0.05, 1 when it is (fewer
 conversations pass on B, McNemar p < 0.05), 2 on bad input.
 """
 
@@ -28,9 +30,9 @@ _NOT_WITH_VARIANT = {
     "shard": ("--shard", "a comparison pairs every conversation of A with its twin on B; run it whole"),
     "junit": ("--junit", "JUnit holds one run's cases; use --json or --report for the comparison"),
     "min_coverage": ("--min-coverage", "coverage is a run's, not a comparison's"),
-    "conversations": ("--conversations", "the comparison runs the suite's cases, not its personas"),
-    "guided": ("--guided", "the comparison runs the suite's cases, not its personas"),
-    "save_discoveries": ("--save-discoveries", "the comparison runs the suite's cases, not its personas"),
+    "guided": ("--guided", ("guided players steer by what each arm reached, so their lines would not pair; "
+                            "the personas play both arms at random")),
+    "save_discoveries": ("--save-discoveries", "a comparison saves no discoveries; run the suite alone"),
 }
 
 
@@ -57,8 +59,21 @@ def run_variant(args: argparse.Namespace, loaded: LoadedSuite, servers: list[Ser
     except InputError as exc:
         _say(exc, err)
         return 2
-    if not loaded.suite.cases:
-        _say(f"{loaded.path}: the suite has no cases to compare (--variant runs cases, not personas)", err)
+    from runtime.cli.test import _players
+
+    playing = [loaded] if loaded.suite.personas else []
+    player_backend, player_model = None, ""
+    try:
+        players = _players(args, playing)
+        if playing:
+            from runtime.backends.profiles import backend_factory, load_profiles
+
+            spec, player_model = players[loaded.path]
+            if not (spec in ("embedded", "llama") and args.backend.strip() in ("embedded", "llama")):
+                player_backend = backend_factory(spec, None, load_profiles() if spec not in (
+                    "embedded", "llama", "scripted") else [])
+    except (BackendError, InputError, ValueError) as exc:
+        _say(exc, err)
         return 2
     initial: list[tuple[str, str, str]] = []
     if json_target:
@@ -87,7 +102,8 @@ def run_variant(args: argparse.Namespace, loaded: LoadedSuite, servers: list[Ser
     jobs = min(args.jobs, max(1, len(loaded.suite.cases) * args.repeat))
     try:
         report = compare_variants(loaded, args.variant, backend, repeat=args.repeat, jobs=jobs, seed=args.seed,
-                                  on_case=said, on_turn=on_turn)
+                                  on_case=said, on_turn=on_turn, conversations=args.conversations,
+                                  player_backend=player_backend, player_model=player_model)
     except (BackendError, InputError) as exc:
         _say(exc, err)
         return 2

@@ -228,7 +228,9 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
                      seed: int | None = None, judge_model: str = "",
                      on_case: Callable[[str, CaseResult], None] | None = None,
                      on_turn: Callable[[str, str, TurnOutcome], None] | None = None,
-                     cancel: threading.Event | None = None, tokenize: Tokenize | None = None) -> VariantReport:
+                     cancel: threading.Event | None = None, tokenize: Tokenize | None = None,
+                     personas: bool = True, conversations: int | None = None,
+                     player_backend: Callable[[], Backend] | None = None, player_model: str = "") -> VariantReport:
     """Run the suite's cases (``repeat`` times each, with the same seeds) on its asset (A) and on
     ``variant`` (B), and compare them conversation by conversation.
 
@@ -237,7 +239,14 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
     ``on_turn(arm, case id, outcome)`` of each turn (its full result still there). Tokens
     of a divergence are the model's (a backend that can ``tokenize``, made once more after the run
     when some run diverged) or whitespace-separated words (the scripted backend's tokens);
-    ``tokenize`` overrides both. Raises ``InputError`` when the suite or the variant cannot be read."""
+    ``tokenize`` overrides both.
+
+    With ``personas``, the suite's personas then play both arms too (``conversations`` each, else the
+    persona's own number; random play, not guided: guided players steer by what each arm reached, so
+    their lines would not pair), the player on ``player_backend`` (None: the agent's backend) with
+    ``player_model`` ('': the sample model). A persona's conversation #k on A pairs with #k on B (same
+    player seed); it passes when no turn of it failed. Simulated turns keep no prompts: their
+    divergence names the node whose exit first differs, else the reply's, and the reply's token. Raises ``InputError`` when the suite or the variant cannot be read."""
     from runtime.suites.file import load_suite
     from runtime.suites.run import run_suites
 
@@ -273,6 +282,11 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
         tokenize = _tokenizer(backend, loaded_a, keys, arms, closing)
     try:
         cases, outcomes = _compared(loaded_a, repeat, arms, tokenize)
+        if personas and loaded_a.suite.personas:
+            played = [_play(loaded, backend, player_backend, player_model, conversations, seed, cancel)
+                      for loaded in (loaded_a, loaded_b)]
+            _compare_played(loaded_a, *played, cases, outcomes,
+                            tokenize if tokenize is not _words else _tokenizer(backend, loaded_a, [], {}, closing))
     finally:
         for made in closing:
             made.close()
@@ -377,7 +391,7 @@ def _tokenizer(backend: Callable[[], Backend] | list[Server], loaded_a: LoadedSu
                arms: dict[str, dict[tuple[str, int], _Run]], closing: list[Backend]) -> Tokenize:
     """The model's tokens for a divergence's text when the backend can tokenize (a backend made once
     more, only when some run diverged; put in ``closing``), else whitespace-separated words."""
-    if all(len(arms["A"][k].turns) == len(arms["B"][k].turns)
+    if keys and all(len(arms["A"][k].turns) == len(arms["B"][k].turns)
            and all(x.same_as(y) for x, y in zip(arms["A"][k].turns, arms["B"][k].turns)) for k in keys):
         return _words
     make = backend[0].make_backend if isinstance(backend, list) else backend
@@ -402,3 +416,68 @@ def _tokenizer(backend: Callable[[], Backend] | list[Server], loaded_a: LoadedSu
         return cache[(model, text)]
 
     return tokens
+
+
+# --- personas on both arms --------------------------------------------------------------------------
+
+
+def _play(loaded: LoadedSuite, backend: Callable[[], Backend] | list[Server], player_backend: Callable[[], Backend] | None,
+          player_model: str, conversations: int | None, seed: int | None, cancel: threading.Event | None):
+    from runtime.suites.simulate import SimulatedPlayer, simulate
+
+    made = (backend[0].make_backend if isinstance(backend, list) else backend)()
+    player = player_backend() if player_backend is not None else made
+    try:
+        return simulate(loaded, made, SimulatedPlayer(player, player_model), conversations=conversations, seed=seed,
+                        cancel=cancel)
+    finally:
+        made.close()
+        if player is not made:
+            player.close()
+
+
+def _compare_played(loaded_a: LoadedSuite, played_a: Any, played_b: Any, cases: list[CaseComparison],
+                    outcomes: list[tuple[str, int, bool, bool]], tokenize: Tokenize) -> None:
+    """Each persona as a case: its conversations paired by number, turn by turn."""
+    on_b = {(c.persona, c.index): c for c in played_b.conversations}
+    by_persona: dict[str, CaseComparison] = {}
+    for conv_a in played_a.conversations:
+        conv_b = on_b.get((conv_a.persona, conv_a.index))
+        if conv_b is None:  # stopped (cancelled) before B played it
+            continue
+        cid = f"{loaded_a.name}::persona {conv_a.persona}"
+        comparison = by_persona.get(cid)
+        if comparison is None:
+            comparison = by_persona[cid] = CaseComparison(cid, 0, 0, 0, 0)
+            cases.append(comparison)
+        comparison.runs += 1
+        comparison.passed_a += not conv_a.error
+        comparison.passed_b += not conv_b.error
+        outcomes.append((cid, conv_a.index, not conv_a.error, not conv_b.error))
+        turns_a, turns_b = conv_a.turns, conv_b.turns
+        for i in range(max(len(turns_a), len(turns_b))):
+            ta = turns_a[i] if i < len(turns_a) else None
+            tb = turns_b[i] if i < len(turns_b) else None
+            if ta is not None and tb is not None and (ta.line, ta.reply, ta.path, ta.exits, ta.error) == (
+                    tb.line, tb.reply, tb.path, tb.exits, tb.error):
+                continue
+            comparison.differing_turns += 1
+            if comparison.first_divergence is None:
+                comparison.first_divergence = _played_divergence(cid, conv_a.index, i + 1, ta, tb, tokenize)
+
+
+def _played_divergence(case: str, run: int, turn: int, ta: Any, tb: Any, tokenize: Tokenize) -> TurnDivergence:
+    if ta is None or tb is None:
+        there = ta or tb
+        text = there.error or there.reply
+        return TurnDivergence(case, run, turn, "", 0, text if ta else "(no turn: the conversation ended)",
+                              text if tb else "(no turn: the conversation ended)", "", "", "turn")
+    if ta.line != tb.line:  # the player said another line (only after a turn that differed; kept for safety)
+        return TurnDivergence(case, run, turn, "", _first_difference(ta.line.split(), tb.line.split()),
+                              ta.line, tb.line, "", "", "line")
+    node = next((a[0] for a, b in zip(ta.exits, tb.exits) if a != b), "")
+    if not node and ta.path != tb.path:
+        node = next((a for a, b in zip(ta.path, tb.path) if a != b), (ta.path or tb.path or [""])[-1])
+    node = node or (ta.path[-1] if ta.path else "")
+    return TurnDivergence(case, run, turn, node, _first_difference(tokenize(node, ta.reply), tokenize(node, tb.reply)),
+                          ta.error or ta.reply, tb.error or tb.reply, "", "", "output")

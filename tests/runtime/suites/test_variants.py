@@ -262,6 +262,7 @@ def test_the_cli_exits_1_when_the_variant_passes_significantly_fewer(tmp_path, c
     (["--junit", "out.xml"], "--junit does not go with --variant"),
     (["--min-coverage", "50"], "--min-coverage does not go with --variant"),
     (["--guided"], "--guided does not go with --variant"),
+    (["--conversations", "2"], "--conversations: none of these suites has personas"),
 ])
 def test_the_cli_refuses_flags_a_comparison_cannot_use(tmp_path, capsys, extra, says):
     from runtime.cli import main
@@ -347,3 +348,52 @@ def test_a_variant_may_be_an_asset_in_memory_and_the_suite_loaded_already(tmp_pa
     changed = compare_variants(loaded, edited, ScriptedBackend)
     assert changed.differing_turns == 2
     assert {c.first_divergence.node for c in changed.cases if c.first_divergence} == {"hello"}
+
+
+PERSONAS = GOOD + """\
+personas:
+  - name: shopper
+    description: "A traveller who wants to greet the keeper and shop."
+    goals: [buy a sword]
+    max_turns: 2
+    conversations: 3
+"""
+
+
+def test_personas_play_both_arms_paired_by_conversation(tmp_path):
+    """The suite's personas play A and B too, conversation #k on A paired with #k on B: a copy
+    differs in nothing; a variant whose classifier takes the other intent diverges at the classifier."""
+    suite = write(tmp_path, PERSONAS)
+    shutil.copy(tmp_path / "router.json", tmp_path / "copy.json")
+    same = compare_variants(suite, tmp_path / "copy.json", ScriptedBackend)
+    shopper = next(c for c in same.cases if c.case.endswith("::persona shopper"))
+    assert (shopper.runs, shopper.passed_a, shopper.passed_b, shopper.differing_turns) == (3, 3, 3, 0)
+    assert same.conversations == 2 + 3 and same.differing_turns == 0
+
+    def other_intent(key: str, request) -> str:
+        text = default_reply(key, request)
+        if key == "classify" and "buying things" in request.messages[0].content:
+            return "shop" if text == "greet" else "greet"
+        return text
+
+    report = compare_variants(suite, _variant(tmp_path), lambda: ScriptedBackend(other_intent), conversations=2)
+    shopper = next(c for c in report.cases if c.case.endswith("::persona shopper"))
+    assert shopper.runs == 2 and shopper.differing_turns >= 2  # every conversation's first turn at least
+    first = shopper.first_divergence
+    assert first is not None and (first.run, first.turn, first.node) == (0, 1, "classify")
+    assert [o[:2] for o in report.outcomes if "persona" in o[0]] == [("router.suite.yaml::persona shopper", 0),
+                                                                     ("router.suite.yaml::persona shopper", 1)]
+    assert len(compare_variants(suite, tmp_path / "copy.json", ScriptedBackend, personas=False).cases) == 2
+
+
+def test_the_cli_plays_the_personas_on_both_arms(tmp_path, capsys):
+    from runtime.cli import main
+
+    suite = write(tmp_path, PERSONAS)
+    shutil.copy(tmp_path / "router.json", tmp_path / "copy.json")
+    code = main(["test", str(suite), "--variant", str(tmp_path / "copy.json"), "--backend", "scripted",
+                 "--conversations", "2", "--player-backend", "scripted"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert re.search(r"router.suite.yaml::persona shopper\s+2/2\s+2/2\s+0", printed)
+    assert "differing turns: 0" in printed
