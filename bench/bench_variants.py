@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -73,9 +74,12 @@ def misrouting():
     return lambda: ScriptedBackend(reply)
 
 
-def summary(report) -> dict:
+def summary(report, load_before: float) -> dict:
+    """One run's numbers; conversations are counted on both arms. The load averages say how busy the
+    machine was (other processes on its 2 cores slow a run: compare runs of a like load)."""
     return {"wall_s": round(report.seconds, 2), "conversations": report.conversations,
-            "conversations_per_s": round(2 * report.conversations / report.seconds, 1),
+            "conversations_per_min_both_arms": round(2 * report.conversations / report.seconds * 60, 1),
+            "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2),
             "pass_rate_a": report.pass_rate_a, "pass_rate_b": report.pass_rate_b,
             "difference": round(report.difference, 4), "ci": [round(report.ci_low, 4), round(report.ci_high, 4)],
             "discordant": list(report.discordant), "mcnemar_p": float(f"{report.mcnemar_p:.4g}"),
@@ -93,8 +97,9 @@ def main() -> int:
         suite, variant = scripted_files(Path(tmp))
         compare_variants(suite, variant, misrouting())  # warm-up: imports (statsmodels), first-call costs
         for jobs in args.jobs:
+            load = os.getloadavg()[0]
             report = compare_variants(suite, variant, misrouting(), jobs=jobs)
-            results["scripted"]["runs"][jobs] = summary(report)
+            results["scripted"]["runs"][jobs] = summary(report, load)
             ok &= report.mcnemar_p < 0.05 and report.discordant == (20, 0)
             print("scripted", jobs, results["scripted"]["runs"][jobs])
     if not args.no_model:
@@ -116,9 +121,10 @@ def main() -> int:
             repeat = CONVERSATIONS_MODEL // len(cases)
             for name in ("copy", "gruff"):
                 for jobs in args.jobs:
+                    load = os.getloadavg()[0]
                     report = compare_variants(folder / "chat.suite.yaml", folder / f"{name}.json", LlamaBackend,
                                               repeat=repeat, jobs=jobs)
-                    results["sample_model"]["runs"][f"{name}, jobs {jobs}"] = summary(report)
+                    results["sample_model"]["runs"][f"{name}, jobs {jobs}"] = summary(report, load)
                     ok &= name != "copy" or report.differing_turns == 0
                     print("model", name, jobs, results["sample_model"]["runs"][f"{name}, jobs {jobs}"])
     write_results("variants", results, merge=True)  # --no-model keeps the model's run
