@@ -58,6 +58,9 @@ log = logging.getLogger("parley.editor")
 BackendFactory = Callable[[], Backend]
 SAME, DIFFERENT, DIM = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
 DIVERGENCE_ROLE = Qt.ItemDataRole.UserRole
+# what a divergence's turn holds, said where its (zero) timings and token counts show
+KEPT_ONLY = ("From a variant comparison: only this node's prompt and output are kept, not its timings or token "
+             "counts (run the case in the Tests dock for those).")
 
 
 def pick_variant_file(parent: QWidget | None, start_dir: str) -> str:
@@ -198,7 +201,7 @@ def divergence_record(div: TurnDivergence, asset: Asset, side: str) -> TurnRecor
     except (KeyError, ValueError):
         node_type = ""
     diag = NodeDiagnostics(node=div.node, type=node_type, input=NodeInput(prompt=prompt_messages(prompt)),
-                           output=text)
+                           output=text, warnings=[KEPT_ONLY])
     turn = TurnDiagnostics(turn=max(div.turn - 1, 0), player="", path=[div.node], nodes=[diag], reply=text)
     return TurnRecord(turn, asset)
 

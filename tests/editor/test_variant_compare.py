@@ -7,6 +7,7 @@ the edits from A to B listed."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import threading
@@ -181,6 +182,7 @@ def test_a_divergence_opens_both_prompts_side_by_side(dock, qtbot, monkeypatch, 
                            "turn 1, at node reply, prompt token 3.")
     assert inspector.turn_picker.currentText() == label_b
     assert f"<b>{label_b}</b> \u00b7 where A and B part:" in inspector.note_label.text()
+    assert "only this node's prompt and output are kept" in html.unescape(inspector.stats.text())
     assert inspector.compare_picker.currentText() == comparison.against_label
     assert inspector.tabs.currentWidget() is inspector.diff_page
     diff = inspector.diff_view.toPlainText()
