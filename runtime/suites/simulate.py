@@ -43,6 +43,9 @@ PLAYER_MAX_TOKENS = 32
 PLAYER_TEMPERATURE = 0.9
 MAX_LINE_CHARS = 300
 FALLBACK_LINE = "Hello."  # said when the player model wrote nothing usable
+# What the player hears before their first line: spoken, so a small model answers in speech (a
+# stage direction here is answered with more of them)
+OPENING = "Hello there. What do you want?"
 
 Target = tuple[str, str]  # ("node", id) or ("exit", "id.port")
 
@@ -127,21 +130,18 @@ class SimulatedPlayer:
         self.backend.session(PLAYER_SESSION, self.model, PLAYER_CONTEXT).release()
 
     def prompt(self, persona: Persona, character: str, history: list[tuple[str, str]], steer: str) -> list[ChatMessage]:
-        """The messages the player model reads: who they are, the conversation (the agent's replies as
-        the other side's), and, last, what to say next (``steer``: the kind of line to try)."""
+        """The messages the player model reads: who they are and, guided, what kind of line to say
+        next (``steer``), then the conversation: the agent's replies as the other side's lines (a
+        greeting, ``OPENING``, before the first), the player's own as theirs."""
         goals = "".join(f"\n- {g}" for g in persona.goals)
         system = (f"You play a player in a game, talking to {character}. Stay in character.\n"
                   f"Who you are: {persona.description.strip()}"
                   + (f"\nYour goals:{goals}" if goals else "")
-                  + "\nWrite only your next line of dialogue: one or two short sentences, no narration, no quotes.")
-        messages = [ChatMessage("system", system)]
-        opening = "(The conversation starts. Say your first line.)"
-        for i, (line, _reply) in enumerate(history):  # each line after what it answers
-            messages.append(ChatMessage("user", opening if i == 0 else history[i - 1][1]))
-            messages.append(ChatMessage("assistant", line))
-        last = history[-1][1] if history else opening
-        ask = f"(Your next line should be {steer}.)" if steer else "(Your next line:)"
-        messages.append(ChatMessage("user", f"{last}\n\n{ask}"))
+                  + (f"\nYour next line must be {steer}." if steer else "")
+                  + "\nWrite only what you say: one short sentence, no narration, no stage directions.")
+        messages = [ChatMessage("system", system), ChatMessage("user", OPENING)]
+        for line, reply in history:
+            messages += [ChatMessage("assistant", line), ChatMessage("user", reply)]
         return messages
 
     def next_line(self, messages: list[ChatMessage], seed: int) -> str:
@@ -152,13 +152,16 @@ class SimulatedPlayer:
 
 
 _SPEAKER = re.compile(r"^\s*(?:player|you|me|user)\s*:\s*", re.IGNORECASE)
+_STAGE_DIRECTION = re.compile(r"\([^)]*\)?|\[[^\]]*\]?|\*[^*]*\*?")
 
 
 def clean_line(text: str) -> str:
-    """The model's output as a line to say: its first non-empty line, without a speaker's name or
-    quotes, at most ``MAX_LINE_CHARS``; ``FALLBACK_LINE`` when nothing is left."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _SPEAKER.sub("", line).strip().strip('"*\u201c\u201d').strip()
+    """The model's output as a line to say: its first non-empty line, without a speaker's name, stage
+    directions (in brackets or asterisks) or quotes, at most ``MAX_LINE_CHARS``; ``FALLBACK_LINE``
+    when nothing is left."""
+    lines = [_STAGE_DIRECTION.sub("", ln) for ln in text.splitlines()]
+    line = next((ln for ln in lines if ln.strip()), "")
+    line = " ".join(_SPEAKER.sub("", line).strip().strip('"*\u201c\u201d').split())
     return line[:MAX_LINE_CHARS] or FALLBACK_LINE
 
 

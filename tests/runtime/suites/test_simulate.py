@@ -21,6 +21,7 @@ from runtime.suites.file import load_suite
 from runtime.suites.report import Coverage
 from runtime.suites.run import run_suites
 from runtime.suites.simulate import (
+    OPENING,
     PLAYER_SESSION,
     SimulatedPlayer,
     save_discoveries,
@@ -46,8 +47,9 @@ asset: intent_router.json
     return path
 
 
-def last_user(request: GenerationRequest) -> str:
-    return next(m.content for m in reversed(request.messages) if m.role == "user")
+def told(request: GenerationRequest) -> str:
+    """What the player model is told it is (and, guided, what to say next)."""
+    return request.messages[0].content
 
 
 def player_saying(lines: list[str]) -> ScriptedBackend:
@@ -57,10 +59,10 @@ def player_saying(lines: list[str]) -> ScriptedBackend:
 
 
 def steered_player() -> ScriptedBackend:
-    """A scripted player that does what its prompt's last line asks: a line that asks the way, one
-    that threatens, else small talk."""
+    """A scripted player that does what its prompt asks: a line that asks the way, one that
+    threatens, else small talk."""
     def reply(key: str, request: GenerationRequest) -> str:
-        ask = last_user(request)
+        ask = told(request)
         if "asks the way" in ask and "none of these" not in ask:
             return "Where do I ask directions to the inn?"
         if "threatens" in ask and "none of these" not in ask:
@@ -89,10 +91,9 @@ def test_personas_play_k_conversations_exactly(tmp_path) -> None:
     # the player read who it is, and each agent reply as the other side's line
     prompt = first.turns[1].prompt
     assert prompt[0].role == "system" and "A tired traveller." in prompt[0].content and "find the inn" in prompt[0].content
-    assert [(m.role, m.content.split("\n")[0]) for m in prompt[1:]] == [
-        ("user", "(The conversation starts. Say your first line.)"), ("assistant", "Nice weather."),
-        ("user", "smalltalk heard: Nice weather.")]
-    assert prompt[-1].content.endswith("(Your next line:)")  # random play: no steer
+    assert [(m.role, m.content) for m in prompt[1:]] == [
+        ("user", OPENING), ("assistant", "Nice weather."), ("user", "smalltalk heard: Nice weather.")]
+    assert "must be" not in prompt[0].content  # random play: no steer
     assert {key for key, _ in player.calls} == {PLAYER_SESSION}
 
 
@@ -135,16 +136,16 @@ def test_guided_steering_asks_for_what_is_not_reached(tmp_path) -> None:
     guided = simulate(loaded, ScriptedBackend(), SimulatedPlayer(steered_player()), guided=True)
     # Without steering this player only makes small talk; steered, it reaches every branch
     assert random_play.curve[-1] == 40.0
-    assert all("should be" not in t.prompt[-1].content for c in random_play.conversations for t in c.turns)
+    assert all("must be" not in t.prompt[0].content for c in random_play.conversations for t in c.turns)
     assert guided.curve == [0.0, 100.0, 100.0]
     turns = guided.conversations[0].turns
     assert [t.line for t in turns] == ["Where do I ask directions to the inn?", "Open up or I threaten you!",
                                        "Nice weather."]
-    assert "asks the way somewhere" in turns[0].prompt[-1].content
-    assert "threatens, insults" in turns[1].prompt[-1].content
-    assert "none of these" in turns[2].prompt[-1].content
+    assert "Your next line must be a line in which the player asks the way somewhere" in turns[0].prompt[0].content
+    assert "threatens, insults" in turns[1].prompt[0].content and "asks the way" not in turns[1].prompt[0].content
+    assert "none of these" in turns[2].prompt[0].content
     # once everything is reached, the player plays in character again
-    assert all(t.steer == "" and t.prompt[-1].content.endswith("(Your next line:)")
+    assert all(t.steer == "" and "must be" not in t.prompt[0].content
                for t in guided.conversations[1].turns)
     # each steer named something not reached when it was asked for
     reached: set = set()
@@ -162,7 +163,7 @@ def test_guided_steering_skips_what_the_cases_reached(tmp_path) -> None:
     baseline.visits.update({"classify": 1, "directions": 1})
     baseline.exits.update({("classify", "intent:ask_directions"): 1, ("directions", "default_exit"): 1})
     result = simulate(loaded, ScriptedBackend(), SimulatedPlayer(steered_player()), guided=True, baseline=baseline)
-    assert "threatens, insults" in result.conversations[0].turns[0].prompt[-1].content
+    assert "threatens, insults" in result.conversations[0].turns[0].prompt[0].content
     assert result.conversations[0].turns[0].new == [("exit", "classify.intent:threaten"), ("node", "warn"),
                                                     ("exit", "warn.default_exit")]
     assert result.curve == [40.0, 70.0]
@@ -198,6 +199,18 @@ def test_discoveries_are_not_saved_where_they_would_not_replay(tmp_path) -> None
     assert "seed: 5" in str(caught.value.problems[0]) and caught.value.problems[0].file == str(out)
     assert out.read_text(encoding="utf-8") == text  # untouched
     assert not list(tmp_path.glob(".*checking"))
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("(The conversation continues)", "Hello."),
+    ('Player: "Where is the inn?" (he smiles)\nmore', "Where is the inn?"),
+    ("*waves*  Hi   there", "Hi there"),
+    ("", "Hello."),
+])
+def test_the_players_output_is_cleaned_to_a_spoken_line(text, line) -> None:
+    from runtime.suites.simulate import clean_line
+
+    assert clean_line(text) == line
 
 
 def test_a_failed_turn_ends_its_conversation_with_the_reason(tmp_path) -> None:
