@@ -18,7 +18,8 @@ the reason; it never stops the other cases. Every node visit and exit taken is c
 The modules, each using only those before it: ``file`` (the suite file: models, schema, loading,
 finding, adding a case), ``checks`` (a turn against its expectations, the judge, and
 the case that expects what a conversation did), ``report`` (the
-outcomes, coverage, JSON and JUnit) and ``run`` (running cases and suites, on one backend or a fleet).
+outcomes, coverage, JSON and JUnit) and ``run`` (running cases and suites, on one backend or a fleet);
+``html_report`` draws a run (and a comparison of variants) as one self-contained page.
 
 A suite file cannot hang or crash the program: ``file`` bounds what one may hold (``MAX_SUITE_BYTES``,
 ``MAX_SUITE_CASES``, ``MAX_SUITE_NESTING``; no YAML aliases) and ``checks``

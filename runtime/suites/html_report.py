@@ -343,6 +343,11 @@ def _percent(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f} %"
 
 
+def _points(x: float) -> str:
+    """A difference of pass rates in percentage points, signed."""
+    return "n/a" if math.isnan(x) else f"{100 * x:+.1f} points"
+
+
 def _prompt_html(prompt: NodePrompt | None, why_missing: str) -> str:
     if prompt is None:
         return f'<p class="muted">{_e(why_missing)}</p>'
@@ -398,8 +403,8 @@ def _variant_section(variant: VariantReport) -> str:
         "<table><tr><th>Pass rate A</th><th>Pass rate B</th><th>B \u2212 A</th><th>95 % interval "
         "(clustered by conversation)</th><th>Passed on A only / B only</th><th>McNemar exact p</th></tr>"
         f'<tr><td class="n">{_percent(variant.pass_rate_a)}</td><td class="n">{_percent(variant.pass_rate_b)}</td>'
-        f'<td class="n">{"n/a" if math.isnan(variant.difference) else f"{100 * variant.difference:+.1f} points"}</td>'
-        f'<td class="n">{_percent(variant.ci_low)} \u2013 {_percent(variant.ci_high)}</td>'
+        f'<td class="n">{_points(variant.difference)}</td>'
+        f'<td class="n">{_points(variant.ci_low)} to {_points(variant.ci_high)}</td>'
         f'<td class="n">{a_only} / {b_only}</td><td class="n">{variant.mcnemar_p:.4g}</td></tr></table>'
         f'<p class="{"fail" if variant.mcnemar_p < 0.05 else "pass"}">{verdict}</p>')
     rows, divergences = [], []
@@ -458,7 +463,12 @@ def _failures_section(report: Report, prompts: FailurePrompts | None) -> str:
             for check in failed:
                 node = f" at node {_e(check.node)}" if check.node else ""
                 parts.append(f'<p><span class="fail">{_e(check.kind)}</span>{node}: {_e(check.message)}</p>')
-                parts.append(_prompt_for_html(kept, check.node, missing))
+            # each prompt once, after the checks about it (a path and an exit check name one node)
+            chosen = [_prompt_for(kept, c.node) for c in failed]
+            if not chosen or all(p is None for p in chosen):
+                parts.append(_prompt_html(None, missing) if failed else "")
+            parts += [_prompt_html(p, missing) for i, p in enumerate(chosen)
+                      if p is not None and all(q is not p for q in chosen[:i])]
             parts.append("</div>")
         for at_turn, check in result.conversation:
             if check.passed:

@@ -122,6 +122,11 @@ def test_each_failure_shows_its_turn_check_and_prompt(tmp_path) -> None:
     assert re.search(r"Failures\s+2\b", text)
     # a passing check is not listed as a failure
     assert "contains 'heard'" not in text
+    # run 2's odd seed fails two checks of one turn (zebra, max_words): the prompt is shown once for it,
+    # so once for each failing turn (greets' in 2 runs) and conversation check (shops' in 2 runs)
+    page, _ = _page(tmp_path, repeat=2)
+    assert "does not contain 'zebra'" in _text(page) and "at most 1 words" in _text(page)
+    assert page.count("The prompt of node hello as the model saw it") == 4
 
 
 def test_failures_without_kept_prompts_say_so(tmp_path) -> None:
@@ -181,7 +186,7 @@ def test_variant_deltas_are_shown_with_the_first_divergence_and_both_prompts(tmp
     section = page[page.index('id="variants"'):page.index('id="failures"')]
     text = _text(section)
     assert "router.json" in text and "router_b.json" in text
-    assert "95.0 %" in text and "77.5 %" in text and "-17.5 points" in text and "-31.0 % \u2013 -4.0 %" in text
+    assert "95.0 %" in text and "77.5 %" in text and "-17.5 points" in text and "-31.0 points to -4.0 points" in text
     assert "7 / 0" in text and "0.01562" in text and "B differs from A" in text
     assert re.search(r"router\.suite\.yaml::greets\s+20\s+18\s+11\s+9\s+turn 1, node hello", text)
     assert re.search(r"router\.suite\.yaml::shops\s+20\s+20\s+20\s+0\s+none", text)
@@ -228,6 +233,7 @@ def test_parley_test_writes_the_report(tmp_path, capsys) -> None:
     page = out.read_text(encoding="utf-8")
     assert "router.suite.yaml::greets" in page and "0/2" in _text(page) and "at most 1 words" in _text(page)
     assert "The prompt of node hello as the model saw it" in page  # the CLI keeps each failure's prompt
+    assert page.count("The prompt of node hello as the model saw it") == 4  # greets' turn and shops' check, twice
     assert 'aria-label="graph0"' in page
     # same file twice, a folder that does not exist: refused before the run, nothing written
     again = tmp_path / "again.html"

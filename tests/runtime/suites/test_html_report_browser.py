@@ -45,7 +45,7 @@ def _install_chromium() -> str:
     if sudo and not shutil.which("sudo"):
         pytest.fail("Chromium is missing and this user cannot install it (not root, no sudo): "
                     "apt-get install -y chromium")
-    for step in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+    for step in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
         done = subprocess.run([*sudo, *step], capture_output=True, text=True, timeout=900,
                               env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, check=False)
         if done.returncode:
