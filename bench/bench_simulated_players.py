@@ -62,6 +62,7 @@ def plot(runs: dict[str, dict[str, dict]], target: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), sharey=True)
     for ax, (example, modes) in zip(list(axes) if len(runs) > 1 else [axes], runs.items()):
@@ -70,6 +71,7 @@ def plot(runs: dict[str, dict[str, dict]], target: Path) -> None:
             ax.plot(range(len(curve)), curve, style, label=mode, markersize=4)
         ax.set_title(example)
         ax.set_xlabel("conversations")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
     (list(axes) if len(runs) > 1 else [axes])[0].set_ylabel("coverage (% of nodes and exits)")
@@ -84,7 +86,14 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=4, help="per persona (2 personas)")
     parser.add_argument("--turns", type=int, default=2, help="lines per conversation")
     parser.add_argument("--no-unshare", action="store_true", help="run as is (the network must already be off)")
+    parser.add_argument("--plot-only", action="store_true", help="draw the plot again from the results file")
     args = parser.parse_args()
+    if args.plot_only:
+        import json
+
+        plot(json.loads((RESULTS / "simulated_players.json").read_text(encoding="utf-8"))["runs"],
+             RESULTS / "simulated_players_coverage.png")
+        return 0
     if not args.no_unshare and os.environ.get(MARKER) != "1":
         if shutil.which("unshare") is None:
             raise SystemExit("unshare is missing: turn the network off yourself and pass --no-unshare")
