@@ -51,7 +51,7 @@ COLOR_MAP = "YlGnBu"  # visits: light (few) to dark (many)
 
 
 @dataclass
-class NodePrompt:
+class KeptPrompt:
     """A node's prompt as the model saw it: (role, content) a message."""
 
     node: str
@@ -65,7 +65,7 @@ class FailurePrompts:
 
     def __init__(self, loaded: list[LoadedSuite]) -> None:
         self._checked_turns = {s.case_id(c): {e.at_turn for e in c.expect} for s in loaded for c in s.suite.cases}
-        self._kept: dict[int, tuple[TurnOutcome, list[NodePrompt]]] = {}  # id(outcome) -> (outcome, prompts)
+        self._kept: dict[int, tuple[TurnOutcome, list[KeptPrompt]]] = {}  # id(outcome) -> (outcome, prompts)
         self._lock = threading.Lock()
 
     def on_turn(self, case_id: str, outcome: TurnOutcome) -> None:
@@ -74,19 +74,19 @@ class FailurePrompts:
             return
         if outcome.passed and outcome.number not in self._checked_turns.get(case_id, ()):
             return
-        prompts = [NodePrompt(d.node, [(m.role + (f" ({m.name})" if m.name else ""), m.content)
+        prompts = [KeptPrompt(d.node, [(m.role + (f" ({m.name})" if m.name else ""), m.content)
                                        for m in d.input.prompt])
                    for d in result.diagnostics.nodes if d.input.prompt]
         with self._lock:  # the outcome is held too, so its id is never another's
             self._kept[id(outcome)] = (outcome, prompts)
 
-    def of(self, outcome: TurnOutcome) -> list[NodePrompt] | None:
+    def of(self, outcome: TurnOutcome) -> list[KeptPrompt] | None:
         """The prompts of ``outcome``'s turn, in the order the nodes ran; None when none was kept."""
         kept = self._kept.get(id(outcome))
         return kept[1] if kept is not None and kept[0] is outcome else None
 
 
-def _prompt_for(prompts: list[NodePrompt] | None, node: str) -> NodePrompt | None:
+def _prompt_for(prompts: list[KeptPrompt] | None, node: str) -> KeptPrompt | None:
     """The prompt of ``node`` (the node a check is about), else of the last node that read one (the reply's)."""
     if not prompts:
         return None
@@ -348,7 +348,7 @@ def _points(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:+.1f} points"
 
 
-def _prompt_html(prompt: NodePrompt | None, why_missing: str) -> str:
+def _prompt_html(prompt: KeptPrompt | None, why_missing: str) -> str:
     if prompt is None:
         return f'<p class="muted">{_e(why_missing)}</p>'
     body = "".join(f'<div class="msg"><span class="role">{_e(role)}:</span> {_e(content)}</div>'
@@ -487,7 +487,7 @@ def _failures_section(report: Report, prompts: FailurePrompts | None) -> str:
     return "".join(parts)
 
 
-def _prompt_for_html(kept: list[NodePrompt] | None, node: str, missing: str) -> str:
+def _prompt_for_html(kept: list[KeptPrompt] | None, node: str, missing: str) -> str:
     return _prompt_html(_prompt_for(kept, node), missing)
 
 
