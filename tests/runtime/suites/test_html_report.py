@@ -274,3 +274,17 @@ def test_the_chat_example_on_the_sample_model_writes_its_report(sample_model, tm
     assert 'id="parley-graph0-node-reply"' in page and "2 visits" in page  # two turns, each through reply
     assert _fill(_group(page, "parley-graph0-node-reply")) != NEVER
     assert not re.search(r"https?:", page)
+
+
+def test_parley_test_with_a_variant_writes_the_deltas(tmp_path) -> None:
+    suite = placed_router(tmp_path, GOOD)
+    variant = tmp_path / "copy.json"
+    variant.write_text((tmp_path / "router.json").read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "report.html"
+    assert main(["test", str(suite), "--backend", "scripted", "--repeat", "2", "--variant", str(variant),
+                 "--report", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    section = _text(page[page.index('id="variants"'):page.index('id="failures"')])
+    assert "copy.json" in section and "4 paired conversations, 0 differing turns" in section
+    assert "no significant difference" in section
+    assert 'aria-label="graph0"' in page and 'aria-label="variant"' in page  # A's coverage and the deltas
