@@ -117,7 +117,10 @@ class DevTools:
         message: dict[str, Any] = {"id": number, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = session
-        self._out.write(json.dumps(message).encode() + b"\0")
+        try:
+            self._out.write(json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            raise RuntimeError(f"Chromium is not running (it exited {self.process.poll()}): {self.stderr()}") from None
         with self._changed:
             if not self._changed.wait_for(lambda: number in self._answers or self._closed, timeout=WAIT):
                 raise TimeoutError(f"no answer to {method} in {WAIT:.0f} s")
