@@ -19,7 +19,9 @@ The modules, each using only those before it: ``file`` (the suite file: models, 
 finding, adding a case), ``checks`` (a turn against its expectations, the judge, and
 the case that expects what a conversation did), ``report`` (the
 outcomes, coverage, JSON and JUnit) and ``run`` (running cases and suites, on one backend or a fleet);
-``html_report`` draws a run (and a comparison of variants) as one self-contained page.
+``html_report`` draws a run (and a comparison of variants) as one self-contained page;
+``simulate`` plays a suite's personas (a model as the player, at random or steered by coverage) and
+saves the lines that reached new coverage as cases.
 
 A suite file cannot hang or crash the program: ``file`` bounds what one may hold (``MAX_SUITE_BYTES``,
 ``MAX_SUITE_CASES``, ``MAX_SUITE_NESTING``; no YAML aliases) and ``checks``
