@@ -19,8 +19,8 @@ from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QPointF, QRectF, 
 from PySide6.QtGui import QCursor, QMouseEvent
 from shiboken6 import isValid
 
-from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, TYPE_BY_IDENTIFIER, Drawing, key_of
 from editor.bypass import BYPASS_SUFFIX
+from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, TYPE_BY_IDENTIFIER, Drawing, key_of
 from editor.commands import (
     AddNodeCommand,
     MacroCommand,
