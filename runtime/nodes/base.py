@@ -246,6 +246,11 @@ class NodeBase(Strict):
         """The text the canvas shows beside exit ``port``."""
         return {"default_exit": "next", "fallback_exit": "fallback"}.get(port, port)
 
+    def exit_line_kind(self, port: str) -> str:
+        """The kind of player line that takes exit ``port``, in the graph's words ('' when the node
+        cannot say); simulated players in guided mode are asked for such lines."""
+        return ""
+
     def with_exits(self, targets: dict[str, str]) -> NodeBase:
         """A copy of this node with the exits in ``targets`` (port -> node id) pointed anew."""
         raw = self.model_dump()

@@ -74,6 +74,16 @@ class ClassifyIntent(Classifier):
         name = port_intent(port)
         return name if name is not None else super().exit_label(port)
 
+    def exit_line_kind(self, port: str) -> str:
+        for intent in self.intents:
+            if port == intent_port(intent.name):
+                return (f"a line in which the player {intent.description.strip().rstrip('.')}" if intent.description
+                        else f"a line about {intent.name.replace('_', ' ')}")
+        if port == "fallback_exit":
+            kinds = "; ".join((i.description or i.name.replace("_", " ")).strip().rstrip(".") for i in self.intents)
+            return f"a line that is none of these: {kinds}" if kinds else "any line"
+        return ""
+
     _unique_intents = unique_names("intents", "intent")
 
     # --- the question to the model -----------------------------------------------------------

@@ -29,7 +29,6 @@ from typing import Any
 from runtime.agent import Agent
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
-from runtime.nodes.classify_intent import ClassifyIntent
 from runtime.problems import InputError, Problem
 from runtime.suites.file import LoadedSuite, Persona, SuiteError, load_suite, read_suite_yaml, save_cases
 from runtime.suites.report import CaseResult, Coverage
@@ -62,15 +61,7 @@ class Steer:
 
 
 def _exit_hint(node: Any, port: str) -> str:
-    if isinstance(node, ClassifyIntent):
-        for intent in node.intents:
-            if port == f"intent:{intent.name}":
-                return (f"a line in which the player {intent.description.strip().rstrip('.')}" if intent.description
-                        else f"a line about {intent.name.replace('_', ' ')}")
-        if port == "fallback_exit":
-            kinds = "; ".join((i.description or i.name.replace("_", " ")).strip().rstrip(".") for i in node.intents)
-            return f"a line that is none of these: {kinds}" if kinds else "any line"
-    return f"a line that makes '{node.display_title}' take its '{node.exit_label(port)}' exit"
+    return node.exit_line_kind(port) or f"a line that makes '{node.display_title}' take its '{node.exit_label(port)}' exit"
 
 
 def steers(asset: Asset) -> list[Steer]:
