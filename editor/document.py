@@ -21,6 +21,7 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from runtime.asset.file import problems_from_validation
 from runtime.asset.model import END, Asset, Comment, NodeBase
+from runtime.names import free_id
 from runtime.nodes import shown_exits
 
 # Canvas-only items (the START and END terminals) keep their positions here, inside
@@ -139,14 +140,7 @@ class Document(QObject):
 
     def unique_id(self, base: str, taken: set[str] | None = None) -> str:
         """``base`` made unique among the node ids (``reply``, ``reply_2``, ...)."""
-        used = set(self._asset.node_ids()) | (taken or set())
-        stem = base.rstrip("0123456789").rstrip("_") or base
-        if base not in used:
-            return base
-        n = 2
-        while f"{stem}_{n}" in used:
-            n += 1
-        return f"{stem}_{n}"
+        return free_id(base, set(self._asset.node_ids()) | (taken or set()))
 
     # --- nodes ----------------------------------------------------------------------------
 
@@ -330,14 +324,7 @@ class Document(QObject):
 
     def unique_comment_id(self, base: str = "comment", taken: set[str] | None = None) -> str:
         """``base`` made unique among the comment ids (``note``, ``note_2``, ...)."""
-        used = {c.id for c in self._asset.comments} | (taken or set())
-        if base not in used:
-            return base
-        stem = base.rstrip("0123456789").rstrip("_") or base
-        n = 2
-        while f"{stem}_{n}" in used:
-            n += 1
-        return f"{stem}_{n}"
+        return free_id(base, {c.id for c in self._asset.comments} | (taken or set()), "comment")
 
     def add_comment(self, comment: Comment, index: int | None = None) -> None:
         if self.has_comment(comment.id):

@@ -46,7 +46,7 @@ from editor.document import Document
 from runtime.asset.behaviours import END_PORT, behaviour_path, ports_of
 from runtime.asset.file import load_asset, save_asset
 from runtime.asset.model import END, Asset, NodeBase, new_node
-from runtime.names import NAMESPACE_SEP
+from runtime.names import NAMESPACE_SEP, free_id
 from runtime.nodes import shown_exit_label, shown_exits
 from runtime.problems import AssetError
 
@@ -227,12 +227,7 @@ def _free_id(base: str, taken: set[str]) -> str:
     stem = NOT_ID.sub("_", base) or "behaviour"
     if not re.match(r"[A-Za-z_]", stem):
         stem = "_" + stem
-    if stem not in taken:
-        return stem
-    n = 2
-    while f"{stem}_{n}" in taken:
-        n += 1
-    return f"{stem}_{n}"
+    return free_id(stem, taken, "behaviour")
 
 
 def plan_extraction(asset: Asset, node_ids: list[str], behaviour: str, name: str) -> Extraction:

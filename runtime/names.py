@@ -136,3 +136,16 @@ def shown_name(name: object) -> str:
     Python string."""
     text = str(name)
     return text if _PLAIN_NAME.fullmatch(text) else repr(text)
+
+
+def free_id(wanted: str, used: set[str], fallback: str = "node") -> str:
+    """``wanted`` (or ``fallback`` when it is no valid id) made unique among ``used``: ``reply``,
+    ``reply_2``, ... The one rule nodes, comments and pasted or extracted records are named by."""
+    base = wanted if re.fullmatch(ID_PATTERN, wanted) else fallback
+    if base not in used:
+        return base
+    stem = base.rstrip("0123456789").rstrip("_") or base
+    n = 2
+    while f"{stem}_{n}" in used:
+        n += 1
+    return f"{stem}_{n}"

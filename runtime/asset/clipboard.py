@@ -22,8 +22,8 @@ from runtime.asset.file import (
     parse_asset_json,
     problems_from_validation,
 )
-from runtime.asset.model import END, Comment, NodeBase, is_valid_id
-from runtime.names import shown_name
+from runtime.asset.model import END, Comment, NodeBase
+from runtime.names import free_id, shown_name
 from runtime.nodes import NODE_TYPES, node_model, shown_exits
 from runtime.problems import AssetError, Problem
 
@@ -125,7 +125,7 @@ def prepare_paste(
     first: dict[str, str] = {}  # pasted id -> the new id of the first node that had it
     used = set(taken_ids)
     for node in nodes:
-        new_id = _free_id(node.id, used)
+        new_id = free_id(node.id, used)
         used.add(new_id)
         new_ids.append(new_id)
         first.setdefault(node.id, new_id)
@@ -155,19 +155,8 @@ def prepare_comment_paste(
     used = set(taken_ids)
     out: list[Comment] = []
     for comment in comments:
-        new_id = _free_id(comment.id, used, "comment")
+        new_id = free_id(comment.id, used, "comment")
         used.add(new_id)
         x, y = comment.position
         out.append(comment.model_copy(update={"id": new_id, "position": (x + offset[0], y + offset[1])}))
     return out
-
-
-def _free_id(wanted: str, used: set[str], fallback: str = "node") -> str:
-    base = wanted if is_valid_id(wanted) else fallback
-    if base not in used:
-        return base
-    stem = base.rstrip("0123456789").rstrip("_") or base
-    n = 2
-    while f"{stem}_{n}" in used:
-        n += 1
-    return f"{stem}_{n}"
