@@ -32,6 +32,7 @@ _NOT_WITH_VARIANT = {
     "min_coverage": ("--min-coverage", "coverage is a run's, not a comparison's"),
     "guided": ("--guided", ("guided players steer by what each arm reached, so their lines would not pair; "
                             "the personas play both arms at random")),
+    "candidates": ("--candidates", "it goes with --guided, which a comparison does not take"),
     "save_discoveries": ("--save-discoveries", "a comparison saves no discoveries; run the suite alone"),
 }
 

@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="conversations per persona (replaces each persona's own number)")
     p.add_argument("--guided", action="store_true", help="steer the simulated players toward the nodes, exits "
                    "and intents not reached yet (default: each persona plays in character, at random)")
+    p.add_argument("--candidates", type=int, default=None, metavar="N", help="with --guided: lines the player tries "
+                   "per turn, each taken back (an exact rewind) when it reaches nothing new (default: 3; 1 only asks)")
     p.add_argument("--player-model", default=None, metavar="GGUF", help="the model that plays the personas "
                    "(default: the suite's player.model, else the sample model)")
     p.add_argument("--player-backend", default=None, metavar="NAME|URL", help="where the player's model runs, as "
@@ -327,8 +329,12 @@ def _players(args: argparse.Namespace, playing: list[LoadedSuite]) -> dict[Path,
     from runtime.suites.report import report_target_problem
 
     used = [name for name, value in (("--conversations", args.conversations), ("--guided", args.guided or None),
+                                      ("--candidates", args.candidates),
                                       ("--player-model", args.player_model), ("--player-backend", args.player_backend),
                                       ("--save-discoveries", args.save_discoveries)) if value is not None]
+    if args.candidates is not None and (not args.guided or args.candidates < 1):
+        raise ValueError(f"--candidates {args.candidates}: " + ("give it with --guided (a player at random says one line "
+                         "a turn)" if not args.guided else "a guided player tries at least 1 line a turn"))
     if used and not playing:
         raise ValueError(f"{', '.join(used)}: none of these suites has personas (or this shard does not play them)")
     if args.save_discoveries:
@@ -360,7 +366,7 @@ def _simulate(args: argparse.Namespace, playing: list[LoadedSuite], players: dic
     conversation and the coverage curve, add their coverage to ``report`` and save the discoveries.
     Returns the results, or None when the discoveries cannot be saved (said on stderr)."""
     from runtime.backends.profiles import backend_factory, load_profiles
-    from runtime.suites.simulate import SimulatedPlayer, save_discoveries, simulate
+    from runtime.suites.simulate import GUIDED_CANDIDATES, SimulatedPlayer, save_discoveries, simulate
 
     results = []
     for suite in playing:
@@ -382,7 +388,7 @@ def _simulate(args: argparse.Namespace, playing: list[LoadedSuite], players: dic
 
         try:
             result = simulate(suite, backend, SimulatedPlayer(player_backend, model), guided=args.guided,
-                              conversations=args.conversations, seed=args.seed, baseline=report.coverage.get(key),
+                              candidates=args.candidates or GUIDED_CANDIDATES, conversations=args.conversations, seed=args.seed, baseline=report.coverage.get(key),
                               on_conversation=said)
         finally:
             backend.close()

@@ -12,6 +12,15 @@ mode, before each line the player is told one kind of line that would reach a no
 reached yet, in the graph's own words: a Classify Intent node's intent descriptions (and, for its
 fallback, the intents it is none of), and the title of the node the exit leads to. Each kind is
 tried in turn, the least tried first, until its nodes and exits are reached.
+
+Asking is not enough: a small player model often ignores the steer and plays its character. So a
+guided turn does not depend on the player's obedience. The player writes up to ``candidates``
+lines (seeds of their own); each is said to the agent, and a line that reaches nothing new is taken
+back (``Agent.rewind``, which restores every node's cache, window and summaries exactly) and the
+next one is tried. The first line that reaches something new is kept, else the last one. Thanks to
+exact replays, a kept line replays the same turn as a saved case. The agent runs more turns than
+the conversation has (``SimulatedTurn.tried``; ``SimulationResult.agent_turns`` counts them), so a
+bench compares guided and random play at the agent's cost too.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ FALLBACK_LINE = "Hello."  # said when the player model wrote nothing usable
 # What the player hears before their first line: spoken, so a small model answers in speech (a
 # stage direction here is answered with more of them)
 OPENING = "Hello there. What do you want?"
+GUIDED_CANDIDATES = 3  # lines a guided player tries per turn, by default
+CANDIDATE_SEED_STEP = 7919  # candidate k of a turn plays with the turn's seed + k * this
 
 Target = tuple[str, str]  # ("node", id) or ("exit", "id.port")
 
@@ -168,6 +179,7 @@ class SimulatedTurn:
     exits: list[tuple[str, str]] = field(default_factory=list)  # (node, port) in the order taken
     new: list[Target] = field(default_factory=list)  # nodes and exits no line had reached before
     steer: str = ""  # guided: the kind of line the player was asked for
+    tried: list[str] = field(default_factory=list)  # guided: the lines said and taken back before this one
     prompt: list[ChatMessage] = field(default_factory=list)  # what the player model read
     error: str = ""
 
@@ -214,6 +226,11 @@ class SimulationResult:
     seconds: float = 0.0
 
     @property
+    def agent_turns(self) -> int:
+        """The turns the agent ran: each conversation's, and each line a guided player took back."""
+        return sum(len(t.tried) + 1 for c in self.conversations for t in c.turns if t.line)
+
+    @property
     def discoveries(self) -> list[tuple[SimulatedConversation, SimulatedTurn]]:
         return [(c, t) for c in self.conversations for t in c.turns if t.new and not t.error]
 
@@ -224,12 +241,13 @@ class SimulationResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "suite": str(self.suite), "asset": self.asset, "guided": self.guided, "seconds": round(self.seconds, 2),
+            "agent_turns": self.agent_turns,
             "coverage_curve": [round(p, 2) for p in self.curve],
             "conversations": [{
                 "persona": c.persona, "conversation": c.index + 1, "seed": c.seed, "seconds": round(c.seconds, 3),
                 "error": c.error,
                 "turns": [{"turn": t.number, "say": t.line, "reply": t.reply, "path": t.path, "steer": t.steer,
-                           "new": [f"{kind} {what}" for kind, what in t.new], "error": t.error} for t in c.turns],
+                           "tried": t.tried, "new": [f"{kind} {what}" for kind, what in t.new], "error": t.error} for t in c.turns],
             } for c in self.conversations],
         }
 
@@ -243,12 +261,14 @@ def _player_seed(suite_seed: int, persona: str, index: int) -> int:
 
 def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, guided: bool = False,
              conversations: int | None = None, seed: int | None = None, baseline: Coverage | None = None,
-             cancel: threading.Event | None = None,
+             candidates: int = GUIDED_CANDIDATES, cancel: threading.Event | None = None,
              on_conversation: Callable[[SimulatedConversation], None] | None = None) -> SimulationResult:
     """Play each persona of ``loaded`` against its agent on ``backend``: ``conversations`` (else the
     persona's own number) conversations of up to its ``max_turns`` lines, one after another (in guided
     mode each steers by what the ones before reached). ``baseline`` is what was reached already (the
-    scripted cases' coverage): a line is new only when it reaches what that did not. Never raises for
+    scripted cases' coverage): a line is new only when it reaches what that did not. Guided, each turn
+    tries up to ``candidates`` lines, keeping the first that reaches something new (see the module's
+    notes); at random, each turn says the player's one line. Never raises for
     a failing turn: the conversation stops there and its turn says why."""
     started = time.perf_counter()
     asset_file = str(loaded.path.parent / loaded.suite.asset)
@@ -288,15 +308,27 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                 turn = SimulatedTurn(number, "", steer=steer)
                 conv.turns.append(turn)
                 turn.prompt = player.prompt(persona, character, history, steer)
-                try:
-                    turn.line = player.next_line(turn.prompt, conv.seed + number)
-                except Exception as exc:  # noqa: BLE001 - the player's model failed: said, the run goes on
-                    turn.error = f"the player's model failed: {exc}"
-                    break
-                try:
-                    result = agent.run_turn(turn.line, "", cancel=cancel, tool_result=_tool_answers({}))
-                except Exception as exc:  # noqa: BLE001 - a failed turn is a finding, not the end of the run
-                    turn.error = f"the turn failed: {exc}"
+                result = None
+                for k in range(max(1, candidates) if steer else 1):
+                    try:
+                        line = player.next_line(turn.prompt, conv.seed + number + k * CANDIDATE_SEED_STEP)
+                    except Exception as exc:  # noqa: BLE001 - the player's model failed: said, the run goes on
+                        turn.error = f"the player's model failed: {exc}"
+                        break
+                    if line == turn.line or line in turn.tried:
+                        continue  # said already this turn: it would reach the same
+                    if result is not None:  # the line before reached nothing new: taken back
+                        turn.tried.append(turn.line)
+                        agent.rewind(len(history))
+                    turn.line = line
+                    try:
+                        result = agent.run_turn(line, "", cancel=cancel, tool_result=_tool_answers({}))
+                    except Exception as exc:  # noqa: BLE001 - a failed turn is a finding, not the end of the run
+                        turn.error = f"the turn failed: {exc}"
+                        break
+                    if _new_in(result, reached) or (cancel is not None and cancel.is_set()):
+                        break
+                if turn.error or result is None:
                     break
                 turn.reply, turn.path = result.reply, list(result.path)
                 for diag in result.diagnostics.nodes if result.diagnostics is not None else []:
@@ -318,6 +350,14 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                 on_conversation(conv)
     out.seconds = time.perf_counter() - started
     return out
+
+
+def _new_in(result: Any, reached: set[Target]) -> bool:
+    """Whether a turn's result reached a node or exit not in ``reached``."""
+    for diag in result.diagnostics.nodes if result.diagnostics is not None else []:
+        if (not diag.bypassed and ("node", diag.node) not in reached) or ("exit", f"{diag.node}.{diag.exit}") not in reached:
+            return True
+    return False
 
 
 # --- discoveries as scripted cases ------------------------------------------------------------

@@ -279,6 +279,10 @@ def test_parley_test_refuses_player_flags_without_personas(tmp_path, capsys) -> 
     assert main(["test", str(persona), "--backend", "scripted", "--conversations", "0"]) == 2
     assert main(["test", str(persona), "--backend", "scripted", "--player-model", str(tmp_path / "none.gguf")]) == 2
     assert "none.gguf" in capsys.readouterr().err
+    assert main(["test", str(persona), "--backend", "scripted", "--candidates", "2"]) == 2
+    assert "--candidates 2: give it with --guided" in capsys.readouterr().err
+    assert main(["test", str(persona), "--backend", "scripted", "--guided", "--candidates", "0"]) == 2
+    assert "at least 1 line" in capsys.readouterr().err
 
 
 @pytest.mark.model
@@ -298,3 +302,42 @@ def test_the_sample_model_plays_a_persona_and_its_discoveries_replay(tmp_path, s
     assert save_discoveries(out, loaded, result)
     report = run_suites([load_suite(out)], LlamaBackend)  # the lines replay on the agent as they were said
     assert report.passed, [r.failures for r in report.results]
+
+
+def stubborn_player() -> ScriptedBackend:
+    """A scripted player that ignores the steer in its first line of a turn (small talk, as the small
+    sample model does) and follows it only in the lines it tries after that."""
+    tried: dict[tuple[str, int], int] = {}
+    follows = steered_player()._reply
+
+    def reply(key: str, request: GenerationRequest) -> str:
+        at = (told(request), len(request.messages))
+        tried[at] = tried.get(at, 0) + 1
+        return "Nice weather." if tried[at] == 1 else follows(key, request)
+    return ScriptedBackend(reply)
+
+
+def test_guided_play_tries_lines_and_takes_back_those_that_reach_nothing_new(tmp_path) -> None:
+    loaded = load_suite(persona_suite(tmp_path, conversations=1, turns=3, extra="seed: 4\n"))
+    # asked only (one line a turn), a player that ignores the steer finds no more than at random
+    asked = simulate(loaded, ScriptedBackend(), SimulatedPlayer(stubborn_player()), guided=True, candidates=1)
+    assert asked.curve == [0.0, 40.0] and asked.agent_turns == 3
+    # trying up to 3 lines a turn, it reaches every branch: the small talk found something new once,
+    # then each turn's first line is taken back and the steered one kept
+    result = simulate(loaded, ScriptedBackend(), SimulatedPlayer(stubborn_player()), guided=True)
+    turns = result.conversations[0].turns
+    assert result.curve == [0.0, 100.0]
+    assert [(t.tried, t.line) for t in turns] == [
+        ([], "Nice weather."),
+        (["Nice weather."], "Open up or I threaten you!"),
+        (["Nice weather."], "Where do I ask directions to the inn?"),
+    ]
+    assert result.agent_turns == 5
+    assert [t.path for t in turns] == [["classify", "smalltalk"], ["classify", "warn"], ["classify", "directions"]]
+    # a line taken back left nothing behind: the kept lines, saved, replay the same turns and pass
+    out = tmp_path / "found.suite.yaml"
+    save_discoveries(out, loaded, result)
+    report = run_suites([load_suite(out)], ScriptedBackend)
+    assert report.passed and report.coverage_percent() == 100.0
+    assert [r.reply for r in report.results[0].turns] == [t.reply for t in turns]
+    assert result.to_json()["conversations"][0]["turns"][1]["tried"] == ["Nice weather."]
