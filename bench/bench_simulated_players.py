@@ -120,6 +120,7 @@ def main() -> int:
                     seconds += result.seconds
                     runs[example][mode] = {
                         "conversations": len(result.conversations), "turns": played,
+                        "agent_turns": result.agent_turns,  # guided: with the lines tried and taken back
                         "seconds": round(result.seconds, 1),
                         "coverage_curve": [round(p, 1) for p in result.curve],
                         "never_taken": [f"{n}.{p}" for n, p in result.coverage.never_taken],
