@@ -53,6 +53,7 @@ from runtime.backends.base import (
     TokenCallback,
 )
 from runtime.backends.grammars import choices_grammar
+from runtime.backends.llama_build import checked_extra_buffers, model_params
 from runtime.backends.placeholders import content_marks, split_at_marks
 from runtime.models.context_settings import (
     FLASH_ATTN,
@@ -239,11 +240,13 @@ class _LoadedModel:
         info: GGUFInfo,
         progress: LoadProgress | None = None,
         cancel: threading.Event | None = None,
+        extra_buffers: bool = True,
     ) -> None:
         self.path = path
         self.info = info
+        self.extra_buffers = extra_buffers  # llama.cpp's repacked (and AMX) weight buffers: see llama_build
         self.lock = threading.RLock()
-        params = internals.LlamaModel.default_params()
+        params = model_params(extra_buffers)
         report = _LoadReport(progress, cancel)
         params.progress_callback = report.callback
         try:
@@ -1028,13 +1031,16 @@ class LlamaBackend(Backend):
             info = read_gguf(path)  # missing, unreadable, not GGUF: checked before llama.cpp sees the file
         except GGUFError as e:
             raise BackendError(str(e)) from None
+        # The first load of a llama.cpp build on a host is checked in a child process first: a build
+        # that crashes there is a message, not this process gone (runtime.backends.llama_build).
+        extra_buffers = checked_extra_buffers(path, self.n_threads_batch)
         started = time.perf_counter()
-        loaded = _LoadedModel(path, info, progress, cancel)
+        loaded = _LoadedModel(path, info, progress, cancel, extra_buffers)
         with self._lock:
             self._models[path] = loaded
             self.model_loads += 1
-        log.info("loaded %s in %.2f s (%d-token trained context)", path, time.perf_counter() - started,
-                 loaded.n_ctx_train)
+        log.info("loaded %s in %.2f s (%d-token trained context; extra weight buffers %s)", path,
+                 time.perf_counter() - started, loaded.n_ctx_train, "on" if extra_buffers else "off")
         return loaded
 
     def loaded_models(self) -> list[Path]:

@@ -30,6 +30,7 @@ import llama_cpp
 from llama_cpp import _internals as internals
 
 from runtime.backends.llama import install_log_forwarding, llama_context_params
+from runtime.backends.llama_build import checked_extra_buffers, model_params
 from runtime.models.context_settings import FlashAttention, KVType, context_params
 from runtime.problems import BackendError
 
@@ -144,8 +145,8 @@ def probe_numerics(model_path: str | os.PathLike[str],
     install_log_forwarding()
     path = Path(model_path)
     try:
-        model = internals.LlamaModel(path_model=str(path), params=internals.LlamaModel.default_params(),
-                                     verbose=True)
+        params = model_params(checked_extra_buffers(path, max(THREADS)))
+        model = internals.LlamaModel(path_model=str(path), params=params, verbose=True)
     except (ValueError, OSError) as exc:
         raise BackendError(f"{path}: llama.cpp could not load this model for the numerics probe ({exc})") from None
     try:
