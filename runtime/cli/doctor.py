@@ -134,7 +134,8 @@ def report_text(report) -> str:
     """The report as the terminal shows it."""
     from runtime.doctor.self_test import VERDICT_TEXT
 
-    lines = [f"Reproducibility self-test: {report.backend}", f"model: {report.model}", ""]
+    lines = [f"Reproducibility self-test: {report.backend}", f"model: {report.model}"]
+    lines += [f"llama.cpp: {report.build}", ""] if report.build else [""]
     width = max(len(s.setting) for s in report.settings) + 2
     verdict_width = max(len("reproducible"), *(len(VERDICT_TEXT[s.reproducible]) for s in report.settings)) + 2
     lines.append(f"  {'setting'.ljust(width)}{'reproducible'.ljust(verdict_width)}why")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.llama_server import CACHED_PROMPTS_NOTE, LlamaServerBackend
+from runtime.backends.llama_build import build_summary
 from runtime.doctor.cases import CASES, Case, ReplayCaseResult, run_cases
 from runtime.doctor.numerics import SETTINGS, NumericsProbe, SelfTestCancelled, probe_numerics
 from runtime.models.context_settings import FLASH_ATTN, KV_TYPE, FlashAttention, KVType, context_params
@@ -81,6 +82,7 @@ class SelfTestReport:
     alternative: str  # the exact alternative to the chosen settings ("" when they are exact)
     seconds: float = 0.0
     numerics: list[NumericsProbe] = field(default_factory=list)
+    build: str = ""  # the embedded llama.cpp build and what its self-check found on this host
 
     @property
     def chosen(self) -> list[CaseSet]:
@@ -100,6 +102,7 @@ class SelfTestReport:
             "runs": [r.to_dict() for r in self.runs],
             "alternative": self.alternative,
             "numerics": [p.to_dict() for p in self.numerics],
+            "build": self.build,
             "seconds": round(self.seconds, 2),
         }
 
@@ -187,7 +190,8 @@ def embedded_report(model: str, *, asset_dir: str | os.PathLike[str] | None = No
         alternative = (f"exact at any thread count: {exact.name} (--flash-attn {exact.flash_attn} "
                        f"--kv-type {exact.kv_type})" if exact is not None else
                        "none of the settings probed gives the same numbers at another thread count")
-    return SelfTestReport(label, path.name, promise, rows, [run], alternative, time.perf_counter() - started, probes)
+    return SelfTestReport(label, path.name, promise, rows, [run], alternative, time.perf_counter() - started, probes,
+                          build_summary())
 
 
 def _threads(generating: int, reading: int) -> str:
