@@ -3,7 +3,10 @@
 Runs PyInstaller on ``packaging/parley-studio.spec`` for the platform it runs on, after
 checking that the installed llama.cpp was built without instructions only some CPUs
 have (an app built on this machine must start on the designers' machines too), then
-prints the folder's size. ``--clean`` throws away PyInstaller's cache in
+prints the folder's size. A llama.cpp with AMX code is refused outright: on some hosts
+that list AMX it crashes on the first decode of several tokens (llama.cpp issue #20824).
+Other machine-specific instructions (AVX-512) are a warning, or an error with
+``--require-portable``. ``--clean`` throws away PyInstaller's cache in
 ``build/pyinstaller`` first; without it, a rebuild reuses what has not changed.
 """
 
@@ -29,6 +32,7 @@ APP_NAME = "parley-studio"
 MACHINE_SPECIFIC = ("AVX512", "AVX_VNNI", "AVX512_VNNI", "AVX512_BF16", "AMX_INT8", "AMX_BF16", "AMX_TILE")
 
 PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall llama-cpp-python==0.3.36'
+AMX_TILE_INSTRUCTION = "ldtilecfg"  # what llama.cpp's AMX kernels start with; a portable build has none
 
 
 def app_dir() -> Path:
@@ -50,6 +54,26 @@ def machine_specific_instructions(system_info: str | None = None) -> list[str]:
     return sorted(enabled.intersection(MACHINE_SPECIFIC))
 
 
+def cpu_library() -> Path | None:
+    """The installed llama.cpp's CPU backend library (``libggml-cpu``), where its AMX code would be."""
+    import llama_cpp
+
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    return next(iter(sorted(folder.glob("*ggml-cpu*"))), None)
+
+
+def has_amx_tile_code(library: Path | None, system_info: str | None = None) -> bool:
+    """Whether llama.cpp was built with AMX code: its system info lists AMX, or (where objdump is
+    installed) the CPU library holds AMX tile instructions."""
+    if any(name.startswith("AMX") for name in machine_specific_instructions(system_info)):
+        return True
+    if library is None or shutil.which("objdump") is None:
+        return False
+    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                          check=False).stdout
+    return AMX_TILE_INSTRUCTION in dump
+
+
 def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -68,6 +92,11 @@ def largest_parts(folder: Path, count: int = 8) -> list[tuple[int, str]]:
 
 def build(clean: bool = False, require_portable: bool = False) -> Path:
     """Run PyInstaller; return the app folder. Raises SystemExit with the reason on failure."""
+    if has_amx_tile_code(cpu_library()):
+        raise SystemExit(
+            "error: the installed llama-cpp-python has AMX code, which crashes on the first decode of several "
+            "tokens on some machines whose CPU lists AMX (llama.cpp issue #20824): an app built from it would "
+            f"lose its designers' work there. Reinstall a portable build first:\n    {PORTABLE_BUILD}")
     specific = machine_specific_instructions()
     if specific:
         message = (

@@ -170,3 +170,45 @@ def test_the_build_notices_a_llama_cpp_built_for_this_cpu_only() -> None:
     native = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AVX_VNNI = 0 | OPENMP = 1 | "
     assert app_build.machine_specific_instructions(portable) == []
     assert app_build.machine_specific_instructions(native) == ["AVX512", "AVX512_VNNI"]
+
+
+def _library_with(folder: Path, instruction: str) -> Path:
+    """A shared library whose one function is ``instruction`` (compiled, so objdump reads it as code)."""
+    folder.mkdir()
+    source = folder / "kernel.c"
+    source.write_text(f'void kernel(void *p) {{ __asm__ volatile("{instruction}" :: "r"(p)); }}\n')
+    library = folder / "libggml-cpu.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return library
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("cc") is None, reason="needs cc and objdump")
+def test_the_build_refuses_a_llama_cpp_with_amx_code(tmp_path: Path, monkeypatch) -> None:
+    """Not a warning: an app with llama.cpp's AMX kernels crashes on some hosts that list AMX."""
+    portable = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | FMA = 1 | OPENMP = 1 | "
+    amx = _library_with(tmp_path / "amx", "ldtilecfg (%0)")
+    plain = _library_with(tmp_path / "plain", "prefetcht0 (%0)")
+    assert app_build.has_amx_tile_code(amx, portable)
+    assert not app_build.has_amx_tile_code(plain, portable)
+    assert app_build.has_amx_tile_code(None, portable + "AMX_INT8 = 1 | ")
+    monkeypatch.setattr(app_build, "cpu_library", lambda: amx)
+    real_run = subprocess.run
+
+    def run(command, *args, **kwargs):
+        assert "PyInstaller" not in command, "PyInstaller must not run"
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    with pytest.raises(SystemExit) as refused:
+        app_build.build()
+    assert "AMX" in str(refused.value) and app_build.PORTABLE_BUILD in str(refused.value)
+
+
+def test_the_installed_llama_cpp_is_one_the_build_accepts_or_refuses_for_its_amx_code() -> None:
+    """The installed library as build.py sees it: refused exactly when it has AMX tile code."""
+    library = app_build.cpu_library()
+    assert library is not None and library.is_file()
+    if shutil.which("objdump"):
+        dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                              check=True).stdout
+        assert app_build.has_amx_tile_code(library) == ("ldtilecfg" in dump)
