@@ -76,12 +76,29 @@ def llama_server(model: Path, log_dir: Path, *, slots: int = 4, context: int = 2
         yield server
 
 
+# llama-cpp-python's server with the runtime's AMX guard (runtime.backends.llama_build): its Llama takes
+# llama.cpp's default model parameters, whose extra weight buffers crash on some AMX hosts.
+GUARDED_OPENAI_SERVER = """
+import runpy, sys
+import llama_cpp.llama_cpp as bindings
+from runtime.backends.llama_build import use_extra_buffers
+defaults = bindings.llama_model_default_params
+def guarded():
+    params = defaults()
+    params.use_extra_bufts = use_extra_buffers()
+    return params
+bindings.llama_model_default_params = guarded
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 @contextlib.contextmanager
 def openai_server(model: Path, log_dir: Path, *, context: int = 2048, threads: int = 1,
                   port: int | None = None) -> Iterator[RunningServer]:
-    """llama-cpp-python's OpenAI-compatible server."""
+    """llama-cpp-python's OpenAI-compatible server (with the AMX guard)."""
     port = port or free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+    command = [sys.executable, "-c", GUARDED_OPENAI_SERVER, "--model", str(model), "--host", "127.0.0.1",
                "--port", str(port), "--n_ctx", str(context), "--n_threads", str(threads),
                "--n_threads_batch", str(threads)]
     with _running(command, f"http://127.0.0.1:{port}", "/v1/models", log_dir / f"openai-server-{port}.log") as server:

@@ -4,6 +4,7 @@ the frozen executable's ``--self-test`` and ``--screenshot`` the way a designer'
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import struct
@@ -95,10 +96,15 @@ def check_self_test_output(run: subprocess.CompletedProcess[str], app: Path) -> 
 
 
 @pytest.mark.slow
-def test_self_test_runs_a_turn_on_the_sample_model(app: Path, models_folder: Path) -> None:
-    run = run_app(app, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(models_folder)), timeout=SELF_TEST_TIMEOUT)
+def test_self_test_runs_a_turn_on_the_sample_model(app: Path, models_folder: Path, tmp_path: Path) -> None:
+    checks = tmp_path / "llama-checks.json"
+    run = run_app(app, "--self-test", env=frozen_env(PARLEY_MODELS_DIR=str(models_folder),
+                                                     PARLEY_LLAMA_CHECKS=str(checks)), timeout=SELF_TEST_TIMEOUT)
     check_self_test_output(run, app)
     assert "fetching it" not in run.stdout  # the model was there: nothing was downloaded
+    # The frozen app ran llama.cpp's self-check in a child process of its own (itself, frozen) first
+    [check] = json.loads(checks.read_text())["checks"].values()
+    assert check["ok"] and check["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf", check
 
 
 @pytest.mark.slow
