@@ -31,9 +31,10 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import llama_cpp
 import platformdirs

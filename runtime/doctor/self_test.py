@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.backends.base import Backend, Reproducibility
-from runtime.backends.llama_server import CACHED_PROMPTS_NOTE, LlamaServerBackend
 from runtime.backends.llama_build import build_summary
+from runtime.backends.llama_server import CACHED_PROMPTS_NOTE, LlamaServerBackend
 from runtime.doctor.cases import CASES, Case, ReplayCaseResult, run_cases
 from runtime.doctor.numerics import SETTINGS, NumericsProbe, SelfTestCancelled, probe_numerics
 from runtime.models.context_settings import FLASH_ATTN, KV_TYPE, FlashAttention, KVType, context_params
