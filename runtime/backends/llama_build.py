@@ -308,13 +308,17 @@ def checked_extra_buffers(model: Path, n_threads: int, target: Probe = probe) ->
     cause and the fix when it does not decode, or when the check crashes loading this very file."""
     key = f"{build_key()}/{host_key()}/{use_extra_buffers()}"
     with _deciding:
-        result = _decided.get(key) or _cached(key)
+        result = _decided.get(key)
         if result is None:
-            result = _self_check(model, n_threads, target)
+            result = _cached(key)
             if result is None:
-                return use_extra_buffers()  # an error, not a crash: the load itself says it
-            _remember(key, result)
-        _decided[key] = result
+                result = _self_check(model, n_threads, target)
+                if result is None:
+                    return use_extra_buffers()  # an error, not a crash: the load itself says it
+                _remember(key, result)
+            if not result.ok:
+                log.error("%s", result.message)  # once a process: a server's log says it beside its clients
+            _decided[key] = result
     if not result.ok:
         raise BackendError(result.message)
     return result.extra_buffers
@@ -351,9 +355,7 @@ def _self_check(model: Path, n_threads: int, target: Probe) -> CheckResult | Non
         return CheckResult(True, tried[0], "", model.name, time.time())
     if run.stage == "failed" or run.exitcode is None:
         return None
-    message = _crash_message(run, model, tried)
-    log.error("%s", message)
-    return CheckResult(False, tried[-1], message, model.name, time.time())
+    return CheckResult(False, tried[-1], _crash_message(run, model, tried), model.name, time.time())
 
 
 def _ending(run: _Run) -> str:
