@@ -18,12 +18,13 @@ import time
 
 from conversation import ROOT, write_results
 
-CLOSING_LINE = re.compile(r"=+ (?P<counts>.*?) in (?P<seconds>[\d.]+)s")
+# pytest's last line, under -q without its "=" frame: "2 failed, 1767 passed, 1 skipped in 688.46s (0:11:28)"
+CLOSING_LINE = re.compile(r"^=*\s*(?P<counts>\d+ \w+(?:, \d+ \w+)*) in (?P<seconds>[\d.]+)s", re.MULTILINE)
 
 
 def counts(line: str) -> dict[str, int]:
     """pytest's closing counts ("1754 passed, 1 skipped, 2 deselected") as a dict."""
-    return {word: int(number) for number, word in re.findall(r"(\d+) (\w+)", line)}
+    return {word: int(number) for number, word in re.findall(r"(\d+) (\w+)", line) if word not in ("warning", "warnings")}
 
 
 def main() -> None:

@@ -159,7 +159,7 @@ class CheckResult:
 
 
 @dataclass
-class _Run:
+class _ChildRun:
     """One child process's run: the last stage it reached, and how it ended."""
 
     stage: str  # "started", "loaded", "decoded", or "failed" (an error, not a crash: its text is in detail)
@@ -208,7 +208,7 @@ def _quiet(_level: int, _text: bytes, _user_data: ctypes.c_void_p) -> None:
 Probe = Callable[[str, bool, int, Any], None]
 
 
-def _run_in_child(target: Probe, model: Path, extra_buffers: bool, n_threads: int, seconds: float) -> _Run:
+def _run_in_child(target: Probe, model: Path, extra_buffers: bool, n_threads: int, seconds: float) -> _ChildRun:
     """Run ``target`` in a new process (spawned: nothing of this one's threads or llama.cpp state goes
     with it) and wait for it to finish, die, or run out of time."""
     context = multiprocessing.get_context("spawn")
@@ -224,7 +224,7 @@ def _run_in_child(target: Probe, model: Path, extra_buffers: bool, n_threads: in
             if not receive.poll(max(deadline - time.monotonic(), 0)):
                 child.kill()
                 child.join()
-                return _Run(stage, detail, None)
+                return _ChildRun(stage, detail, None)
             try:
                 stage, detail = receive.recv()
             except EOFError:
@@ -235,7 +235,7 @@ def _run_in_child(target: Probe, model: Path, extra_buffers: bool, n_threads: in
     if child.exitcode is None:
         child.kill()
         child.join()
-    return _Run(stage, detail, child.exitcode)
+    return _ChildRun(stage, detail, child.exitcode)
 
 
 def check_seconds(model: Path) -> float:
@@ -283,7 +283,7 @@ def _remember(key: str, result: CheckResult) -> None:
         log.warning("the llama.cpp self-check's result could not be kept in %s: %s", file, exc.strerror or exc)
 
 
-def _crash_message(run: _Run, model: Path, tried: list[bool]) -> str:
+def _crash_message(run: _ChildRun, model: Path, tried: list[bool]) -> str:
     features = compiled_features()
     amx_code = any(f.startswith("AMX") for f in features)
     settings = " and again with them off" if len(tried) > 1 else ""
@@ -358,7 +358,7 @@ def _self_check(model: Path, n_threads: int, target: Probe) -> CheckResult | Non
     return CheckResult(False, tried[-1], _crash_message(run, model, tried), model.name, time.time())
 
 
-def _ending(run: _Run) -> str:
+def _ending(run: _ChildRun) -> str:
     return f"crashed ({run.signal_name})" if run.signal_name else f"exited with code {run.exitcode}"
 
 

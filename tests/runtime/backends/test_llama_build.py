@@ -19,7 +19,6 @@ from runtime.backends.llama import LlamaBackend
 from runtime.backends.llama_build import (
     PORTABLE_INSTALL,
     checked_extra_buffers,
-    compiled_features,
     cpu_flags,
     extra_buffer_types,
     use_extra_buffers,
@@ -73,7 +72,6 @@ def test_the_installed_llama_cpp_has_no_amx_tile_code_unless_the_guard_is_on(mon
     monkeypatch.delenv(llama_build.EXTRA_BUFFERS_ENV, raising=False)
     library = next(LIB.glob("libggml-cpu.so*"), None) or next(LIB.glob("*ggml-cpu*"))
     amx_code = _has_amx_tile_code(library)
-    assert amx_code == any(f.startswith("AMX") for f in compiled_features())  # the two views of the build agree
     if amx_code and "amx_tile" in cpu_flags():
         assert use_extra_buffers() is False
     if "AMX" in extra_buffer_types():
