@@ -38,11 +38,12 @@ from pydantic import ValidationError
 from runtime.asset.behaviours import expand, node_folders
 from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend, CallCancelled
+from runtime.crashes import Running, turn_note
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
 from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
 from runtime.dialogue.tree import AgentState, ConversationTree
-from runtime.events import EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
+from runtime.events import Event, EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
 from runtime.models.journal import DecodeJournal
 from runtime.nodes import failure_text
 from runtime.nodes.running import (
@@ -480,6 +481,23 @@ class Agent:
     def node_cache(self, node_id: str) -> dict[str, Any]:
         """What a node keeps across turns (a Retrieve node's index); gone with the agent."""
         return self._node_caches.setdefault(node_id, {})
+
+
+def noting_nodes(agent: Agent, running: Running, of: str, on_event: EventCallback | None = None) -> EventCallback:
+    """``on_event`` for a turn of ``agent`` that first has ``running`` say which node runs now and on which
+    model (``runtime.crashes.turn_note``), on the turn's own thread: a native crash in that node then
+    names it. ``of`` names the conversation ("chat.json", "session npc-1 (chat.json)")."""
+
+    def noted(event: Event) -> None:
+        if isinstance(event, NodeStarted):
+            node = agent._nodes.get(event.node)
+            model = agent.model_for(node) if node is not None and node.uses_model() else ""
+            # The history gains the turn only once it ends (a regeneration first goes back to before it).
+            running.say(turn_note(len(agent.history.turns) + 1, of, event.node, model))
+        if on_event is not None:
+            on_event(event)
+
+    return noted
 
 
 def turn_reply(asset: Asset, turn: Turn) -> str:

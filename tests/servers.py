@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -141,16 +142,41 @@ def _running(command: list[str], url: str, ready_path: str, log: Path) -> Iterat
 
 LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
 SERVE_START_SECONDS = 120.0  # a deadline for the server's address line (a busy 2-core machine)
+# Runs `parley ARGS` after a test's patch (python -c PATCH + this): the patch changes the server from inside.
+RUN_PARLEY = "\nimport sys\nfrom runtime.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+@dataclass
+class ServeProcess:
+    """A ``parley serve`` process: its address, the process, and what it logged (stderr) so far."""
+
+    url: str
+    process: subprocess.Popen
+    _log: IO[str]
+
+    def log(self) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
 
 
 @contextlib.contextmanager
 def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
     """``parley serve --port 0 ARGS`` as a process of its own; yields the address it prints."""
+    with parley_serve_process(*args, token=token) as served:
+        yield served.url
+
+
+@contextlib.contextmanager
+def parley_serve_process(*args: str, token: str | None = None, patch: str = "") -> Iterator[ServeProcess]:
+    """``parley serve --port 0 ARGS`` as a process of its own, once it prints its address; ``patch`` is
+    Python it runs first. Stopped with SIGTERM (and waited for) at the end, unless it ended already."""
     env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
     if token is not None:
         env["PARLEY_SERVE_TOKEN"] = token
+    start = [sys.executable, "-c", patch + RUN_PARLEY] if patch else [sys.executable, "-m", "runtime"]
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--port", "0", *args], cwd=ROOT,
+        process = subprocess.Popen([*start, "serve", "--port", "0", *args], cwd=ROOT,
                                    env=env, stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
         lines: queue.Queue[str | None] = queue.Queue()
 
@@ -173,7 +199,7 @@ def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
                     pytest.fail(f"parley serve printed no address (exit {process.poll()}):\n{log.read()[-4000:]}")
                 match = LISTENING.search(line)
                 url = match.group(1) if match else None
-            yield url
+            yield ServeProcess(url, process, log)
         finally:
             process.terminate()
             try:

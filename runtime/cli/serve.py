@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ MIB_PER_GB = 1024
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from runtime.serve.crash_reports import STATE_ENV
     from runtime.serve.npcs import Limits
     from runtime.serve.server import TOKEN_ENV
 
@@ -39,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tool-timeout", type=float, default=d.tool_timeout, metavar="SECONDS",
                    help="how long a turn waits for the client's tool result")
     p.add_argument("--workers", type=int, default=8, metavar="N", help="turns run at once (others wait)")
+    p.add_argument("--state-dir", type=Path, metavar="DIR",
+                   help="where the server keeps its crash report while it runs; the next server on the same folder "
+                   f"tells a crash in its log and in /v1/health (default: ${STATE_ENV}, else 'serve' in the user's "
+                   "data folder)")
     p.set_defaults(func=run)
 
 
@@ -63,14 +69,31 @@ def run(args: argparse.Namespace) -> int:
     except (ServeConfigError, BackendError, InputError) as exc:
         print(f"parley serve: {exc}", file=sys.stderr)
         return 2
+    from runtime.crashes import CrashWatch
+    from runtime.serve.crash_reports import WATCH_NAME, state_dir, tell_earlier_crashes
+
+    folder = state_dir(args.state_dir)
+    previous_crash = tell_earlier_crashes(folder)
+    watch = CrashWatch(folder, WATCH_NAME)
+    if watch.start():
+        logging.getLogger("parley.serve").info("crash reports go to %s (the next start tells one)", watch.file)
+    # uvicorn ends on SIGTERM by raising it again once it has shut down, which would end the process
+    # before the ``finally`` below: then the next start would take this clean exit for a crash.
+    default_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        serve_forever(config, backend)
+        serve_forever(config, backend, crash_watch=watch, previous_crash=previous_crash)
     except OSError as exc:
         print(f"parley serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     finally:
+        signal.signal(signal.SIGTERM, default_sigterm)
         backend.close()
+        watch.stop()
     return 0
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _backend(args: argparse.Namespace, asset_dir: Path):

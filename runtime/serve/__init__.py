@@ -6,5 +6,7 @@
   threads, streamed back as events.
 - ``app``: the ASGI app (FastAPI on Starlette): routes, the token check, the request limits.
 - ``server``: running it on uvicorn (``parley serve``, and in-process for tests).
+- ``crash_reports``: the state folder a server's crash report goes to, and the crashes of earlier
+  servers told as the next one starts (its log and ``GET /v1/health``).
 - ``client``: a small typed Python client on httpx.
 """

@@ -32,6 +32,7 @@ from runtime.serve.protocol import (
     Health,
     NewSession,
     ParamsIn,
+    PreviousCrash,
     RegenerateIn,
     RewindIn,
     ServeError,
@@ -190,9 +191,10 @@ def _is_local_name(name: str) -> bool:
         return False
 
 
-def create_app(npcs: NPCs, token: str | None = None) -> Guard:
-    """The app to serve: the API behind the token check and the body limit."""
-    return Guard(build_api(npcs), token, npcs.limits.max_body)
+def create_app(npcs: NPCs, token: str | None = None, previous_crash: PreviousCrash | None = None) -> Guard:
+    """The app to serve: the API behind the token check and the body limit. ``previous_crash``: how the
+    server before this one crashed (``GET /v1/health`` tells it)."""
+    return Guard(build_api(npcs, previous_crash), token, npcs.limits.max_body)
 
 
 def openapi_schema() -> dict[str, Any]:
@@ -200,7 +202,7 @@ def openapi_schema() -> dict[str, Any]:
     return build_api(None).openapi()  # type: ignore[arg-type]  # the routes never run
 
 
-def build_api(npcs: NPCs) -> FastAPI:
+def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAPI:
     app = FastAPI(title="Parley Studio runtime server", version=API_VERSION, openapi_url=f"{PREFIX}/openapi.json",
                   docs_url=None, redoc_url=None,
                   description="Runs Parley Studio agents for a game: NPC sessions, turns streamed as Server-Sent "
@@ -227,7 +229,7 @@ def build_api(npcs: NPCs) -> FastAPI:
 
     @app.get(f"{PREFIX}/health", response_model=Health, responses=ERRORS)
     async def health() -> Health:
-        return Health(backend=npcs.backend.label, sessions=len(npcs.sessions))
+        return Health(backend=npcs.backend.label, sessions=len(npcs.sessions), previous_crash=previous_crash)
 
     @app.get(f"{PREFIX}/assets", response_model=Assets, responses=ERRORS)
     async def assets() -> Assets:

@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnError, TurnResult
+from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnError, TurnResult, noting_nodes
 from runtime.asset.file import load_asset
 from runtime.asset.validation import validate_asset
 from runtime.backends.base import Backend
+from runtime.crashes import CrashWatch, turn_note
 from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
 from runtime.events import Event, TurnFinished
 from runtime.problems import BackendError, InputError, Problem
@@ -131,8 +132,11 @@ class NPCs:
     """Every session of one server. Methods named ``*_now`` run on the event loop and never block;
     ``turn`` starts a turn on a worker thread."""
 
-    def __init__(self, backend: Backend, asset_dirs: list[Path], limits: Limits, workers: int = 8) -> None:
+    def __init__(self, backend: Backend, asset_dirs: list[Path], limits: Limits, workers: int = 8,
+                 crash_watch: CrashWatch | None = None) -> None:
         self.backend = backend
+        # Notes the turns in flight, and which node each runs: a native crash's report then names them.
+        self.crash_watch = crash_watch
         self.asset_dirs = [d.resolve() for d in asset_dirs]
         self.limits = limits
         self.sessions: dict[str, NPC] = {}
@@ -357,6 +361,12 @@ class NPCs:
         run = {"instructions": instructions, "on_event": on_event, "cancel": running.cancel,
                "tool_result": tool_result, "mock_tools": mock_tools}
         self._computing.acquire()
+        noted = None
+        if self.crash_watch is not None:
+            index = regenerate if regenerate is not None else len(npc.agent.history.turns)
+            of = f"session {npc.id} ({npc.asset_path})"
+            noted = self.crash_watch.running(turn_note(index + 1, of))
+            run["on_event"] = noting_nodes(npc.agent, noted, of, on_event)
         try:
             if regenerate is not None:
                 result = npc.agent.regenerate(regenerate, **run)
@@ -369,6 +379,8 @@ class NPCs:
             last = Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
                                           "path": result.path, "diagnostics": record.diagnostics})
         finally:
+            if noted is not None:
+                noted.done()
             self._computing.release()
             with self._lock:
                 npc.running = None  # idle before the client hears the turn ended: its next request is not refused

@@ -128,11 +128,29 @@ class RewindIn(_Request):
 # --- answers ------------------------------------------------------------------------------------
 
 
+class PreviousCrash(BaseModel):
+    """How an earlier server on the same state folder ended when it did not shut down (its whole report,
+    every thread's stack, is in this server's log)."""
+
+    summary: str = Field(description="In a sentence: \"crashed (Segmentation fault) in llama.cpp (runtime/backends/"
+                         "llama.py, line 696, in _decode) while node `reply` ran turn 3 of session npc-1 (chat.json) "
+                         "on SmolLM2-135M-Instruct.Q4_1.gguf\".")
+    signal: str = Field(description="The fatal signal as Python named it (\"Segmentation fault\"); empty when the "
+                        "server ended without one (killed).")
+    where: str = Field(description="The crashing thread's innermost Python frame; empty when not known.")
+    running: list[str] = Field(description="What ran then: one entry per turn in flight, naming its node and model.")
+    when: str = Field(description="When it crashed, in UTC (ISO 8601).")
+    pid: int = Field(description="The crashed server's process id.")
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     api: str = API_VERSION
     backend: str
     sessions: int
+    previous_crash: PreviousCrash | None = Field(None, description="The latest crash of an earlier server on this "
+                                                 "server's state folder (--state-dir), found as it started; null "
+                                                 "when there was none.")
 
 
 class AssetOut(BaseModel):

@@ -19,8 +19,10 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runtime.backends.base import Backend
+from runtime.crashes import CrashWatch
 from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, Guard, create_app
 from runtime.serve.npcs import Limits, NPCs
+from runtime.serve.protocol import PreviousCrash
 
 log = logging.getLogger("parley.serve")
 
@@ -122,10 +124,13 @@ class _HeaderDeadline(H11Protocol):
             self.transport.close()
 
 
-def make_server(config: ServeConfig, backend: Backend) -> tuple[uvicorn.Server, NPCs]:
+def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch | None = None,
+                previous_crash: PreviousCrash | None = None) -> tuple[uvicorn.Server, NPCs]:
+    """The server and its sessions; ``crash_watch`` notes each turn in flight (``runtime.crashes``), and
+    ``GET /v1/health`` tells ``previous_crash``."""
     check_config(config)
-    npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers)
-    app = create_app(npcs, config.token)
+    npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers, crash_watch=crash_watch)
+    app = create_app(npcs, config.token, previous_crash)
     if isinstance(app, Guard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
         app.local_only = config.token is None and is_loopback(config.host)
@@ -171,8 +176,9 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
         sock.close()
 
 
-def serve_forever(config: ServeConfig, backend: Backend, announce=print) -> None:
-    server, npcs = make_server(config, backend)
+def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_watch: CrashWatch | None = None,
+                  previous_crash: PreviousCrash | None = None) -> None:
+    server, npcs = make_server(config, backend, crash_watch, previous_crash)
     sock = bind(config.host, config.port)
 
     startup = server.startup
