@@ -104,7 +104,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     phases["import_main_window"] = seconds_since_launch()
     apply_theme(app)
-    window = MainWindow()
+    crash_watch = None
+    if not (args.screenshot or args.exit_when_ready):
+        from editor import settings as app_settings
+        from editor.recovery import CRASH_NAME
+        from runtime.crashes import CrashWatch
+
+        # A native crash (llama.cpp) writes its report beside the recovery files; the next start tells it.
+        crash_watch = CrashWatch(app_settings.recovery_dir(), CRASH_NAME)
+        crash_watch.start()
+    window = MainWindow(crash_watch=crash_watch)
     if args.workspace:
         window.workspace.switch(args.workspace)
     if not args.asset:
@@ -134,7 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             window.close()
             return leave(1)
         return leave(_screenshot(app, window, args.screenshot, args.select, args.show_dock))
-    return leave(app.exec())
+    code = app.exec()
+    if crash_watch is not None:
+        crash_watch.stop()  # a clean quit: the windows have closed, and deleted what they kept
+    return leave(code)
 
 
 def leave(code: int) -> int:

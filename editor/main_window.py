@@ -58,7 +58,7 @@ from editor.garbage import collect_on_the_ui_thread
 from editor.help_menu import fill_help_menu
 from editor.node_find import NodeFind
 from editor.node_types import categories
-from editor.recovery import Autosave, offer_left_behind
+from editor.recovery import Autosave, offer_left_behind, tell_lone_crashes, what_crashed
 from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
@@ -85,6 +85,7 @@ from runtime.resources import examples_dir
 
 if TYPE_CHECKING:
     from editor.doctor_dialog import DoctorDialog
+    from runtime.crashes import CrashWatch
     from runtime.suites.report import Coverage
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
@@ -143,8 +144,11 @@ DOCKS: list[DockSpec] = [
 class MainWindow(QMainWindow):
     """One asset in one window."""
 
-    def __init__(self, autosave_ms: int = 30_000, parent: QWidget | None = None) -> None:
+    def __init__(self, autosave_ms: int = 30_000, parent: QWidget | None = None,
+                 crash_watch: CrashWatch | None = None) -> None:
+        """``crash_watch``: the process's (``editor.app`` starts it); each turn is noted in it as it runs."""
         super().__init__(parent)
+        self.crash_watch = crash_watch
         collect_on_the_ui_thread()  # worker threads must never destroy this window's Qt objects
         self.setObjectName("ParleyStudio")
         self._framed_once = False  # the graph is framed for reading once the window is first shown
@@ -154,7 +158,8 @@ class MainWindow(QMainWindow):
         self.start_page = StartPageHost(self)  # the central area: the canvas, or the start page in front of it
         # The window's shared services, passed to the docks that use them.
         self.backends = BackendChoice(self)  # where the agent runs (the user's settings, not the asset)
-        self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker())
+        self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker(),
+                                             crash_watch=crash_watch)
         self.conversation.set_snapshot_budget(app_settings.snapshot_budget_mib())  # the designer's, from the settings
         self.download = SampleModelDownload(self)
         # Following a session of `parley serve` in the conversation's place (Backend > Attach to Server…)
@@ -200,7 +205,7 @@ class MainWindow(QMainWindow):
         r.failed.connect(self._download_failed)
         r.refused.connect(self._download_refused)
         self.download.busy_changed.connect(self._download_busy)
-        self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self)
+        self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self, self.conversation)
         self.autosave.failed.connect(lambda message: self.statusBar().showMessage(message, 15000))
         # Subgraph nodes: their behaviour files watched, double-click opens one, Edit > Extract to Behaviour
         self.subgraphs = install_subgraphs(self)
@@ -745,7 +750,7 @@ class MainWindow(QMainWindow):
         self.start_page.show()
 
     def new_window(self) -> MainWindow:
-        window = MainWindow()
+        window = MainWindow(crash_watch=self.crash_watch)
         window.show_start_page()
         window.show()
         _open_windows.append(window)
@@ -819,7 +824,7 @@ class MainWindow(QMainWindow):
         self.document.set_path(str(Path(path).resolve()))
         self.document.undo_stack.setClean()
         self.load_problems = []  # the file now holds what the editor shows
-        self.autosave.discard()
+        self.autosave.save_now()  # the asset needs no keeping now; the conversation may
         self._fill_recent_menu_after(path)
         self._after_edit()
         self._update_title()
@@ -827,12 +832,20 @@ class MainWindow(QMainWindow):
         return True
 
     def offer_recovery(self) -> bool:
-        """Offer back what a crash left (every recovery file, in one question); True if one was opened."""
-        found = offer_left_behind(self, app_settings.recovery_dir())
+        """Offer back what a crash left (every recovery file, in one question, saying what crashed); True
+        if one was opened: its graph, and its conversation continued in the Conversation dock with the
+        line that was being said back in the box."""
+        folder = app_settings.recovery_dir()
+        told = tell_lone_crashes(folder)
+        if told:
+            self.statusBar().showMessage(told, 15_000)
+        found = offer_left_behind(self, folder)
         if found is None:
             return False
-        self.set_asset(found.asset, found.original_path, modified=True)
-        found.file.unlink(missing_ok=True)
+        self.set_asset(found.asset, found.original_path, modified=found.modified, folder=found.folder)
+        found.forget()
+        if found.conversation is not None or found.line:
+            self.conversation_dock.continue_from(found.conversation, found.line, what_crashed(found))
         self.autosave.save_now()
         return True
 

@@ -26,6 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,11 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.thread_service import ThreadService
-from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, turn_reply
+from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, noting_nodes, turn_reply
 from runtime.asset.model import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.http import Cancelled, cancel_scope
+from runtime.crashes import CrashWatch, Running, turn_note
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
@@ -188,9 +190,11 @@ class RuntimeWorker(QObject):
     backend_failed = Signal(str)  # the backend picked could not be made; the previous one stays
 
     def __init__(self, answers: queue.Queue, make_backend: Callable[[], Backend] | None = None,
-                 closing: threading.Event | None = None) -> None:
+                 closing: threading.Event | None = None, crash_watch: CrashWatch | None = None) -> None:
         super().__init__()
         self._answers = answers
+        # Notes each turn while it runs, and which node it is at: a native crash's report then names them.
+        self._crash_watch = crash_watch
         # Set when the window closes: it ends any server request of the calls between turns.
         self._closing = closing or threading.Event()
         self._make_backend = make_backend
@@ -296,9 +300,10 @@ class RuntimeWorker(QObject):
             agent.variables = dict(self.agent.variables)
             self.agent = agent
 
-    def _load_models(self, asset: Asset, cancel: threading.Event) -> None:
+    def _load_models(self, asset: Asset, cancel: threading.Event, loading: Callable[[str], None]) -> None:
         """Load every model the asset uses that is not loaded yet, reporting each one's progress
-        in whole percent (weights load once per file). A cancel stops the load."""
+        in whole percent (weights load once per file); ``loading`` is told each model's name first.
+        A cancel stops the load."""
         backend = self.backend
         assert backend is not None
         names = list(dict.fromkeys(asset.model_for(n) for n in asset.nodes if n.uses_model() and asset.model_for(n)))
@@ -312,6 +317,7 @@ class RuntimeWorker(QObject):
             if path is None or path not in loaded:
                 wanted.append(name)
         for number, name in enumerate(wanted, 1):
+            loading(name)
             try:
                 backend.load_model(name, self._loading_report(Path(name).name, number, len(wanted)), cancel)
             except BackendError:
@@ -337,12 +343,24 @@ class RuntimeWorker(QObject):
 
         return report
 
-    @Slot(object, str, object)
-    def run_turn(self, go: TurnOperation, instructions: str, cancel: threading.Event) -> None:
+    @Slot(object, str, object, str)
+    def run_turn(self, go: TurnOperation, instructions: str, cancel: threading.Event, of: str = "") -> None:
+        """Run a turn (``go``) of the conversation ``of`` names ("chat.json"); the crash watch notes it."""
         agent = self.agent
         if self.refused or agent is None:
             self.turn_failed.emit(TurnFailure(self.refused or "no agent: open or build a graph first"))
             return
+        watch = self._crash_watch
+        with watch.running(turn_note(len(agent.history.turns) + 1, of)) if watch else nullcontext() as noted:
+            self._run_turn(agent, go, instructions, cancel, of, noted)
+
+    def _run_turn(self, agent: Agent, go: TurnOperation, instructions: str, cancel: threading.Event, of: str,
+                  noted: Running | None) -> None:
+        on_event = self.event.emit if noted is None else noting_nodes(agent, noted, of, self.event.emit)
+
+        def loading(model: str) -> None:
+            if noted is not None:
+                noted.say(turn_note(len(agent.history.turns) + 1, of, model=model))
 
         def ask_designer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
             self.tool_needed.emit(node_id, tool, arguments)
@@ -361,10 +379,10 @@ class RuntimeWorker(QObject):
             # Every server request of the turn ends on Stop, not only the generation's: loading
             # (the server's /props), the token counts of the prompt budget, the templates.
             with cancel_scope(cancel):
-                self._load_models(agent.asset, cancel)
+                self._load_models(agent.asset, cancel, loading)
                 if cancel.is_set():
                     raise TurnCancelled("the turn was cancelled")
-                result = go(agent, {"instructions": instructions, "on_event": self.event.emit, "cancel": cancel,
+                result = go(agent, {"instructions": instructions, "on_event": on_event, "cancel": cancel,
                                     "tool_result": ask_designer})
                 # Read here, on this thread, while the backend that ran the turn is the agent's.
                 reproducibility = self._reproducibility(agent.backend)
@@ -505,14 +523,14 @@ class LiveConversation(ThreadService):
 
     # to the worker (queued)
     _use_asset = Signal(object, str, bool)
-    _run_turn = Signal(object, str, object)
+    _run_turn = Signal(object, str, object, str)
     _change_history = Signal(object)
     _use_backend = Signal(object)
     _set_snapshot_budget = Signal(int)
     _stop_worker = Signal()
 
     def __init__(self, document, parent: QObject | None = None,
-                 make_backend: Callable[[], Backend] | None = None) -> None:
+                 make_backend: Callable[[], Backend] | None = None, crash_watch: CrashWatch | None = None) -> None:
         super().__init__("parley-runtime", parent)
         self.document = document
         self.records: dict[int, TurnRecord] = {}  # turn id -> its record (every branch's)
@@ -531,7 +549,7 @@ class LiveConversation(ThreadService):
         self._closing = threading.Event()
 
         # The thread starts on first use, so a window nobody talks in costs nothing.
-        self.worker = RuntimeWorker(self._answers, make_backend, self._closing)
+        self.worker = RuntimeWorker(self._answers, make_backend, self._closing, crash_watch)
         self.thread: QThread = self._new_thread(self.worker)
         self._use_asset.connect(self.worker.use_asset)
         self._run_turn.connect(self.worker.run_turn)
@@ -578,7 +596,8 @@ class LiveConversation(ThreadService):
         self._cancel = threading.Event()
         self._set_busy(True)
         self.turn_started.emit(line)
-        self._run_turn.emit(go, instructions, self._cancel)
+        path = self.document.path
+        self._run_turn.emit(go, instructions, self._cancel, Path(path).name if path else "an untitled asset")
         return True
 
     def use_backend(self, make_backend: Callable[[], Backend] | None) -> bool:

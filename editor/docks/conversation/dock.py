@@ -1044,6 +1044,23 @@ class ConversationDock(QDockWidget):
         self.set_status(f"Imported {len(saved.history.turns)} turns from {path}")
         return True
 
+    def continue_from(self, saved: SavedDialog | None, line: str, crashed: str = "") -> bool:
+        """Carry on a conversation a crash interrupted: ``saved`` (None: it had no turns yet) continued
+        from as if imported, and ``line``, said as it crashed, back in the box to send again. ``crashed``
+        says what crashed. False, with the reason shown, when the conversation cannot take it now."""
+        if saved is not None and not self.conversation.import_history(saved, "the recovered conversation"):
+            self.show_error("The conversation kept from the crash could not be continued: wait for the turn to "
+                            "finish, then open the recovery again.")
+            return False
+        if line:
+            self.line.setText(line)
+        turns = len(saved.history.turns) if saved is not None else 0
+        kept = f"The conversation is back as it was ({turns} turn{'s' if turns != 1 else ''})"
+        self.set_status(" ".join(part for part in (
+            crashed, kept + ("; the line being said is in the box: press Enter to send it again." if line else "."))
+            if part))
+        return True
+
     def default_node(self) -> str:
         asset = self.asset
         for node in asset.nodes:
