@@ -3,7 +3,7 @@ command takes once installed (``python -m pytest``, offscreen), with the machine
 after, so the README's counts and times come from a measurement (tests/test_readme.py holds the README
 to this file).
 
-    python bench/bench_test_suite.py     # the whole suite (~17 min on 2 cores): bench/results/test_suite.json
+    python bench/bench_test_suite.py     # the whole suite (~12 min on 2 cores): bench/results/test_suite.json
 
 Run it on a quiet machine with llama-server already built (the first run of the tests builds it).
 """
@@ -48,6 +48,8 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "failed": [line.split(" - ")[0].removeprefix("FAILED ") for line in done.stdout.splitlines()
+                   if line.startswith("FAILED ")],
         "slowest": [line for line in done.stdout.splitlines() if re.match(r"^\d+\.\d+s (call|setup)", line)][:10],
     }
     write_results("test_suite", data)

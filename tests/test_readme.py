@@ -1,6 +1,9 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README's set-up commands are the ones CI runs, and the test count and time it states are measured."""
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +44,22 @@ def test_readme_layout_table_matches_the_tree():
     docks = {p.name for p in (root / "editor" / "docks").iterdir() if (p / "dock.py").is_file()}
     docks_row = next(line for line in table.splitlines() if line.startswith("| `editor/docks/`"))
     assert all(f"`{name}`" in docks_row for name in docks), sorted(docks)
+
+
+def test_readme_states_the_measured_test_count_and_time(request):
+    """The README's "about N minutes (M of them)" is bench/results/test_suite.json's measurement, and that
+    measurement is of today's suite (within 5 % of the tests collected now: rerun bench/bench_test_suite.py)."""
+    stated = re.search(r"The tests take about (\d+) minutes on a quiet 2-core machine once installed \(([\d,]+) of them",
+                       (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert stated, "the README no longer states the tests' time and count in the sentence this test reads"
+    measured = json.loads((ROOT / "bench" / "results" / "test_suite.json").read_text(encoding="utf-8"))
+    assert int(stated[1]) == round(measured["pytest_seconds"] / 60)
+    assert int(stated[2].replace(",", "")) == measured["tests"]
+    collected = request.session.testscollected
+    if collected < 0.9 * measured["tests"]:  # this run is part of the suite: count the whole of it
+        listing = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                                 cwd=ROOT, capture_output=True, text=True, check=False).stdout
+        collected = int(re.search(r"(\d+) tests? collected", listing)[1])
+    assert abs(collected - measured["tests"]) <= 0.05 * measured["tests"], (
+        f"{collected} tests now against {measured['tests']} measured: run python bench/bench_test_suite.py "
+        "and update the README")
