@@ -42,11 +42,11 @@ from runtime.crashes import CrashWatch, Running, turn_note
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
-from runtime.dialogue.tree import keep_nodes
-from runtime.models.folder import ModelNotFound
 from runtime.models.memory import MIB
 from runtime.problems import AssetError, BackendError, InputError
 from runtime.prompting.prompt import PromptPart
+from runtime.session.failures import Failure, failure_of
+from runtime.session.session import Session
 
 log = logging.getLogger("parley.editor")
 
@@ -74,17 +74,6 @@ TurnOperation = Callable[[Agent, dict[str, Any]], TurnResult]
 
 # The model-loading bar moves at most this often (seconds): smooth to the eye, and cheap
 LOADING_UPDATE_S = 0.02
-
-
-@dataclass(frozen=True)
-class TurnFailure:
-    """Why a turn did not finish, as the docks act on it (the conversation is as it was before it)."""
-
-    message: str
-    cancelled: bool = False
-    missing_model: str | None = None  # the model name that resolved to no file, when that was the cause
-    node_id: str = ""
-    field: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,7 +169,7 @@ class RuntimeWorker(QObject):
     loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # a runtime.events event, as it happens
     turn_finished = Signal(object)  # TurnRecord
-    turn_failed = Signal(object)  # TurnFailure
+    turn_failed = Signal(object)  # Failure (runtime.session.failures)
     history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
     history_rejected = Signal(str)  # why a history operation changed nothing
     tool_needed = Signal(str, str, object)  # node id, tool name, arguments
@@ -200,13 +189,18 @@ class RuntimeWorker(QObject):
         self._make_backend = make_backend
         self._asset_dir = ""
         self.backend: Backend | None = None
-        self.agent: Agent | None = None
+        self.session: Session | None = None
         # Why the asset last sent cannot run (a behaviour file it runs cannot be read): every turn
         # fails saying so until an asset that can run is sent. The agent before it stays.
         self.refused = ""
         # The RAM (MiB) the embedded backend's cache snapshots may take (None: the backend's default).
         # Set from the UI thread only before the thread starts; then through set_snapshot_budget.
         self.snapshot_mib: int | None = None
+
+    @property
+    def agent(self) -> Agent | None:
+        """The conversation's agent (None before the first asset, and after stop)."""
+        return self.session.agent if self.session is not None else None
 
     def _backend(self, asset_dir: str) -> Backend:
         if self.backend is None:
@@ -251,25 +245,19 @@ class RuntimeWorker(QObject):
             with cancel_scope(self._closing):
                 self._use_asset(asset, asset_dir, restart)
         except (BackendError, Cancelled) as exc:
-            self.turn_failed.emit(failure(exc))
+            self.turn_failed.emit(failure_of(exc))
         except AssetError as exc:  # a behaviour it runs is missing or broken (the Problems dock lists it)
             self.refused = "The graph cannot run: " + "; ".join(p.message for p in exc.problems[:3])
 
     def _use_asset(self, asset: Asset, asset_dir: str, restart: bool) -> None:
         self._asset_dir = asset_dir
         backend = self._backend(asset_dir)
-        old = self.agent
-        agent = Agent(asset, backend, asset_dir or None)
+        if self.session is None or restart:
+            self.session = Session(asset, backend, asset_dir or None)
+        else:
+            self.session.use_asset(asset, asset_dir or None, backend=backend)
         self.refused = ""
-        if old is not None and not restart:
-            # A deleted node's window starts and system prompts go, from every state of the tree
-            # (filtering only the current state left the tree naming it, and the import refused it).
-            # The agent's own ids: its behaviours' nodes (guard/classify) keep theirs.
-            agent.import_dialog(keep_nodes(old.export_dialog(), agent.asset.node_ids()))
-            # Variables the designer changed in this conversation stay; the rest follow the asset.
-            changed = {k: v for k, v in old.variables.items() if old.asset.variables.get(k, object()) != v}
-            agent.variables = {**agent.asset.variables, **changed}
-        self.agent = agent
+        agent = self.session.agent
         self.history_changed.emit(agent.export_dialog())
 
     @Slot(object)
@@ -293,12 +281,8 @@ class RuntimeWorker(QObject):
             self.backend_failed.emit(str(exc))
             return
         old.close()
-        if self.agent is not None:
-            saved = self.agent.export_dialog()
-            agent = Agent(self.agent.asset, backend, self._asset_dir or None)
-            agent.import_dialog(saved)
-            agent.variables = dict(self.agent.variables)
-            self.agent = agent
+        if self.session is not None:
+            self.session.use_backend(backend)
 
     def _load_models(self, asset: Asset, cancel: threading.Event, loading: Callable[[str], None]) -> None:
         """Load every model the asset uses that is not loaded yet, reporting each one's progress
@@ -348,7 +332,7 @@ class RuntimeWorker(QObject):
         """Run a turn (``go``) of the conversation ``of`` names ("chat.json"); the crash watch notes it."""
         agent = self.agent
         if self.refused or agent is None:
-            self.turn_failed.emit(TurnFailure(self.refused or "no agent: open or build a graph first"))
+            self.turn_failed.emit(Failure("turn_error", self.refused or "no agent: open or build a graph first"))
             return
         watch = self._crash_watch
         with watch.running(turn_note(len(agent.history.turns) + 1, of)) if watch else nullcontext() as noted:
@@ -391,11 +375,11 @@ class RuntimeWorker(QObject):
             if cancel.is_set() and not isinstance(exc, TurnCancelled):
                 # a request that Stop ended surfaces as a failed node or backend: it was the Stop
                 exc = TurnCancelled("the turn was cancelled")
-            self.turn_failed.emit(failure(exc))
+            self.turn_failed.emit(failure_of(exc))
             return
         except Exception as exc:
             log.exception("turn failed")
-            self.turn_failed.emit(TurnFailure(f"{type(exc).__name__}: {exc}"))
+            self.turn_failed.emit(failure_of(exc))
             return
         # Which backend ran it, then the history, so the chat view has both when the turn's record arrives.
         self.turn_backend.emit(result.turn_id, result.backend, reproducibility)
@@ -435,7 +419,7 @@ class RuntimeWorker(QObject):
             except (BackendError, Cancelled, OSError) as exc:  # the thread must end all the same
                 log.warning("closing the backend failed: %s", exc)
             self.backend = None
-        self.agent = None
+        self.session = None
         thread = QThread.currentThread()
         thread.quit()
 
@@ -458,18 +442,6 @@ class Replay:
     @property
     def changed(self) -> int:
         return sum(self.results.values())
-
-
-def failure(exc: Exception) -> TurnFailure:
-    """The typed failure the docks act on, from what the runtime raised."""
-    if isinstance(exc, TurnCancelled):
-        return TurnFailure("Stopped: the turn was cancelled and the conversation is as it was before it.",
-                           cancelled=True, node_id=exc.node_id)
-    if isinstance(exc, ModelNotFound):
-        return TurnFailure(str(exc), missing_model=exc.model)
-    if isinstance(exc, TurnError):
-        return TurnFailure(str(exc), node_id=exc.node_id, field=exc.field)
-    return TurnFailure(str(exc))
 
 
 # --- the UI side ---------------------------------------------------------------------------
@@ -510,7 +482,7 @@ class LiveConversation(ThreadService):
     event = Signal(object)  # runtime.events event
     turn_started = Signal(str)  # the player's line
     turn_finished = Signal(object)  # TurnRecord (None when the asset turns diagnostics off)
-    turn_failed = Signal(object)  # TurnFailure
+    turn_failed = Signal(object)  # Failure (runtime.session.failures)
     history_changed = Signal(object)  # SavedDialog
     history_rejected = Signal(str)
     tool_needed = Signal(str, str, object)  # node id, tool, arguments
@@ -829,7 +801,7 @@ class LiveConversation(ThreadService):
             if replay.pending and not replay.step:
                 self.replay_step()
 
-    def _on_failed(self, failure: TurnFailure) -> None:
+    def _on_failed(self, failure: Failure) -> None:
         self._set_busy(False)
         self.stop_replay()  # a failed or stopped turn ends the replay; the lines not sent are not lost
         self.turn_failed.emit(failure)

@@ -42,11 +42,12 @@ class SelfTestFailure(Exception):
 
 
 def _self_test(out: TextIO) -> int:
-    from runtime.agent import Agent, TurnError
+    from runtime.agent import TurnError
     from runtime.asset.file import load_asset
     from runtime.models.folder import SAMPLE_MODEL, ModelFileError, ensure_sample_model, resolve_model
     from runtime.problems import BackendError, InputError
     from runtime.resources import examples_dir
+    from runtime.session.session import Session
 
     def say(message: str) -> None:
         print(message, file=out, flush=True)
@@ -82,8 +83,7 @@ def _self_test(out: TextIO) -> int:
     backend = LlamaBackend(asset_dir=asset_path.parent)
     started = time.perf_counter()
     try:
-        agent = Agent(asset, backend, asset_dir=str(asset_path.parent))
-        result = agent.run_turn(SELF_TEST_LINE)
+        result = Session(asset, backend, asset_path.parent).turn(SELF_TEST_LINE)
     except (TurnError, BackendError, InputError) as exc:
         raise SelfTestFailure(f"the turn failed: {exc}") from None
     finally:

@@ -32,10 +32,12 @@ from runtime.agent import TurnResult
 from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import history_from_dict
 from runtime.dialogue.history import SavedDialog
-from runtime.events import Event, NodeFinished, NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
+from runtime.events import Event
 from runtime.nodes.running import RecordedPrompt
 from runtime.problems import InputError
 from runtime.prompting.prompt import PromptPart
+from runtime.serve.protocol import event_from_data
+from runtime.session.failures import Failure
 
 if TYPE_CHECKING:
     from runtime.serve.client import ParleyClient, ServerEvent
@@ -134,28 +136,11 @@ def turn_result(detail: TurnDetail, backend: str = "") -> TurnResult | None:
 def runtime_event(event: ServerEvent) -> Event | None:
     """A watch stream's node event as the runtime's (what the Conversation dock shows as a turn runs);
     None for the kinds that are not one (turn_started, tool_request, turn_finished, ...)."""
-    d = event.data
-    node = str(d.get("node", ""))
     try:
-        if event.kind == "node_started":
-            return NodeStarted(node, str(d.get("type", "")))
-        if event.kind == "token":
-            return Token(node, str(d["text"]))
-        if event.kind == "speak":
-            return Speak(node, str(d["text"]))
-        if event.kind == "tool_call":
-            return ToolCalled(node, str(d["tool"]), dict(d.get("arguments") or {}), str(d.get("result", "")))
-        if event.kind == "summarized":
-            return Summarized(node, int(d["covered_through"]), int(d["folded_turns"]), int(d["summary_chars"]),
-                              str(d.get("text", "")))
-        if event.kind == "warning":
-            return TurnWarning(node, str(d.get("message", "")))
-        if event.kind == "node_finished":
-            return NodeFinished(node, str(d.get("type", "")), str(d.get("output", "")), str(d.get("exit", "")),
-                                str(d.get("next_node", "")))
-    except (KeyError, TypeError, ValueError):
-        log.warning("a %s event from the server did not fit: %r", event.kind, d)
-    return None
+        return event_from_data(event.kind, event.data)
+    except ValueError:
+        log.warning("a %s event from the server did not fit: %r", event.kind, event.data)
+        return None
 
 
 @dataclass
@@ -505,8 +490,8 @@ class ServerAttach(ThreadService):
             self.changed.emit()
         elif event.kind == "turn_failed":
             self._live_turn = False
-            error = d.get("error") or {}
-            self.status = (f"A turn failed on the server ({error.get('code', '?')}: {error.get('message', '')}); "
+            error = Failure.from_json(d.get("error") or {})
+            self.status = (f"A turn failed on the server ({error.code or '?'}: {error.message}); "
                            "the session is as it was before it.")
             conv.history_changed.emit(conv.saved)  # the half-shown turn goes
             self.changed.emit()

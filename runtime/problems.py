@@ -26,7 +26,7 @@ class Problem:
         if self.line:
             return f"{self.file}:{self.line}:{self.column}"
         place = ".".join(p for p in (self.node_id, self.field) if p)
-        return f"{self.file}:{place}" if place else self.file
+        return ":".join(p for p in (self.file, place) if p)  # no file: no leading colon
 
     def __str__(self) -> str:
         return f"{self.where}: {self.severity}: {self.message}"

@@ -34,6 +34,7 @@ from runtime.models.folder import ModelFileError, models_dir, resolve_model
 from runtime.models.journal import EMPTY, Chunk, DecodeJournal, common_prefix
 from runtime.nodes.running import TurnCancelled
 from runtime.problems import BackendError, InputError, Problem
+from runtime.session.session import Session
 
 Outcome = Literal["identical", "different", "failed", "skipped"]
 
@@ -261,7 +262,7 @@ def replay_bundle(bundle: Bundle, models: Sequence[str | Path] = (), *, force: b
             if mine != recorded.params:
                 report.notes.append(f"node {node}'s context is made here with {mine}, where the bundle's was "
                                     f"{recorded.params}: a difference may come from that")
-        agent = Agent(bundle.runs, backend, asset_dir)
+        agent = Session(bundle.runs, backend, asset_dir).agent
         try:
             agent.import_dialog(bundle.conversation, bundle.source)
         except HistoryError as exc:

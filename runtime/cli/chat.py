@@ -40,6 +40,7 @@ from runtime.events import Event, Token
 from runtime.models.folder import unusable_path
 from runtime.names import without_surrogates
 from runtime.problems import BackendError, InputError
+from runtime.session.session import Session
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         backend.close()
         return 2
 
-    agent = Agent(asset, backend, asset_dir=str(Path(args.asset).parent))
+    agent = Session(asset, backend, Path(args.asset).parent).agent
     code = 0
     recorded: list[tuple[str, str]] = []
     # --history-out replaces its file with the agent's dialog: only once the agent holds the

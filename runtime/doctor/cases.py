@@ -33,6 +33,7 @@ from runtime.dialogue.history import Reply
 from runtime.doctor.numerics import INN
 from runtime.nodes.running import TurnCancelled, TurnError
 from runtime.problems import BackendError, InputError
+from runtime.session.session import Session
 
 LINES = (
     "Good evening! Is there a room free tonight?",
@@ -200,7 +201,7 @@ def cold_import(run: CaseRun) -> str:
     saved = history_from_dict(json.loads(text), "<the self-test's history>")
     backend = run.make_backend()
     try:
-        cold = Agent(run.asset, backend)
+        cold = Session(run.asset, backend).agent
         cold.import_dialog(saved, "<the self-test's history>")
         cold.rewind(RESUME_TURN)
         return difference(run.reference[RESUME_TURN:], run.talk(cold, LINES[RESUME_TURN:]), RESUME_TURN)
@@ -214,7 +215,7 @@ def threads(run: CaseRun) -> str:
     counts, make = run.other_threads
     backend = make()
     try:
-        found = difference(run.reference, run.talk(Agent(run.asset, backend), LINES))
+        found = difference(run.reference, run.talk(Session(run.asset, backend).agent, LINES))
     finally:
         backend.close()
     return f"at {counts}: {found}" if found else ""
@@ -246,7 +247,7 @@ def run_cases(make_backend: BackendMaker, model: str, *, other_threads: tuple[st
 
     backend = make_backend()
     try:
-        agent = Agent(asset, backend)
+        agent = Session(asset, backend).agent
         try:
             turns = [agent.run_turn(line, cancel=cancel) for line in LINES]
         except TurnCancelled:

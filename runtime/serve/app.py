@@ -45,12 +45,15 @@ from runtime.serve.protocol import (
     TurnLines,
     VariablesIn,
 )
+from runtime.session.failures import FAILURE_CODES
 
 log = logging.getLogger("parley.serve")
 
 KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
 SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events: `event: KIND` and one line "
-             "of JSON `data:` each; the last is turn_finished or turn_failed."}}
+             "of JSON `data:` each; the last is turn_finished or turn_failed, whose `error` is "
+             "`{code, message, node, field, model}` with code one of: "
+             + "; ".join(f"{code} ({when})" for code, when in FAILURE_CODES.items()) + "."}}
 ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422, 429)}
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],

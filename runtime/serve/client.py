@@ -25,6 +25,7 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnDetail, TurnLine
+from runtime.session.failures import Failure
 
 DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
 
@@ -42,9 +43,9 @@ class TurnFailed(ParleyError):
     """A turn ended with ``turn_failed``; the session is as it was before it. ``node`` and ``field``
     name where it failed, when the server said."""
 
-    def __init__(self, code: str, message: str, node: str = "", field: str = "") -> None:
+    def __init__(self, code: str, message: str, node: str = "", field: str = "", model: str = "") -> None:
         super().__init__(code, message)
-        self.node, self.field = node, field
+        self.node, self.field, self.model = node, field, model  # model: the name model_missing could not find
 
 
 @dataclass(frozen=True)
@@ -254,8 +255,8 @@ def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> T
             d = event.data
             return TurnEnd(d["turn"], d["turn_id"], d["reply"], list(d["path"]), d.get("diagnostics"), seen)
         if event.kind == "turn_failed":
-            e = event.data["error"]
-            raise TurnFailed(e["code"], e["message"], e.get("node", ""), e.get("field", ""))
+            e = Failure.from_json(event.data["error"])
+            raise TurnFailed(e.code, e.message, e.node, e.field, e.model)
     raise ParleyError("truncated", "the turn's stream ended before turn_finished or turn_failed")
 
 

@@ -15,19 +15,21 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnError, TurnResult, noting_nodes
+from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnResult, noting_nodes
 from runtime.asset.file import load_asset
 from runtime.asset.validation import validate_asset
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch, turn_note
 from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
 from runtime.events import Event, TurnFinished
-from runtime.problems import BackendError, InputError, Problem
+from runtime.problems import InputError, Problem
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
+from runtime.session.failures import Failure, ToolTimeout, failure_of
+from runtime.session.session import Session
 
 log = logging.getLogger("parley.serve")
 
@@ -88,10 +90,6 @@ class RunningTurn:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class ToolTimeout(TurnError):
-    """The client did not answer a tool call in time."""
-
-
 @dataclass
 class ServedTurn:
     turn_id: int
@@ -106,13 +104,17 @@ class ServedTurn:
 class NPC:
     """One session: an agent, the turn it is running (if any), who watches it, and its latest turns' details."""
 
-    def __init__(self, session_id: str, asset_path: str, agent: Agent) -> None:
+    def __init__(self, session_id: str, asset_path: str, session: Session) -> None:
         self.id = session_id
         self.asset_path = asset_path
-        self.agent = agent
+        self.session = session
         self.running: RunningTurn | None = None
         self.watchers: set[asyncio.Queue[Item | None]] = set()
         self.details: OrderedDict[int, ServedTurn] = OrderedDict()
+
+    @property
+    def agent(self) -> Agent:
+        return self.session.agent
 
     def out(self) -> SessionOut:
         return SessionOut(id=self.id, asset=self.asset_path, asset_name=self.agent.asset.name,
@@ -212,10 +214,8 @@ class NPCs:
                 session_id = f"npc-{next(self._ids)}-{secrets.token_hex(3)}"
             if session_id in self.sessions:
                 raise ServeError("exists", f"a session {session_id!r} exists already")
-            agent = Agent(loaded, self.backend, asset_dir=str(path.parent), session_id=session_id)
-            for name, value in variables.items():
-                agent.set_variable(name, value)
-            npc = self.sessions[session_id] = NPC(session_id, str(asset), agent)
+            session = Session(loaded, self.backend, path.parent, session_id=session_id, variables=variables)
+            npc = self.sessions[session_id] = NPC(session_id, str(asset), session)
         log.info("session %s: %s", session_id, asset)
         return npc
 
@@ -388,26 +388,16 @@ class NPCs:
         stream.put(last, last=True)
         stream.close()
 
-    def _failure(self, exc: BaseException, stream: Stream) -> dict[str, str]:
-        node = getattr(exc, "node_id", "") or ""
-        field_ = getattr(exc, "field", "") or ""
+    @staticmethod
+    def _failure(exc: BaseException, stream: Stream) -> dict[str, str]:
         if stream.overflowed:
-            code, message = "stream_limit", (f"the turn's stream passed {stream.limit} events (--max-stream-events) "
-                                             "and was stopped")
-        elif isinstance(exc, ToolTimeout):
-            code, message = "tool_timeout", exc.reason
-        elif isinstance(exc, TurnCancelled):
-            code, message = "cancelled", "the turn was cancelled; the session is as it was before it"
-        elif isinstance(exc, TurnError):
-            code, message = "turn_error", str(exc)
-        elif isinstance(exc, BackendError):
-            code, message = "backend_error", str(exc)
-        elif isinstance(exc, InputError):
-            code, message = "bad_input", str(exc)
-        else:
+            return Failure("stream_limit", f"the turn's stream passed {stream.limit} events (--max-stream-events) "
+                           "and was stopped").to_json()
+        failure = failure_of(exc)
+        if failure.unexpected:
             log.error("a turn failed unexpectedly", exc_info=exc)
-            code, message = "turn_error", f"the turn failed: {type(exc).__name__}"
-        return {"code": code, "message": message, "node": node, "field": field_}
+            failure = replace(failure, message=f"the turn failed: {type(exc).__name__}")  # no internals on the wire
+        return failure.to_json()
 
     def _record(self, npc: NPC, line: str, result: TurnResult) -> ServedTurn:
         diagnostics = result.diagnostics.model_dump(mode="json") if result.diagnostics is not None else None

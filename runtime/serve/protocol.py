@@ -4,12 +4,24 @@ turn streams, and the typed errors. Everything here is JSON; no answer ever hold
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, fields, is_dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.events import Event
+from runtime.events import (
+    Event,
+    NodeEvent,
+    NodeFinished,
+    NodeStarted,
+    Speak,
+    Summarized,
+    Token,
+    ToolCalled,
+    TurnWarning,
+)
+from runtime.session.failures import FAILURE_CODES
 
 API_VERSION = "1"
 PREFIX = "/v1"
@@ -36,8 +48,8 @@ ERROR_STATUS: dict[str, int] = {
     "limit_reached": 429,
     "internal": 500,
 }
-# What ends a failed turn's stream (``turn_failed``'s code).
-TURN_FAILURES = ("cancelled", "turn_error", "backend_error", "tool_timeout", "stream_limit", "bad_input")
+# What ends a failed turn's stream (``turn_failed``'s code): the session's failure table.
+TURN_FAILURES = tuple(FAILURE_CODES)
 
 
 class _Request(BaseModel):
@@ -208,3 +220,27 @@ def event_data(event: Event) -> dict[str, Any]:
     """A runtime event as an SSE event's data (its fields; ``kind`` is the SSE event's name)."""
     assert is_dataclass(event)
     return {f.name: getattr(event, f.name) for f in fields(event)}
+
+
+# kind -> the runtime event a node sends as it runs (the turn's start and end are the server's own events)
+NODE_EVENTS: dict[str, type[NodeEvent]] = {cls.kind: cls for cls in (NodeStarted, Token, Speak, ToolCalled, Summarized,
+                                                                      TurnWarning, NodeFinished)}
+_EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, dict: dict, list: list}
+
+
+def event_from_data(kind: str, data: dict[str, Any]) -> NodeEvent | None:
+    """The runtime event ``event_data`` made an SSE event of: its inverse, for a node's events (None for
+    the server's own kinds: watching, turn_started, tool_request, turn_finished, turn_failed). A field
+    the data lacks is empty (a server of another version); one that does not fit raises ValueError."""
+    cls = NODE_EVENTS.get(kind)
+    if cls is None:
+        return None
+    hints = get_type_hints(cls)
+    values = {}
+    for f in fields(cls):
+        make = _EMPTY[get_origin(hints[f.name]) or hints[f.name]]
+        try:
+            values[f.name] = make(data[f.name]) if data.get(f.name) is not None else make()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a {kind} event's {f.name} is {data[f.name]!r}, not {make.__name__}") from exc
+    return cls(**values)

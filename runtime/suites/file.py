@@ -190,6 +190,11 @@ class LoadedSuite:
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def asset_folder(self) -> Path:
+        """The folder of the asset the suite names: where its behaviours, histories and models are found."""
+        return self.path.parent.joinpath(self.suite.asset).resolve().parent
+
     def case_id(self, case: Case) -> str:
         return f"{self.path.name}::{case.name}"
 

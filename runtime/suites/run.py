@@ -12,11 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.agent import Agent
 from runtime.backends.base import Backend
 from runtime.backends.http import ServerUnavailable
 from runtime.dialogue.dialog_file import load_history
 from runtime.problems import BackendError, InputError, Problem
+from runtime.session.failures import failure_of
+from runtime.session.session import Session
 from runtime.suites.checks import Check, Judge, check_reply, check_turn, judge_check
 from runtime.suites.file import Case, LoadedSuite
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
@@ -34,8 +35,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
     out = CaseResult(loaded.name, case.name, repeat)
     started = time.perf_counter()
     try:
-        asset_dir = str(loaded.path.parent.joinpath(loaded.suite.asset).resolve().parent)
-        agent = Agent(loaded.asset, backend, asset_dir)
+        agent = Session(loaded.asset, backend, loaded.asset_folder).agent
         if case.history:
             agent.import_dialog(load_history(loaded.path.parent / case.history), case.history)
         for name, value in case.variables.items():
@@ -54,7 +54,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
             except Exception as exc:  # a failed turn (a backend error, a bad template) fails the case, not the run
                 if lost_server_raises and isinstance(exc, ServerUnavailable):
                     raise
-                outcome.error = f"the turn failed: {exc}"
+                outcome.error = f"the turn failed: {failure_of(exc).message}"
                 if on_turn is not None:
                     on_turn(outcome)
                 break
@@ -86,7 +86,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
             raise
         out.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - the case cannot run at all (a broken history file, a failed backend)
-        out.error = f"{type(exc).__name__}: {exc}"
+        out.error = failure_of(exc).message
     out.seconds = time.perf_counter() - started
     return out
 
@@ -190,7 +190,7 @@ def run_suites(loaded: list[LoadedSuite], make_backend: BackendFactory | list[Se
                     queue.insert(0, (index, [*moved, why]))
                 continue
             except BackendError as exc:
-                result = CaseResult(suite.name, case.name, k, error=f"no backend: {exc}")
+                result = CaseResult(suite.name, case.name, k, error=f"no backend: {failure_of(exc).message}")
             made_here = backends.get(id(server))
             result.server = server.name or (made_here[0].label if made_here else "")
             result.moved = moved

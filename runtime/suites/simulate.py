@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.agent import Agent
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.problems import InputError, Problem
+from runtime.session.failures import failure_of
+from runtime.session.session import Session
 from runtime.suites.file import LoadedSuite, Persona, SuiteError, load_suite, read_suite_yaml, save_cases
 from runtime.suites.report import CaseResult, Coverage
 from runtime.suites.run import _tool_answers
@@ -272,7 +273,6 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
     a failing turn: the conversation stops there and its turn says why."""
     started = time.perf_counter()
     asset_file = str(loaded.path.parent / loaded.suite.asset)
-    asset_dir = str(loaded.path.parent.joinpath(loaded.suite.asset).resolve().parent)
     coverage = Coverage(loaded.asset)
     if baseline is not None:
         coverage.visits.update(baseline.visits)
@@ -291,7 +291,7 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                                          _player_seed(loaded.suite.seed + (seed or 0), persona.name, index))
             conv.counts = CaseResult(loaded.name, conv.name)
             begun = time.perf_counter()
-            agent = Agent(loaded.asset, backend, asset_dir)
+            agent = Session(loaded.asset, backend, loaded.asset_folder).agent
             agent.reroll_seeds(loaded.suite.seed + (seed or 0))  # as run_case seeds a case: saved lines replay
             player.start()
             history: list[tuple[str, str]] = []
@@ -324,7 +324,7 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                     try:
                         result = agent.run_turn(line, "", cancel=cancel, tool_result=_tool_answers({}))
                     except Exception as exc:  # noqa: BLE001 - a failed turn is a finding, not the end of the run
-                        turn.error = f"the turn failed: {exc}"
+                        turn.error = f"the turn failed: {failure_of(exc).message}"
                         break
                     if _new_in(result, reached) or (cancel is not None and cancel.is_set()):
                         break

@@ -207,7 +207,7 @@ def variant_suite(loaded: LoadedSuite, variant: str | os.PathLike[str] | Asset) 
 
     suite = loaded.suite
     if isinstance(variant, Asset):
-        asset, folder, source, name = variant, loaded.path.parent.joinpath(suite.asset).resolve().parent, "", suite.asset
+        asset, folder, source, name = variant, loaded.asset_folder, "", suite.asset
     else:
         path = Path(variant).resolve()
         if not path.is_file():

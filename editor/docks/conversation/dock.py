@@ -45,7 +45,7 @@ from editor.docks.conversation.history_dialogs import (
 )
 from editor.expectations_dialog import ExpectationsDialog, case_with
 from editor.flow_layout import wrapping_row
-from editor.runtime_worker import LiveConversation, TurnFailure, TurnRecord
+from editor.runtime_worker import LiveConversation, TurnRecord
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     DownloadReactions,
@@ -65,6 +65,7 @@ from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, Tu
 from runtime.models.folder import SAMPLE_MODEL, models_dir
 from runtime.nodes import NODE_TYPES
 from runtime.problems import InputError
+from runtime.session.failures import Failure
 from runtime.suites.checks import case_from_turns
 from runtime.suites.file import save_case
 
@@ -569,7 +570,7 @@ class ConversationDock(QDockWidget):
         self.later_offer = None
         self.later_bar.hide()
 
-    def _turn_failed(self, failure: TurnFailure) -> None:
+    def _turn_failed(self, failure: Failure) -> None:
         self.regenerating = None
         if not self.line.text() and self.turn_line:
             self.line.setText(self.turn_line)  # the player's line is not lost: fix the cause, press Enter
@@ -577,8 +578,8 @@ class ConversationDock(QDockWidget):
             self.set_status(failure.message)
             return
         missing = []
-        if failure.missing_model is not None:
-            missing = missing_models(self.asset, self.conversation.document.asset_dir) or [failure.missing_model]
+        if failure.code == "model_missing":
+            missing = missing_models(self.asset, self.conversation.document.asset_dir) or [failure.model]
         if missing and not self.backends.remote:
             self.offer_models(missing, failure.message)
         elif self.backends.remote:

@@ -100,3 +100,19 @@ def test_cancelling_in_the_middle_of_generation_leaves_the_served_session_as_it_
         assert client.export_history(npc.id) == before
         again = client.turn(npc.id, LINES[1])  # and it goes on as if the cancelled turn never was
         assert again.turn == 1 and again.reply
+
+
+def test_a_model_the_folder_lacks_fails_the_turn_as_model_missing_naming_it(assets, backend):
+    """The embedded engine cannot find the asset's model: the game hears ``model_missing`` with the name
+    it gave (as the editor offers the download), not a ``backend_error`` it cannot tell apart, and the
+    session is as it was."""
+    raw = json.loads((assets / "chat.json").read_text(encoding="utf-8"))
+    raw["default_model"] = "Innkeeper-7B.Q4_K_M.gguf"
+    (assets / "no_model.json").write_text(json.dumps(raw), encoding="utf-8")
+    with running_server(backend, [assets]) as url, ParleyClient(url, timeout=WAIT) as client:
+        client.create_session("no_model.json", id="ghost")
+        with pytest.raises(TurnFailed) as failed:
+            client.turn("ghost", LINES[0])
+        assert (failed.value.code, failed.value.model) == ("model_missing", "Innkeeper-7B.Q4_K_M.gguf")
+        assert "Innkeeper-7B.Q4_K_M.gguf" in failed.value.message and "not found" in failed.value.message
+        assert client.export_history("ghost")["turns"] == []
