@@ -47,6 +47,7 @@ def _self_test(out: TextIO) -> int:
     from runtime.models.folder import SAMPLE_MODEL, ModelFileError, ensure_sample_model, resolve_model
     from runtime.problems import BackendError, InputError
     from runtime.resources import examples_dir
+    from runtime.session.failures import failure_of
     from runtime.session.session import Session
 
     def say(message: str) -> None:
@@ -85,7 +86,7 @@ def _self_test(out: TextIO) -> int:
     try:
         result = Session(asset, backend, asset_path.parent).turn(SELF_TEST_LINE)
     except (TurnError, BackendError, InputError) as exc:
-        raise SelfTestFailure(f"the turn failed: {exc}") from None
+        raise SelfTestFailure(f"the turn failed ({failure_of(exc).code}): {failure_of(exc).message}") from None
     finally:
         backend.close()
     seconds = time.perf_counter() - started

@@ -22,26 +22,24 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
 from editor.runtime_worker import LiveConversation, TurnRecord, turn_record
 from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
-from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import history_from_dict
 from runtime.dialogue.history import SavedDialog
 from runtime.events import Event
-from runtime.nodes.running import RecordedPrompt
 from runtime.problems import InputError
-from runtime.prompting.prompt import PromptPart
 from runtime.serve.protocol import event_from_data
 from runtime.session.failures import Failure
 
 if TYPE_CHECKING:
     from runtime.serve.client import ParleyClient, ServerEvent
-    from runtime.serve.protocol import SessionOut, TurnDetail
+    from runtime.serve.protocol import SessionOut
+    from runtime.session.record import TurnRecord
 
 log = logging.getLogger("parley.editor")
 
@@ -111,26 +109,15 @@ def error_text(exc: BaseException, url: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-# --- from the server's JSON to the runtime's objects -------------------------------------------
-
-_PART_FIELDS = frozenset(f.name for f in dataclasses.fields(PromptPart))
+# --- from the server's records to the runtime's objects -----------------------------------------
 
 
-def prompt_part(raw: dict[str, Any]) -> PromptPart:
-    """One part of a recorded prompt as the server sent it (fields it may add later are left out)."""
-    return PromptPart(**{k: v for k, v in raw.items() if k in _PART_FIELDS})
-
-
-def turn_result(detail: TurnDetail, backend: str = "") -> TurnResult | None:
+def turn_result(record: TurnRecord, backend: str = "") -> TurnResult | None:
     """A turn the server ran, as the runtime's ``TurnResult`` (None when it kept no diagnostics: a turn
-    imported there, one older than the server keeps, or an asset with diagnostics off). Raises
-    ValueError (pydantic's ValidationError among them) or TypeError when the details do not fit."""
-    if detail.diagnostics is None:
+    imported there, one older than the server keeps, or an asset with diagnostics off)."""
+    if record.diagnostics is None:
         return None
-    diagnostics = TurnDiagnostics.model_validate(detail.diagnostics)
-    prompts = {node: RecordedPrompt([prompt_part(p) for p in value.get("parts", [])], int(value.get("context_size", 0)))
-               for node, value in (detail.prompts or {}).items()}
-    return TurnResult(detail.index, detail.reply, list(detail.path), {}, diagnostics, prompts, detail.turn_id, backend)
+    return dataclasses.replace(record, backend=backend).result()
 
 
 def runtime_event(event: ServerEvent) -> Event | None:

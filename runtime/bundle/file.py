@@ -40,7 +40,6 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from runtime.asset.behaviours import expand
 from runtime.asset.behaviours import problems as behaviour_problems
 from runtime.asset.file import asset_from_dict, asset_to_dict, dumps_asset, load_asset
 from runtime.asset.model import Asset, SamplingParams
@@ -61,6 +60,7 @@ from runtime.models.gguf import GGUFError, read_gguf
 from runtime.names import NAMESPACE_SEP, NODE_PATH_PATTERN, lone_surrogates, shown_name
 from runtime.nodes.subgraph import Subgraph
 from runtime.problems import AssetError, InputError, Problem
+from runtime.session.session import graph_of
 
 BUNDLE_FORMAT = "parley-bundle"
 BUNDLE_VERSION = 2  # 2: the asset's behaviour files (``asset.behaviours``, ``asset.folder``)
@@ -365,7 +365,7 @@ def _expanded(asset: Asset, files: Mapping[str, Asset], asset_dir: Path, source:
     """The graph ``asset`` runs, its behaviours read from ``files`` only (paths relative to
     ``asset_dir``, which is where their nodes' relative paths are read from). Raises ``AssetError``."""
     given = {os.path.normpath(asset_dir / key): behaviour for key, behaviour in files.items()}
-    return expand(asset, asset_dir, source, files=given)
+    return graph_of(asset, asset_dir, source, files=given)
 
 
 def _first_line(exc: Exception) -> str:

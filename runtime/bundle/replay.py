@@ -28,13 +28,14 @@ from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.llama import LlamaBackend
 from runtime.bundle.file import Bundle, BundleError, LlamaBuild, ModelFile, model_sha256
 from runtime.dialogue.dialog_file import HistoryError
-from runtime.dialogue.history import Entry, Reply, ToolExchange, Turn
+from runtime.dialogue.history import Entry, Reply
 from runtime.dialogue.tree import ConversationTree, TurnNode
 from runtime.models.folder import ModelFileError, models_dir, resolve_model
 from runtime.models.journal import EMPTY, Chunk, DecodeJournal, common_prefix
 from runtime.nodes.running import TurnCancelled
 from runtime.problems import BackendError, InputError, Problem
 from runtime.session.session import Session
+from runtime.session.tools import recorded_answers
 
 Outcome = Literal["identical", "different", "failed", "skipped"]
 
@@ -299,7 +300,7 @@ def _replay_turn(agent: Agent, backend: Backend, tree: ConversationTree, node: T
     agent.go_to(node.parent)
     agent.reroll_seeds(node.after.seed_salt)  # the salt the turn was generated with
     try:
-        result = agent.run_turn(node.turn.player, tool_result=_recorded_results(node.turn), cancel=cancel)
+        result = agent.run_turn(node.turn.player, tool_result=recorded_answers(node.turn), cancel=cancel)
     except TurnCancelled:
         raise
     except (TurnError, BackendError, InputError) as exc:
@@ -327,21 +328,6 @@ def _replay_turn(agent: Agent, backend: Backend, tree: ConversationTree, node: T
         return outcome("skipped", reason=f"edited by the designer, and no decode journal was recorded for "
                        f"{', '.join(untracked)}")
     return outcome("identical")
-
-
-def _recorded_results(turn: Turn) -> Callable[[str, str, dict[str, Any]], str]:
-    """Answers a tool call with the recorded result of the same node's call of the same tool, in order."""
-    pending = [(e.node, e.tool, e.result) for e in turn.entries if isinstance(e, ToolExchange)]
-
-    def answer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
-        for i, (node, name, result) in enumerate(pending):
-            if (node, name) == (node_id, tool):
-                del pending[i]
-                return result
-        raise TurnError(f"the replay called {tool} with {arguments}, and the recorded turn has no result for that "
-                        "call", node_id)
-
-    return answer
 
 
 def _model_of(agent: Agent, node_id: str) -> str:

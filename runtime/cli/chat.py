@@ -40,6 +40,7 @@ from runtime.events import Event, Token
 from runtime.models.folder import unusable_path
 from runtime.names import without_surrogates
 from runtime.problems import BackendError, InputError
+from runtime.session.failures import failure_of
 from runtime.session.session import Session
 
 
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
                     tool_result=_tool_answerer(interactive, stdin, out),
                 )
             except (TurnError, BackendError, InputError) as exc:
-                print(f"\n{args.asset}: turn failed: {exc}", file=err)
+                failure = failure_of(exc)
+                print(f"\n{args.asset}: turn failed ({failure.code}): {failure.message}", file=err)
                 code = 1
                 if interactive:
                     continue

@@ -11,9 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from runtime.asset.behaviours import expand
 from runtime.asset.estimate import Estimate, ModelResolver, estimate_asset
-from runtime.asset.file import load_asset
 from runtime.models.context_settings import FLASH_ATTN, FLASH_ATTN_MODES, KV_TYPE, kv_type_refusal
 from runtime.models.folder import ModelFileError, resolve_model, unusable_path
 from runtime.models.memory import (
@@ -28,6 +26,7 @@ from runtime.models.memory import (
 from runtime.names import without_surrogates
 from runtime.nodes.base import ModelParams, context_zero_text
 from runtime.problems import InputError, Problem
+from runtime.session.session import open_graph
 
 MAX_GPU_MEMORY_GB = 100_000  # 100 TB: beyond any machine, so a larger number is a typo
 MAX_GPU_LAYERS = 100_000  # more than any model has; every number above a model's layer count means all
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         # as it runs: a behaviour's nodes are sized, and named by --context, by namespaced id (guard/warn)
-        asset = expand(load_asset(args.asset), Path(args.asset).parent, str(args.asset))
+        asset = open_graph(args.asset)
         settings = Settings(
             gpu_memory=gpu_memory_bytes(args.gpu_memory),
             gpu_layers=args.gpu_layers,

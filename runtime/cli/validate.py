@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from runtime.asset.behaviours import expand
 from runtime.asset.file import load_asset
 from runtime.asset.validation import ModelFiles, validate_asset
 from runtime.models.folder import unusable_path
 from runtime.names import without_surrogates
 from runtime.problems import AssetError, InputError, Problem
 from runtime.prompting.templates import template_problems
+from runtime.session.session import graph_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def _problems(path: str) -> list[Problem]:
     folder = Path(path).parent
     problems = validate_asset(asset, str(path), asset_dir=folder, models=ModelFiles(folder))
     try:  # a behaviour's templates too, under its nodes' namespaced ids
-        nodes = expand(asset, folder, str(path)).nodes
+        nodes = graph_of(asset, folder, str(path)).nodes
     except InputError:  # its problems are in validate_asset's already
         nodes = asset.nodes
     # Until validate_asset checks templates itself; the check keeps a problem from being listed twice.

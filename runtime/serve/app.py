@@ -9,6 +9,7 @@ run on worker threads (``NPCs``); their events come back as Server-Sent Events.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -39,13 +40,13 @@ from runtime.serve.protocol import (
     SessionOut,
     Sessions,
     ToolResultIn,
-    TurnDetail,
     TurnIn,
     TurnLine,
     TurnLines,
     VariablesIn,
 )
 from runtime.session.failures import FAILURE_CODES
+from runtime.session.record import TurnRecord
 
 log = logging.getLogger("parley.serve")
 
@@ -308,8 +309,10 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
                                          reply=turn_reply(npc.agent.asset, tree.nodes[tid].turn))
                                 for i, tid in enumerate(tree.path())])
 
-    @app.get(f"{PREFIX}/sessions/{{session_id}}/turns/{{turn_id}}", response_model=TurnDetail, responses=ERRORS)
-    async def turn_detail(session_id: str, turn_id: int) -> TurnDetail:
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/turns/{{turn_id}}", response_model=TurnRecord, responses=ERRORS)
+    async def turn_detail(session_id: str, turn_id: int) -> TurnRecord:
+        """The turn's record: its diagnostics and prompts (null and {}) only for turns this server ran
+        and still keeps."""
         npc = npcs.get(session_id)
         tree = npc.agent.tree
         if turn_id not in tree.nodes:
@@ -317,12 +320,11 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
         from runtime.agent import turn_reply
 
         node = tree.nodes[turn_id]
-        index = len(tree.path(turn_id)) - 1
+        line, reply = node.turn.player, turn_reply(npc.agent.asset, node.turn)  # as the tree has them now
         record = npc.details.get(turn_id)
-        return TurnDetail(turn_id=turn_id, index=record.index if record else index, line=node.turn.player,
-                          reply=turn_reply(npc.agent.asset, node.turn), path=record.path if record else [],
-                          diagnostics=record.diagnostics if record else None,
-                          prompts=record.prompts if record else None)
+        if record is not None:
+            return dataclasses.replace(record, line=line, reply=reply)
+        return TurnRecord(turn_id, len(tree.path(turn_id)) - 1, line, reply)
 
     @app.get(f"{PREFIX}/sessions/{{session_id}}/events", responses={**SSE, **ERRORS})
     async def watch(session_id: str) -> StreamingResponse:

@@ -24,8 +24,10 @@ from typing import Any, Self
 import httpx
 from httpx_sse import SSEError, connect_sse
 
-from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnDetail, TurnLine
+from runtime.diagnostics import TurnDiagnostics
+from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnLine
 from runtime.session.failures import Failure
+from runtime.session.record import TurnRecord
 
 DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
 
@@ -67,12 +69,30 @@ class ToolRequest:
 
 @dataclass
 class TurnEnd:
-    turn: int
-    turn_id: int
-    reply: str
-    path: list[str]
-    diagnostics: dict[str, Any] | None
+    """A finished turn: its record (what ``turn_finished`` says) and every event its stream sent."""
+
+    record: TurnRecord
     events: list[ServerEvent] = field(default_factory=list)
+
+    @property
+    def turn(self) -> int:
+        return self.record.index
+
+    @property
+    def turn_id(self) -> int:
+        return self.record.turn_id
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path
+
+    @property
+    def diagnostics(self) -> TurnDiagnostics | None:
+        return self.record.diagnostics
 
 
 ToolFunction = Callable[[ToolRequest], str]
@@ -199,8 +219,12 @@ class ParleyClient:
     def turns(self, session_id: str) -> list[TurnLine]:
         return [TurnLine(**t) for t in self._call("GET", f"/sessions/{session_id}/turns")["turns"]]
 
-    def turn_detail(self, session_id: str, turn_id: int) -> TurnDetail:
-        return TurnDetail(**self._call("GET", f"/sessions/{session_id}/turns/{turn_id}"))
+    def turn_detail(self, session_id: str, turn_id: int) -> TurnRecord:
+        raw = self._call("GET", f"/sessions/{session_id}/turns/{turn_id}")
+        try:
+            return TurnRecord.from_json(raw)
+        except ValueError as exc:
+            raise ParleyError("bad_answer", f"turn {turn_id}'s record did not fit: {exc}") from None
 
     # --- turns --------------------------------------------------------------------------------
 
@@ -252,8 +276,10 @@ def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> T
         if on_event is not None:
             on_event(event)
         if event.kind == "turn_finished":
-            d = event.data
-            return TurnEnd(d["turn"], d["turn_id"], d["reply"], list(d["path"]), d.get("diagnostics"), seen)
+            try:
+                return TurnEnd(TurnRecord.from_json(event.data), seen)
+            except ValueError as exc:
+                raise ParleyError("bad_answer", f"turn_finished did not fit: {exc}") from None
         if event.kind == "turn_failed":
             e = Failure.from_json(event.data["error"])
             raise TurnFailed(e.code, e.message, e.node, e.field, e.model)

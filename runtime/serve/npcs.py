@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from runtime.events import Event, TurnFinished
 from runtime.problems import InputError, Problem
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
 from runtime.session.failures import Failure, ToolTimeout, failure_of
+from runtime.session.record import TurnRecord
 from runtime.session.session import Session
 
 log = logging.getLogger("parley.serve")
@@ -90,17 +91,6 @@ class RunningTurn:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-@dataclass
-class ServedTurn:
-    turn_id: int
-    index: int
-    line: str
-    reply: str
-    path: list[str]
-    diagnostics: dict[str, Any] | None
-    prompts: dict[str, Any]
-
-
 class NPC:
     """One session: an agent, the turn it is running (if any), who watches it, and its latest turns' details."""
 
@@ -110,7 +100,7 @@ class NPC:
         self.session = session
         self.running: RunningTurn | None = None
         self.watchers: set[asyncio.Queue[Item | None]] = set()
-        self.details: OrderedDict[int, ServedTurn] = OrderedDict()
+        self.details: OrderedDict[int, TurnRecord] = OrderedDict()
 
     @property
     def agent(self) -> Agent:
@@ -376,8 +366,7 @@ class NPCs:
             last = Item("turn_failed", {"error": self._failure(exc, stream)})
         else:
             record = self._record(npc, line, result)
-            last = Item("turn_finished", {"turn": result.turn, "turn_id": result.turn_id, "reply": result.reply,
-                                          "path": result.path, "diagnostics": record.diagnostics})
+            last = Item("turn_finished", {"turn": record.index, **record.to_json()})
         finally:
             if noted is not None:
                 noted.done()
@@ -399,11 +388,8 @@ class NPCs:
             failure = replace(failure, message=f"the turn failed: {type(exc).__name__}")  # no internals on the wire
         return failure.to_json()
 
-    def _record(self, npc: NPC, line: str, result: TurnResult) -> ServedTurn:
-        diagnostics = result.diagnostics.model_dump(mode="json") if result.diagnostics is not None else None
-        prompts = {node: {"context_size": p.context_size, "parts": [asdict(part) for part in p.parts]}
-                   for node, p in result.prompts.items()}
-        record = ServedTurn(result.turn_id, result.turn, line, result.reply, list(result.path), diagnostics, prompts)
+    def _record(self, npc: NPC, line: str, result: TurnResult) -> TurnRecord:
+        record = TurnRecord.of(line, result)
         npc.details[result.turn_id] = record
         while len(npc.details) > KEPT_TURN_DETAILS:
             npc.details.popitem(last=False)

@@ -203,13 +203,6 @@ class TurnLines(BaseModel):
     turns: list[TurnLine]
 
 
-class TurnDetail(TurnLine):
-    path: list[str] = Field(default_factory=list)
-    diagnostics: dict[str, Any] | None = Field(None, description="The turn's diagnostics, for turns this server ran "
-                                               "with enable_diagnostics on.")
-    prompts: dict[str, Any] | None = Field(None, description="node id -> its prompt's parts, for turns this server ran.")
-
-
 # --- events -------------------------------------------------------------------------------------
 
 EVENT_KINDS = ("watching", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",

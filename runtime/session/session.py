@@ -11,13 +11,32 @@ from pathlib import Path
 from typing import Any
 
 from runtime.agent import Agent, TurnResult
+from runtime.asset.behaviours import expand
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.dialogue.tree import keep_nodes
 from runtime.names import VariableValue
 
-__all__ = ["Session"]
+__all__ = ["Session", "graph_of", "open_graph"]
+
+
+def graph_of(asset: Asset, folder: str | Path | None, source: str = "", *,
+             files: Mapping[str, Asset] | None = None) -> Asset:
+    """The graph ``asset`` runs: the behaviours its Subgraph nodes run read from ``folder`` (or only
+    from ``files``) and added under namespaced ids (``guard/classify``), as its turns, diagnostics and
+    checks name them. Every reader that needs the nodes a turn can reach asks here. Raises
+    ``AssetError`` when a behaviour cannot be read."""
+    return expand(asset, folder, source, files=files)
+
+
+def open_graph(path: str | Path, *, model: str = "") -> Asset:
+    """The graph the asset file at ``path`` runs (``model``: its default model instead of the file's).
+    Raises ``AssetError`` naming the file, or the behaviour that cannot be read."""
+    asset = load_asset(path)
+    if model:
+        asset = asset.model_copy(update={"default_model": model})
+    return graph_of(asset, Path(path).parent, str(path))
 
 
 class Session:

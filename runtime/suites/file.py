@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from runtime import patterns
-from runtime.asset.behaviours import expand
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
 from runtime.files.reading import MAX_INPUT_BYTES, read_input_text
 from runtime.files.writing import atomic_write_text
 from runtime.problems import InputError, Problem
+from runtime.session.session import graph_of
 
 SUITE_SUFFIXES = (".suite.yaml", ".suite.yml")
 
@@ -366,7 +366,7 @@ def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
     if suite.model:
         asset = asset.model_copy(update={"default_model": suite.model})
     try:  # the graph the cases run: expectations may name a behaviour's nodes (guard/classify)
-        asset = expand(asset, asset_path.parent, str(asset_path))
+        asset = graph_of(asset, asset_path.parent, str(asset_path))
     except InputError as exc:
         raise SuiteError([_at(path, f"asset: {suite.asset} runs a behaviour that cannot be loaded", root, ["asset"]),
                           *exc.problems]) from None

@@ -27,10 +27,11 @@ from runtime.diagnostics import TurnDiagnostics
 from runtime.files.writing import atomic_write_text
 from runtime.names import NAMESPACE_SEP
 from runtime.prompting.prompt import PromptPart
+from runtime.session.record import TurnRecord
 from runtime.suites.checks import Check
 from runtime.suites.report import CaseResult
 
-KEPT_VERSION = 1
+KEPT_VERSION = 2  # 2: each turn holds its record (TurnRecord.to_json); 1 is read too
 # Editor layout (node positions): not behaviour, so never "what changed"
 LAYOUT_KEY = "parley_studio"
 
@@ -53,14 +54,31 @@ class KeptTurn:
 
     number: int  # from 1
     line: str
-    reply: str
-    path: list[str]
     passed: bool
     checks: list[Check] = field(default_factory=list)
     error: str = ""
-    diagnostics: TurnDiagnostics | None = None
-    parts: dict[str, list[PromptPart]] = field(default_factory=dict)  # node id -> its prompt's parts
-    context_sizes: dict[str, int] = field(default_factory=dict)
+    record: TurnRecord | None = None  # None: the turn failed (``error``)
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply if self.record is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path if self.record is not None else []
+
+    @property
+    def diagnostics(self) -> TurnDiagnostics | None:
+        return self.record.diagnostics if self.record is not None else None
+
+    @property
+    def parts(self) -> dict[str, list[PromptPart]]:
+        """node id -> its prompt's parts"""
+        return {n: p.parts for n, p in self.record.prompts.items()} if self.record is not None else {}
+
+    @property
+    def context_sizes(self) -> dict[str, int]:
+        return {n: p.context_size for n, p in self.record.prompts.items()} if self.record is not None else {}
 
 
 @dataclass
@@ -78,14 +96,7 @@ class KeptRun:
 
 def kept_run(suite_path: str | Path, result: CaseResult, asset: Asset) -> KeptRun:
     """The record of a finished case on ``asset`` (what it ran on)."""
-    turns = []
-    for t in result.turns:
-        r = t.result
-        turns.append(KeptTurn(
-            t.number, t.line, t.reply, list(t.path), t.passed, list(t.checks), t.error,
-            r.diagnostics if r is not None else None,
-            {n: list(p.parts) for n, p in r.prompts.items()} if r is not None else {},
-            {n: p.context_size for n, p in r.prompts.items()} if r is not None else {}))
+    turns = [KeptTurn(t.number, t.line, t.passed, list(t.checks), t.error, t.record) for t in result.turns]
     return KeptRun(str(Path(suite_path).resolve()), result.case, result.passed,
                    datetime.now(UTC).isoformat(timespec="seconds"), asset.model_copy(deep=True), turns)
 
@@ -140,31 +151,34 @@ class KeptRuns:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) and data.get("version") == KEPT_VERSION else {}
+        return data if isinstance(data, dict) and data.get("version") in (1, KEPT_VERSION) else {}
 
 
 def _run_json(run: KeptRun) -> dict[str, Any]:
     return {
         "suite": run.suite, "case": run.case, "passed": run.passed, "when": run.when,
         "asset": expanded_to_dict(run.asset),  # the asset the case ran: its behaviours expanded
-        "turns": [{
-            "number": t.number, "line": t.line, "reply": t.reply, "path": t.path, "passed": t.passed,
-            "error": t.error, "checks": [vars(c) for c in t.checks],
-            "diagnostics": t.diagnostics.model_dump(mode="json") if t.diagnostics is not None else None,
-            "parts": {n: [vars(p) for p in parts] for n, parts in t.parts.items()},
-            "context_sizes": t.context_sizes,
-        } for t in run.turns],
+        "turns": [{"number": t.number, "line": t.line, "passed": t.passed, "error": t.error,
+                   "checks": [vars(c) for c in t.checks],
+                   "record": t.record.to_json() if t.record is not None else None} for t in run.turns],
     }
 
 
 def _run_from_json(raw: dict[str, Any]) -> KeptRun:
-    turns = [KeptTurn(
-        t["number"], t["line"], t["reply"], list(t["path"]), t["passed"], [Check(**c) for c in t["checks"]],
-        t.get("error", ""),
-        TurnDiagnostics.model_validate(t["diagnostics"]) if t.get("diagnostics") is not None else None,
-        {n: [PromptPart(**p) for p in parts] for n, parts in t.get("parts", {}).items()},
-        dict(t.get("context_sizes", {}))) for t in raw["turns"]]
+    turns = [KeptTurn(t["number"], t["line"], t["passed"], [Check(**c) for c in t["checks"]], t.get("error", ""),
+                      _record_from_json(t)) for t in raw["turns"]]
     return KeptRun(raw["suite"], raw["case"], raw["passed"], raw["when"], expanded_from_dict(raw["asset"]), turns)
+
+
+def _record_from_json(turn: dict[str, Any]) -> TurnRecord | None:
+    if "record" in turn:
+        return TurnRecord.from_json(turn["record"]) if turn["record"] is not None else None
+    # version 1 kept the record's fields in the turn, and each prompt's parts and context size apart
+    sizes = turn.get("context_sizes", {})
+    return TurnRecord.from_json({
+        "turn_id": -1, "index": turn["number"] - 1, "line": turn["line"], "reply": turn["reply"], "path": turn["path"],
+        "diagnostics": turn.get("diagnostics"),
+        "prompts": {n: {"parts": parts, "context_size": sizes.get(n, 0)} for n, parts in turn.get("parts", {}).items()}})
 
 
 # --- what changed in the asset ------------------------------------------------------------------

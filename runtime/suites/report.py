@@ -17,22 +17,43 @@ from runtime.agent import TurnResult
 from runtime.asset.model import Asset
 from runtime.files.reading import file_kind
 from runtime.files.writing import atomic_write_text
+from runtime.session.record import TurnRecord
 from runtime.suites.checks import Check
 
 
 @dataclass
 class TurnOutcome:
+    """A scripted turn of a case: the turn's record (None when it failed: ``error`` says why) and the
+    checks it was held to."""
+
     number: int  # from 1
     line: str
-    reply: str = ""
-    path: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
-    result: TurnResult | None = None  # the runtime's result (diagnostics, prompt parts)
+    record: TurnRecord | None = None
     error: str = ""
 
     @property
     def passed(self) -> bool:
         return not self.error and all(c.passed for c in self.checks)
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply if self.record is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path if self.record is not None else []
+
+    @property
+    def result(self) -> TurnResult | None:
+        """The turn as the runtime's result, for the Turn Inspector (None once its details are dropped)."""
+        record = self.record
+        return record.result() if record is not None and (record.diagnostics or record.prompts) else None
+
+    def drop_details(self) -> None:
+        """Forget the turn's diagnostics and prompts (most of its memory); its line, reply and path stay."""
+        if self.record is not None:
+            self.record = self.record.without_details()
 
 
 @dataclass

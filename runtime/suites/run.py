@@ -10,14 +10,15 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.backends.base import Backend
 from runtime.backends.http import ServerUnavailable
 from runtime.dialogue.dialog_file import load_history
-from runtime.problems import BackendError, InputError, Problem
+from runtime.problems import BackendError, InputError
 from runtime.session.failures import failure_of
+from runtime.session.record import TurnRecord
 from runtime.session.session import Session
+from runtime.session.tools import scripted_answers
 from runtime.suites.checks import Check, Judge, check_reply, check_turn, judge_check
 from runtime.suites.file import Case, LoadedSuite
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
@@ -50,7 +51,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
             out.turns.append(outcome)
             try:
                 result = agent.run_turn(script.say, script.instructions, cancel=cancel,
-                                        tool_result=_tool_answers(case.tool_results))
+                                        tool_result=scripted_answers(case.tool_results))
             except Exception as exc:  # a failed turn (a backend error, a bad template) fails the case, not the run
                 if lost_server_raises and isinstance(exc, ServerUnavailable):
                     raise
@@ -58,7 +59,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
                 if on_turn is not None:
                     on_turn(outcome)
                 break
-            outcome.result, outcome.reply, outcome.path = result, result.reply, list(result.path)
+            outcome.record = TurnRecord.of(script.say, result)
             for diag in result.diagnostics.nodes if result.diagnostics is not None else []:
                 (out.bypassed if diag.bypassed else out.visits)[diag.node] += 1  # bypassed: reached, not run
                 out.exits[(diag.node, diag.exit)] += 1
@@ -78,7 +79,7 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
             if on_turn is not None:
                 on_turn(outcome)
             if not keep_turn_results:
-                outcome.result = None
+                outcome.drop_details()
     except InputError as exc:
         out.error = str(exc)
     except ServerUnavailable as exc:
@@ -89,16 +90,6 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
         out.error = failure_of(exc).message
     out.seconds = time.perf_counter() - started
     return out
-
-
-def _tool_answers(results: dict[str, str]):
-    def answer(node_id: str, tool: str, arguments: dict[str, Any]) -> str:
-        if tool not in results:
-            raise InputError([Problem("error", f"the model called {tool!r}, which has no mock_result; give the case "
-                                      f"tool_results: {{{tool}: ...}}", node_id=node_id, field="tools")])
-        return results[tool]
-
-    return answer
 
 
 def shard_of(case_id: str, shards: int) -> int:

@@ -39,10 +39,11 @@ from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.problems import InputError, Problem
 from runtime.session.failures import failure_of
+from runtime.session.record import TurnRecord
 from runtime.session.session import Session
+from runtime.session.tools import scripted_answers
 from runtime.suites.file import LoadedSuite, Persona, SuiteError, load_suite, read_suite_yaml, save_cases
 from runtime.suites.report import CaseResult, Coverage
-from runtime.suites.run import _tool_answers
 
 # The player's session on its backend: a key no node id can be (ids take no ':'), so a backend the
 # agent shares keeps the player's context apart from every node's
@@ -175,14 +176,22 @@ def clean_line(text: str) -> str:
 class SimulatedTurn:
     number: int  # from 1
     line: str
-    reply: str = ""
-    path: list[str] = field(default_factory=list)
+    # what the turn said and did, without its diagnostics and prompts (None: it failed, or none was said)
+    record: TurnRecord | None = None
     exits: list[tuple[str, str]] = field(default_factory=list)  # (node, port) in the order taken
     new: list[Target] = field(default_factory=list)  # nodes and exits no line had reached before
     steer: str = ""  # guided: the kind of line the player was asked for
     tried: list[str] = field(default_factory=list)  # guided: the lines said and taken back before this one
     prompt: list[ChatMessage] = field(default_factory=list)  # what the player model read
     error: str = ""
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply if self.record is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path if self.record is not None else []
 
 
 @dataclass
@@ -322,7 +331,7 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                         agent.rewind(len(history))
                     turn.line = line
                     try:
-                        result = agent.run_turn(line, "", cancel=cancel, tool_result=_tool_answers({}))
+                        result = agent.run_turn(line, "", cancel=cancel, tool_result=scripted_answers({}))
                     except Exception as exc:  # noqa: BLE001 - a failed turn is a finding, not the end of the run
                         turn.error = f"the turn failed: {failure_of(exc).message}"
                         break
@@ -330,7 +339,7 @@ def simulate(loaded: LoadedSuite, backend: Backend, player: SimulatedPlayer, *, 
                         break
                 if turn.error or result is None:
                     break
-                turn.reply, turn.path = result.reply, list(result.path)
+                turn.record = TurnRecord.of(turn.line, result).without_details()
                 for diag in result.diagnostics.nodes if result.diagnostics is not None else []:
                     (conv.counts.bypassed if diag.bypassed else conv.counts.visits)[diag.node] += 1
                     conv.counts.exits[(diag.node, diag.exit)] += 1

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.asset.model import Asset
 from runtime.problems import InputError, Problem
+from runtime.session.session import graph_of
 
 if TYPE_CHECKING:
     from runtime.backends.base import Backend
+    from runtime.session.record import TurnRecord
     from runtime.suites.file import LoadedSuite
     from runtime.suites.report import CaseResult, Report, TurnOutcome
     from runtime.suites.run import Server
@@ -173,10 +175,17 @@ class _NodeTrace:
 class _TurnTrace:
     """What one turn did, kept once the turn's full result is dropped: enough to compare and to show."""
 
-    reply: str
-    path: list[str]
+    record: TurnRecord | None  # without its diagnostics and prompts (None: the turn failed)
     error: str
     nodes: list[_NodeTrace]
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply if self.record is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path if self.record is not None else []
 
     def same_as(self, other: _TurnTrace) -> bool:
         return (self.reply, self.path, self.error, [(n.node, n.prompt, n.output) for n in self.nodes]) == (
@@ -191,17 +200,17 @@ class _Run:
 
 def _trace(outcome: TurnOutcome) -> _TurnTrace:
     nodes = []
-    diagnostics = outcome.result.diagnostics if outcome.result is not None else None
+    diagnostics = outcome.record.diagnostics if outcome.record is not None else None
     for diag in diagnostics.nodes if diagnostics is not None else []:
         nodes.append(_NodeTrace(diag.node, [(m.role, m.name, m.content) for m in diag.input.prompt], diag.output))
-    return _TurnTrace(outcome.reply, list(outcome.path), outcome.error, nodes)
+    light = outcome.record.without_details() if outcome.record is not None else None
+    return _TurnTrace(light, outcome.error, nodes)
 
 
 def variant_suite(loaded: LoadedSuite, variant: str | os.PathLike[str] | Asset) -> LoadedSuite:
     """The suite ``loaded`` with its asset replaced by ``variant`` (a file, or an asset that reads its
     behaviours from the suite's asset folder): the suite's model applied, its behaviours expanded.
     Raises ``InputError`` naming the variant's file when it cannot be loaded."""
-    from runtime.asset.behaviours import expand
     from runtime.asset.file import load_asset
     from runtime.suites.file import LoadedSuite as Loaded
 
@@ -216,7 +225,7 @@ def variant_suite(loaded: LoadedSuite, variant: str | os.PathLike[str] | Asset) 
         name = os.path.relpath(path, loaded.path.parent.resolve())
     if suite.model:
         asset = asset.model_copy(update={"default_model": suite.model})
-    asset = expand(asset, folder, source)
+    asset = graph_of(asset, folder, source)
     return Loaded(loaded.path, suite.model_copy(update={"asset": name}), asset)
 
 
@@ -264,7 +273,7 @@ def compare_variants(suite: str | os.PathLike[str] | LoadedSuite, variant: str |
         def kept(result: CaseResult) -> None:
             run = _Run(result.passed, [_trace(t) for t in result.turns])
             for t in result.turns:  # a turn's full result (diagnostics, prompt parts) is most of its memory
-                t.result = None
+                t.drop_details()
             with lock:
                 arms[arm][(f"{result.suite}::{result.case}", result.repeat)] = run
             if on_case is not None:

@@ -215,12 +215,12 @@ def load_asset_dict(raw):
 
 def test_a_replayed_tool_call_is_answered_with_the_recorded_result_of_the_same_call():
     from runtime.agent import TurnError
-    from runtime.bundle.replay import _recorded_results
+    from runtime.session.tools import recorded_answers
     from runtime.dialogue.history import Reply, ToolExchange, Turn
 
     turn = Turn("where is the key?", [ToolExchange("ask", "lookup", {"q": "key"}, "under the mat"),
                                       ToolExchange("ask", "lookup", {"q": "door"}, "locked"), Reply("reply", "...")])
-    answer = _recorded_results(turn)
+    answer = recorded_answers(turn)
     assert answer("ask", "lookup", {"q": "key"}) == "under the mat"
     assert answer("ask", "lookup", {"q": "door"}) == "locked", "the node's calls of the tool, in order"
     with pytest.raises(TurnError, match="the recorded turn has no result for that call"):

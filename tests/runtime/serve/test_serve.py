@@ -37,13 +37,14 @@ def test_a_turn_with_a_tool_call_streams_its_events_and_the_client_answers_the_t
     assert [(c.tool, c.node) for c in asked] == [("check_stock", "lookup")]
     assert "240 arrows" in outcome.reply
     assert outcome.path == ["lookup", "reply"]
-    assert outcome.diagnostics is not None and outcome.diagnostics["reply"] == outcome.reply
+    assert outcome.diagnostics is not None and outcome.diagnostics.reply == outcome.reply
     tool_call = next(e for e in outcome.events if e.kind == "tool_call")
     assert tool_call.data["result"] == "240 arrows"
     assert server.session(npc.id).turns == 1
     detail = server.turn_detail(npc.id, outcome.turn_id)
     assert detail.diagnostics == outcome.diagnostics
-    assert detail.prompts is not None and detail.prompts["reply"]["parts"][0]["kind"] == "system"
+    assert detail.prompts["reply"].parts[0].kind == "system"
+    assert detail == outcome.record and (detail.line, detail.index) == (ARROWS, 0)  # one record, sent twice
 
 
 def test_cancelling_a_turn_leaves_the_session_exactly_as_it_was(server):
@@ -91,8 +92,8 @@ def test_parameters_change_while_idle_and_structure_is_refused_naming_the_field(
     npc = server.create_session("tool_calling.json")
     server.change_params(npc.id, {"reply": {"system_prompt": "You are a terse quartermaster.", "temperature": 0.1}})
     outcome = server.turn(npc.id, ARROWS, tools=lambda call: "9")
-    reply_node = next(n for n in outcome.diagnostics["nodes"] if n["node"] == "reply")
-    assert reply_node["input"]["prompt"][0]["content"] == "You are a terse quartermaster."
+    reply_node = next(n for n in outcome.diagnostics.nodes if n.node == "reply")
+    assert reply_node.input.prompt[0].content == "You are a terse quartermaster."
 
     with pytest.raises(ParleyError) as structural:
         server.change_params(npc.id, {"lookup": {"tools": []}})
@@ -110,7 +111,7 @@ def test_parameters_change_while_idle_and_structure_is_refused_naming_the_field(
         server.change_params(npc.id, {"reply": {"temperature": 0.9}, "lookup": {"exits": {}}})
     history = server.export_history(npc.id)
     again = server.turn(npc.id, ARROWS, tools=lambda call: "9")
-    assert next(n for n in again.diagnostics["nodes"] if n["node"] == "reply")["input"]["prompt"][0]["content"] == \
+    assert next(n for n in again.diagnostics.nodes if n.node == "reply").input.prompt[0].content == \
         "You are a terse quartermaster."
     assert history["version"] >= 4
 

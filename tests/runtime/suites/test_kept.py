@@ -120,3 +120,28 @@ def test_on_the_sample_model_a_failing_case_names_the_classifier_and_the_edit(tm
     assert asset_changes(passing.asset, current.asset) == [
         AssetChange("classify", "intents[ask_directions].exit", "directions", "smalltalk")]
     assert passing.turns[0].path == ["classify", "directions"] and current.turns[0].path == ["classify", "smalltalk"]
+
+
+def test_a_kept_file_of_version_1_reads_as_the_same_run(tmp_path: Path) -> None:
+    """Version 1 kept each turn's reply, path, diagnostics and prompt parts in the turn; version 2 keeps
+    its record. A designer's last passing run kept by the release before survives the upgrade."""
+    kept = KeptRuns(tmp_path / "kept")
+    suite = write(tmp_path, GOOD)
+    _run_and_keep(kept, suite)
+    path = kept.file(suite, "greets")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["version"] == 2
+    now = kept.last_passing(suite, "greets")
+    for run in (data["current"], data["passing"]):  # written back as version 1 wrote it
+        for turn in run["turns"]:
+            record = turn.pop("record")
+            turn.update(reply=record["reply"], path=record["path"], diagnostics=record["diagnostics"],
+                        parts={n: p["parts"] for n, p in record["prompts"].items()},
+                        context_sizes={n: p["context_size"] for n, p in record["prompts"].items()})
+    path.write_text(json.dumps({**data, "version": 1}), encoding="utf-8")
+    then = KeptRuns(tmp_path / "kept").last_passing(suite, "greets")
+    assert then is not None and now is not None
+    got, want = then.turns[0], now.turns[0]
+    assert (got.line, got.reply, got.path, got.diagnostics, got.parts, got.context_sizes) == (
+        want.line, want.reply, want.path, want.diagnostics, want.parts, want.context_sizes)
+    assert "hello" in got.parts and got.context_sizes["hello"] > 0
