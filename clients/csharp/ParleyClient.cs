@@ -30,11 +30,12 @@ namespace Parley
         public readonly int Status;
         /// <summary>The error's problems (each a Dictionary: severity, message, file, node_id, field, line, column).</summary>
         public readonly List<object> Problems;
-        /// <summary>For turn_failed: the node and field it names ("" when none).</summary>
-        public readonly string Node, Field;
+        /// <summary>For turn_failed: the node and field it names ("" when none), and for model_missing the
+        /// model name the server's models folder has no file for.</summary>
+        public readonly string Node, Field, Model;
 
         public ParleyException(string code, string message, int status, List<object> problems = null,
-                               string node = "", string field = "", Exception inner = null)
+                               string node = "", string field = "", Exception inner = null, string model = "")
             : base(code + ": " + message, inner)
         {
             Code = code;
@@ -42,6 +43,7 @@ namespace Parley
             Problems = problems ?? new List<object>();
             Node = node ?? "";
             Field = field ?? "";
+            Model = model ?? "";
         }
     }
 
@@ -453,7 +455,8 @@ namespace Parley
             {
                 var error = Json.Get(data, "error") as Dictionary<string, object> ?? new Dictionary<string, object>();
                 throw new ParleyException(Json.Str(error, "code"), Json.Str(error, "message"), 0, null,
-                                          Json.Str(error, "node"), Json.Str(error, "field"));
+                                          Json.Str(error, "node"), Json.Str(error, "field"), null,
+                                          Json.Str(error, "model"));
             }
             return null;
         }

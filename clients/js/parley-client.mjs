@@ -33,13 +33,14 @@
 export class ParleyError extends Error {
   /**
    * @param {{code: string, message: string, status?: number, problems?: Problem[], node?: string,
-   *   field?: string, cause?: unknown}} details
+   *   field?: string, model?: string, cause?: unknown}} details
    *   code: the server's error code (unknown_session, busy, ...) or a failed turn's (cancelled,
    *   tool_timeout, ...); the client's own: network, aborted, bad_answer, stream_ended, tool_error,
    *   handler_error (onEvent threw).
    *   status: the HTTP status (200 for a turn that failed mid-stream, 0 when no answer came).
+   *   model: for model_missing, the model name the server's models folder has no file for.
    */
-  constructor({ code, message, status = 0, problems = [], node = "", field = "", cause }) {
+  constructor({ code, message, status = 0, problems = [], node = "", field = "", model = "", cause }) {
     super(`${code}: ${message}`, cause === undefined ? undefined : { cause });
     this.name = "ParleyError";
     this.code = code;
@@ -47,6 +48,7 @@ export class ParleyError extends Error {
     this.problems = problems;
     this.node = node;
     this.field = field;
+    this.model = model;
   }
 }
 
@@ -425,6 +427,7 @@ export class ParleyClient {
         status: response.status,
         node: error.node ?? "",
         field: error.field ?? "",
+        model: error.model ?? "",
       });
     }
     throw postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
