@@ -59,7 +59,7 @@ from editor.help_menu import fill_help_menu
 from editor.node_find import NodeFind
 from editor.node_types import categories
 from editor.recovery import Autosave, offer_left_behind, tell_lone_crashes, what_crashed
-from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     DownloadReactions,
@@ -569,7 +569,7 @@ class MainWindow(QMainWindow):
     def _attach_ended(self, why: str) -> None:
         self.statusBar().showMessage(why, 10_000)
 
-    def _open_test_turn(self, record: TurnRecord, label: str, note: str, comparison: object = None) -> None:
+    def _open_test_turn(self, record: InspectedTurn, label: str, note: str, comparison: object = None) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do
         (and a failed one beside the same turn of the last passing run)."""
         inspector = self.dock(TurnInspectorDock)

@@ -123,7 +123,7 @@ def snapshot_use(backend: Backend | None) -> SnapshotUse | None:
 
 
 @dataclass
-class TurnRecord:
+class InspectedTurn:
     """A finished turn as the docks show it: the runtime's diagnostics, the asset the turn ran on,
     and each prompt-building node's prompt in parts with their token costs (recorded by the runtime)."""
 
@@ -148,11 +148,11 @@ class TurnRecord:
         return None if self.replaced is None else self.diagnostics.reply != self.replaced
 
 
-def turn_record(result: TurnResult, asset: Asset) -> TurnRecord:
+def inspected_turn(result: TurnResult, asset: Asset) -> InspectedTurn:
     """The record of a finished turn (with diagnostics) that ran on ``asset``: the live
     conversation's turns, and the turns of a test run that the Turn Inspector opens."""
     assert result.diagnostics is not None
-    return TurnRecord(
+    return InspectedTurn(
         result.diagnostics, asset,
         parts={node: prompt.parts for node, prompt in result.prompts.items()},
         context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
@@ -168,7 +168,7 @@ class RuntimeWorker(QObject):
 
     loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # a runtime.events event, as it happens
-    turn_finished = Signal(object)  # TurnRecord
+    turn_finished = Signal(object)  # InspectedTurn
     turn_failed = Signal(object)  # Failure (runtime.session.failures)
     history_changed = Signal(object)  # SavedDialog: a copy of the agent's dialog
     history_rejected = Signal(str)  # why a history operation changed nothing
@@ -393,8 +393,8 @@ class RuntimeWorker(QObject):
         self.turn_finished.emit(record)
 
     @staticmethod
-    def _record(agent: Agent, result: TurnResult) -> TurnRecord:
-        return turn_record(result, agent.asset)
+    def _record(agent: Agent, result: TurnResult) -> InspectedTurn:
+        return inspected_turn(result, agent.asset)
 
     @Slot(object)
     def change_history(self, operation: HistoryOperation) -> None:
@@ -481,7 +481,7 @@ class LiveConversation(ThreadService):
     loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
     event = Signal(object)  # runtime.events event
     turn_started = Signal(str)  # the player's line
-    turn_finished = Signal(object)  # TurnRecord (None when the asset turns diagnostics off)
+    turn_finished = Signal(object)  # InspectedTurn (None when the asset turns diagnostics off)
     turn_failed = Signal(object)  # Failure (runtime.session.failures)
     history_changed = Signal(object)  # SavedDialog
     history_rejected = Signal(str)
@@ -505,7 +505,7 @@ class LiveConversation(ThreadService):
                  make_backend: Callable[[], Backend] | None = None, crash_watch: CrashWatch | None = None) -> None:
         super().__init__("parley-runtime", parent)
         self.document = document
-        self.records: dict[int, TurnRecord] = {}  # turn id -> its record (every branch's)
+        self.records: dict[int, InspectedTurn] = {}  # turn id -> its record (every branch's)
         self.turn_backends: dict[int, str] = {}  # turn id -> the label of the backend that ran it
         self.turn_reproducibility: dict[int, Reproducibility] = {}  # turn id -> what its backend promised
         self.snapshot_use: SnapshotUse | None = None  # the embedded backend's snapshots, as last reported
@@ -660,7 +660,7 @@ class LiveConversation(ThreadService):
             self.replaying = None
             self.replay_changed.emit()
 
-    def record(self, turn: int) -> TurnRecord | None:
+    def record(self, turn: int) -> InspectedTurn | None:
         """The record of the turn at position ``turn`` (from 0) of the current branch."""
         path = self.saved.tree.path() if self.saved.tree is not None else []
         return self.records.get(path[turn]) if 0 <= turn < len(path) else None
@@ -782,7 +782,7 @@ class LiveConversation(ThreadService):
     def _on_event(self, event: object) -> None:
         self.event.emit(event)
 
-    def _on_finished(self, record: TurnRecord | None) -> None:
+    def _on_finished(self, record: InspectedTurn | None) -> None:
         replay = self.replaying
         if replay is not None and replay.sent and replay.pending:
             replay.sent = False

@@ -5,7 +5,7 @@
 (``GET /v1/sessions/{id}/events``), then reads the session's history and the details of its turns,
 and after each turn that finishes there, that turn's. The service shows them in the window's test
 conversation (``LiveConversation``) as a local turn is shown: the dialog history as its ``saved``,
-each turn as a ``TurnRecord`` made from a runtime ``TurnResult``, and the running turn's events as
+each turn as an ``InspectedTurn`` made from a runtime ``TurnResult``, and the running turn's events as
 runtime events; so the Conversation dock, the Turn Inspector, Raw JSON and the canvas's path marks
 show a followed turn with no second way in. Meanwhile the conversation is read-only (the window
 sets the Conversation dock so), and the window's own conversation waits aside; Detach brings it back.
@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 
-from editor.runtime_worker import LiveConversation, TurnRecord, turn_record
+from editor.runtime_worker import InspectedTurn, LiveConversation, inspected_turn
 from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
 from runtime.dialogue.dialog_file import history_from_dict
 from runtime.dialogue.history import SavedDialog
 from runtime.events import Event
 from runtime.problems import InputError
-from runtime.serve.protocol import event_from_data
 from runtime.session.failures import Failure
 
 if TYPE_CHECKING:
@@ -123,6 +122,10 @@ def turn_result(record: TurnRecord, backend: str = "") -> TurnResult | None:
 def runtime_event(event: ServerEvent) -> Event | None:
     """A watch stream's node event as the runtime's (what the Conversation dock shows as a turn runs);
     None for the kinds that are not one (turn_started, tool_request, turn_finished, ...)."""
+    from runtime.serve.protocol import (
+        event_from_data,  # not at the top: the window imports this module as it starts
+    )
+
     try:
         return event_from_data(event.kind, event.data)
     except ValueError:
@@ -293,7 +296,7 @@ class _Aside:
     """The window's own conversation while a session is followed in its place."""
 
     saved: SavedDialog
-    records: dict[int, TurnRecord]
+    records: dict[int, InspectedTurn]
     turn_backends: dict[int, str]
     turn_reproducibility: dict
     selected_turn: int
@@ -305,7 +308,7 @@ class ServerAttach(ThreadService):
 
     changed = Signal()  # following started or stopped, or what it says (``status``, ``mismatch``) changed
     opened = Signal()  # the session's turns so far are shown
-    turn_shown = Signal(object)  # TurnRecord of a turn that finished on the server, once the docks have it
+    turn_shown = Signal(object)  # InspectedTurn of a turn that finished on the server, once the docks have it
     ended = Signal(str)  # following stopped (detached, taken over, or the server went away): why
     taken_over = Signal()  # the session's history is the local conversation's now
 
@@ -325,7 +328,7 @@ class ServerAttach(ThreadService):
         self._live_turn = False  # a turn_started was seen: its events go to the chat
         self._aside: _Aside | None = None
         self._imported: SavedDialog | None = None  # Take over's history, until the local agent has it
-        self._carried: tuple[dict[int, TurnRecord], dict[int, str]] = ({}, {})
+        self._carried: tuple[dict[int, InspectedTurn], dict[int, str]] = ({}, {})
         self.document.reset.connect(self._document_replaced)  # after the conversation's own restart
 
     @property
@@ -435,7 +438,7 @@ class ServerAttach(ThreadService):
         if records:
             self.turn_shown.emit(records[-1])
 
-    def _show(self, view: SessionView) -> list[TurnRecord]:
+    def _show(self, view: SessionView) -> list[InspectedTurn]:
         """Put what was read into the conversation the docks show, as a local turn's would be."""
         conv = self.conversation
         self.session = view.session
@@ -447,7 +450,7 @@ class ServerAttach(ThreadService):
         for turn_id in tree.nodes if tree is not None else ():
             conv.turn_backends[turn_id] = label
         asset = self.document.asset
-        records = [turn_record(result, asset) for result in view.turns]
+        records = [inspected_turn(result, asset) for result in view.turns]
         for record in records:
             conv.records[record.turn_id] = record
             conv.turn_backends[record.turn_id] = label

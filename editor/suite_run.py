@@ -36,7 +36,7 @@ from runtime.suites.report import CaseResult, Report, TurnOutcome
 from runtime.suites.run import run_suites
 
 if TYPE_CHECKING:
-    from editor.runtime_worker import TurnRecord
+    from editor.runtime_worker import InspectedTurn
 
 log = logging.getLogger("parley.editor")
 
@@ -49,7 +49,7 @@ BackendFactoryFor = Callable[[str], BackendFactory]
 class TurnComparison:
     """A test turn beside the same turn of its case's last passing run, as the Turn Inspector opens it."""
 
-    against: TurnRecord | None  # the passing run's turn (None: no passing run kept, or it had no prompts)
+    against: InspectedTurn | None  # the passing run's turn (None: no passing run kept, or it had no prompts)
     against_label: str  # how the pickers name it
     focus: str = ""  # the node whose expectation failed ("": the replying node)
     changes: list[AssetChange] = field(default_factory=list)  # the asset edits since that run

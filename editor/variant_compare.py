@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.runtime_worker import TurnRecord
+from editor.runtime_worker import InspectedTurn
 from editor.suite_run import TurnComparison
 from editor.thread_service import OneRunService
 from runtime.asset.model import Asset
@@ -193,7 +193,7 @@ def prompt_messages(prompt: str) -> list[PromptMessage]:
     return [PromptMessage(role="user", content=prompt)]
 
 
-def divergence_record(div: TurnDivergence, asset: Asset, side: str) -> TurnRecord:
+def divergence_record(div: TurnDivergence, asset: Asset, side: str) -> InspectedTurn:
     """One side ("a" or "b") of a divergence as a turn record: the node's prompt and its output."""
     prompt, text = (div.prompt_a, div.text_a) if side == "a" else (div.prompt_b, div.text_b)
     try:
@@ -203,7 +203,7 @@ def divergence_record(div: TurnDivergence, asset: Asset, side: str) -> TurnRecor
     diag = NodeDiagnostics(node=div.node, type=node_type, input=NodeInput(prompt=prompt_messages(prompt)),
                            output=text, warnings=[KEPT_ONLY])
     turn = TurnDiagnostics(turn=max(div.turn - 1, 0), player="", path=[div.node], nodes=[diag], reply=text)
-    return TurnRecord(turn, asset)
+    return InspectedTurn(turn, asset)
 
 
 def divergence_labels(div: TurnDivergence, label_a: str, label_b: str) -> tuple[str, str]:
@@ -230,7 +230,7 @@ def divergence_note(div: TurnDivergence, label_a: str, label_b: str) -> str:
             f"A: {_clip(div.text_a)}\nB: {_clip(div.text_b)}")
 
 
-def divergence_opening(div: TurnDivergence, request: VariantRequest) -> tuple[TurnRecord, str, str, TurnComparison]:
+def divergence_opening(div: TurnDivergence, request: VariantRequest) -> tuple[InspectedTurn, str, str, TurnComparison]:
     """What the Tests dock sends the Turn Inspector (``turn_opened``): B's turn, its label and note,
     and A's turn to compare it with, on the node where they diverge, with the asset edits from A to B."""
     asset_a, asset_b = request.asset("a"), request.asset("b")

@@ -29,7 +29,7 @@ def open_asset(window, asset: Asset) -> None:
 
 
 def talk(qtbot, conversation, line: str, timeout: int = TURN_TIMEOUT_MS):
-    """Say ``line`` and wait (on the UI thread's signals) for the turn; returns its TurnRecord.
+    """Say ``line`` and wait (on the UI thread's signals) for the turn; returns its InspectedTurn.
     Fails the test with the runtime's message if the turn failed."""
     failures: list[str] = []
 

@@ -45,7 +45,7 @@ from editor.docks.conversation.history_dialogs import (
 )
 from editor.expectations_dialog import ExpectationsDialog, case_with
 from editor.flow_layout import wrapping_row
-from editor.runtime_worker import LiveConversation, TurnRecord
+from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     DownloadReactions,
@@ -517,7 +517,7 @@ class ConversationDock(QDockWidget):
         enqueue = getattr(self.voice, "enqueue", None)
         (enqueue or self.voice.say)(sentence)
 
-    def _turn_finished(self, record: TurnRecord | None) -> None:
+    def _turn_finished(self, record: InspectedTurn | None) -> None:
         if record is None:
             self.set_status("Turn finished (diagnostics are off for this asset).")
             return
@@ -534,7 +534,7 @@ class ConversationDock(QDockWidget):
         if regenerating is not None and regenerating[0] == record.turn:
             self._regenerated(record, regenerating[1], regenerating[2])
 
-    def _regenerated(self, record: TurnRecord, known: frozenset[int], later: list[tuple[str, str]]) -> None:
+    def _regenerated(self, record: InspectedTurn, known: frozenset[int], later: list[tuple[str, str]]) -> None:
         """Say what regenerating turn ``record.turn`` gave, and offer to say the later turns again after it."""
         tree = self.conversation.saved.tree
         alternatives = tree.alternatives(record.turn_id) if tree is not None and record.turn_id in tree.nodes else []

@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 from editor.document import Document
 from editor.expectations_dialog import ExpectationsDialog
 from editor.flow_layout import wrapping_row
-from editor.runtime_worker import TurnRecord, turn_record
+from editor.runtime_worker import InspectedTurn, inspected_turn
 from editor.suite_run import SuiteRun, TurnComparison
 from editor.variant_compare import (
     VariantComparison,
@@ -98,7 +98,7 @@ def turn_note(outcome: TurnOutcome) -> str:
 class TestsDock(QDockWidget):
     __test__ = False  # not a pytest test class
 
-    # TurnRecord, label ("Test: case \u00b7 turn 2"), note (the checks), and for a failed turn a
+    # InspectedTurn, label ("Test: case \u00b7 turn 2"), note (the checks), and for a failed turn a
     # TurnComparison with the same turn of the last passing run (else None: nothing to compare)
     turn_opened = Signal(object, str, str, object)
     node_clicked = Signal(str)  # a check's row names a node: the window selects and centres it
@@ -641,7 +641,7 @@ class TestsDock(QDockWidget):
             return False
         asset = self._assets.get(suite) or self._entry(suite).loaded.asset  # type: ignore[union-attr]
         comparison = None if outcome.passed else self.comparison(suite, case, number, outcome, asset)
-        self.turn_opened.emit(turn_record(result, asset), f"Test: {case} \u00b7 turn {number}", turn_note(outcome),
+        self.turn_opened.emit(inspected_turn(result, asset), f"Test: {case} \u00b7 turn {number}", turn_note(outcome),
                               comparison)
         return True
 
@@ -659,7 +659,7 @@ class TestsDock(QDockWidget):
         if turn is None or turn.diagnostics is None:
             return TurnComparison(None, "", focus, changes, f"the last passing run has no prompts for turn {number}")
         when = datetime.fromisoformat(passing.when).astimezone().strftime("%d %b %H:%M")
-        record = TurnRecord(turn.diagnostics, passing.asset, parts=turn.parts, context_sizes=turn.context_sizes)
+        record = InspectedTurn(turn.diagnostics, passing.asset, parts=turn.parts, context_sizes=turn.context_sizes)
         return TurnComparison(record, f"Test: {case} \u00b7 turn {number} \u00b7 passed {when}", focus, changes)
 
     def _item_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
-from editor.runtime_worker import SNAPSHOT_MEANING, LiveConversation, TurnRecord
+from editor.runtime_worker import SNAPSHOT_MEANING, InspectedTurn, LiveConversation
 from editor.suite_run import TurnComparison
 from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
@@ -135,7 +135,7 @@ class TurnInspectorDock(QDockWidget):
                                       " padding: 3px 6px; }")
         self.note_label.hide()
         layout.addWidget(self.note_label)
-        self.external: dict[str, tuple[TurnRecord, str]] = {}  # label -> a record not of this conversation, note
+        self.external: dict[str, tuple[InspectedTurn, str]] = {}  # label -> a record not of this conversation, note
         self.comparisons: dict[str, TurnComparison] = {}  # a failed test turn's label -> its last passing run
 
         summary = QHBoxLayout()
@@ -233,13 +233,13 @@ class TurnInspectorDock(QDockWidget):
     # --- turns ------------------------------------------------------------------------------
 
     @property
-    def record(self) -> TurnRecord | None:
+    def record(self) -> InspectedTurn | None:
         turn_id = self.turn_picker.currentData()
         if isinstance(turn_id, str):
             return self.external[turn_id][0] if turn_id in self.external else None
         return self.conversation.records.get(turn_id) if turn_id is not None else None
 
-    def show_external(self, record: TurnRecord, label: str, note: str = "",
+    def show_external(self, record: InspectedTurn, label: str, note: str = "",
                       comparison: TurnComparison | None = None) -> None:
         """Show a turn that is not of the live conversation (a test run's), picked under ``label``, with
         ``note`` (what it was expected to do; lines starting with \u2717 failed) above its path.
@@ -362,7 +362,7 @@ class TurnInspectorDock(QDockWidget):
         self._show_node_details()
         self._highlight(d.path)
 
-    def _show_reproducibility(self, record: TurnRecord | None) -> None:
+    def _show_reproducibility(self, record: InspectedTurn | None) -> None:
         """The turn's "not reproducible" line (hidden when its backend is exact, or not known) and its
         backend's snapshot use."""
         repro = record.reproducibility if record is not None else None
@@ -455,7 +455,7 @@ class TurnInspectorDock(QDockWidget):
         return [item.text(0) for item in self.node_rows()]
 
     @staticmethod
-    def _replying_row(record: TurnRecord) -> int:
+    def _replying_row(record: InspectedTurn) -> int:
         """The row of the node whose reply the player got (the last player-facing node that ran; a
         behaviour's node, which the asset's file does not hold, is known by its type)."""
         def player_facing(diag: NodeDiagnostics) -> bool:
@@ -482,7 +482,7 @@ class TurnInspectorDock(QDockWidget):
                 self.node_list.setCurrentItem(item)
                 return
 
-    def node_diagnostics(self, record: TurnRecord | None, node_id: str) -> NodeDiagnostics | None:
+    def node_diagnostics(self, record: InspectedTurn | None, node_id: str) -> NodeDiagnostics | None:
         if record is None:
             return None
         return next((n for n in record.diagnostics.nodes if n.node == node_id), None)
@@ -580,7 +580,7 @@ class TurnInspectorDock(QDockWidget):
         self.diff_view.setHtml(self.diff_html())
         self._show_changes()
 
-    def compared_record(self) -> TurnRecord | None:
+    def compared_record(self) -> InspectedTurn | None:
         """The turn picked under Compare with: one of this conversation's, or a test run's."""
         other_id = self.compare_picker.currentData()
         if isinstance(other_id, str):
@@ -660,13 +660,13 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:79] + "\u2026"
 
 
-def not_reproducible_text(record: TurnRecord) -> str:
+def not_reproducible_text(record: InspectedTurn) -> str:
     """The Turn Inspector's line for a turn whose backend is not exact."""
     return (f"\u26a0 Not reproducible on {record.diagnostics.backend or 'this backend'}: a replay may change "
             "this reply with the same graph and seed.")
 
 
-def numerics_warnings(old: TurnRecord, new: TurnRecord) -> list[str]:
+def numerics_warnings(old: InspectedTurn, new: InspectedTurn) -> list[str]:
     """Why the differences between two turns may be numerics rather than the graph: a backend that is
     not exact, or two backends (whose numbers always differ). Empty when both ran on one exact backend."""
     lines = []
@@ -684,7 +684,7 @@ def numerics_warnings(old: TurnRecord, new: TurnRecord) -> list[str]:
     return lines
 
 
-def _branch_label(tree, turn_id: int, record: TurnRecord) -> str:
+def _branch_label(tree, turn_id: int, record: InspectedTurn) -> str:
     """A turn off the current branch, told apart from every other one: at which turns its branch takes
     which alternative (``ConversationTree.branch_steps``), and the start of its reply."""
     steps = tree.branch_steps(turn_id) if tree is not None and turn_id in tree.nodes else []

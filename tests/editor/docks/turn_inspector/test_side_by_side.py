@@ -14,7 +14,7 @@ from editor.docks.turn_inspector.side_by_side import (
     marked_pair,
     side_by_side_html,
 )
-from editor.runtime_worker import TurnRecord
+from editor.runtime_worker import InspectedTurn
 from editor.suite_run import TurnComparison
 from runtime.asset.model import Asset
 from runtime.diagnostics import NodeDiagnostics, NodeInput, PromptMessage, TurnDiagnostics
@@ -61,10 +61,10 @@ def test_the_same_prompts_say_so() -> None:
     assert ["The same: x"] in cells(page)
 
 
-def _record(system: str, output: str, exit_: str = "intent:ask_directions") -> TurnRecord:
+def _record(system: str, output: str, exit_: str = "intent:ask_directions") -> InspectedTurn:
     node = NodeDiagnostics(node="classify", type="ClassifyIntent", exit=exit_, output=output,
                            input=NodeInput(prompt=[PromptMessage(role="system", content=system)]))
-    return TurnRecord(TurnDiagnostics(turn=0, player="Where is the market?", path=["classify"], nodes=[node]), Asset())
+    return InspectedTurn(TurnDiagnostics(turn=0, player="Where is the market?", path=["classify"], nodes=[node]), Asset())
 
 
 def test_the_inspector_compares_test_turns_and_opens_each_afresh(window) -> None:
