@@ -6,44 +6,31 @@ Docks are built from ``DOCKS`` so a new panel is one entry there plus its module
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMenu,
-    QMessageBox,
-    QProgressBar,
     QWidget,
 )
 
 from editor import settings as app_settings
 from editor.attach_dialog import AttachDialog, AttachPanel
-from editor.backend_choice import EMBEDDED_TITLE, BackendChoice
-from editor.backends_dialog import open_backends_dialog
+from editor.backend_choice import BackendChoice
+from editor.backend_menu import BackendMenu
 from editor.bypass import install_bypass
 from editor.canvas import Canvas, add_action, context_menu
 from editor.canvas.arrange import install_arrange
-from editor.canvas.comments import add_comments, install_comments
+from editor.canvas.comments import install_comments
 from editor.canvas.minimap import install_minimap
-from editor.commands import (
-    MacroCommand,
-    SetAgentFieldCommand,
-    SetExitCommand,
-    add_nodes,
-    disconnect,
-    remove_comments,
-    remove_nodes,
-)
 from editor.docks.conversation.dock import ConversationDock
 from editor.docks.palette.dock import PaletteDock
 from editor.docks.problems.dock import ProblemsDock
@@ -54,41 +41,35 @@ from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.docks.undo_history.dock import UndoHistoryDock
 from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.document import Document
+from editor.edit_menu import EditMenu
+from editor.file_menu import FileMenu
 from editor.garbage import collect_on_the_ui_thread
 from editor.help_menu import fill_help_menu
+from editor.models_menu import ModelsMenu
 from editor.node_find import NodeFind
 from editor.node_types import categories
-from editor.recovery import Autosave, offer_left_behind, tell_lone_crashes, what_crashed
+from editor.recovery import Autosave
 from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import (
-    SAMPLE_MODEL_SIZE,
-    DownloadReactions,
     SampleModelDownload,
-    open_models_folder,
-    with_copy_hint,
 )
-from editor.server_attach import ServerAddress, ServerAttach
+from editor.server_attach import ServerAttach
 from editor.snapshot_budget import SnapshotBudgetDialog
-from editor.start_page import StartPageHost, empty_agent
+from editor.start_page import StartPageHost
 from editor.subgraphs import install as install_subgraphs
 from editor.subgraphs import subgraph_port_counts
 from editor.suite_run import SuiteRun
 from editor.thread_service import SHUTDOWN_WAIT_MS
 from editor.workspace import Workspace, preset_buttons
-from runtime.asset.clipboard import comments_in_text, nodes_from_text, nodes_to_text, prepare_paste
-from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.asset.model import Asset
 from runtime.asset.validation import ModelFiles, Validator
 from runtime.models.folder import default_model_name
-from runtime.problems import AssetError, Problem
-from runtime.resources import examples_dir
+from runtime.problems import Problem
 
 if TYPE_CHECKING:
-    from editor.doctor_dialog import DoctorDialog
     from runtime.crashes import CrashWatch
     from runtime.suites.report import Coverage
 
-FILE_FILTER = "Parley assets (*.json);;All files (*)"
 AnyDock = TypeVar("AnyDock", bound=QDockWidget)
 
 
@@ -155,6 +136,8 @@ class MainWindow(QMainWindow):
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
         self.document = Document(new_agent(), parent=self)
         self.canvas = Canvas(self.document, self)
+        self.edit_menu = EditMenu(self)  # Cut, Copy, Paste, Duplicate, Delete, Set as Start Node
+        self.files = FileMenu(self)  # New, Open, Open Recent, Examples, Save, Save As, crash recovery
         self.start_page = StartPageHost(self)  # the central area: the canvas, or the start page in front of it
         # The window's shared services, passed to the docks that use them.
         self.backends = BackendChoice(self)  # where the agent runs (the user's settings, not the asset)
@@ -190,21 +173,9 @@ class MainWindow(QMainWindow):
         self._wire()
         self.status = QLabel(self)
         self.statusBar().addPermanentWidget(self.status)
-        self.download_progress = QProgressBar(self)
-        self.download_progress.setRange(0, 0)  # pip reports nothing until it is done: a busy bar
-        self.download_progress.setMaximumWidth(120)
-        self.download_progress.setMaximumHeight(14)
-        self.download_progress.setToolTip("Downloading the sample model")
-        self.download_progress.hide()
+        self.download_progress = self.models.download_progress
         self.statusBar().addPermanentWidget(self.download_progress)
-        self._download_from_menu = False
-        self.download_reactions = r = DownloadReactions(self.download, self.download_progress, parent=self)
-        r.running.connect(self._download_started)
-        r.step.connect(self._download_progress)
-        r.done.connect(self._download_finished)
-        r.failed.connect(self._download_failed)
-        r.refused.connect(self._download_refused)
-        self.download.busy_changed.connect(self._download_busy)
+        self.download_reactions = self.models.download_reactions
         self.autosave = Autosave(self.document, app_settings.recovery_dir(), autosave_ms, self, self.conversation)
         self.autosave.failed.connect(lambda message: self.statusBar().showMessage(message, 15000))
         # Subgraph nodes: their behaviour files watched, double-click opens one, Edit > Extract to Behaviour
@@ -280,7 +251,7 @@ class MainWindow(QMainWindow):
                                               tip="New from a template, the recent files and the examples (Alt+Home)")
         self.open_action = self._action("&Open\u2026", self.open_dialog, Key.Open)
         self.save_action = self._action("&Save", self.save, Key.Save)
-        self.save_as_action = self._action("Save &As\u2026", self.save_as, standard_shortcuts(Key.SaveAs, "Ctrl+Shift+S"))
+        self.save_as_action = self._action("Save &As\u2026", self.files.save_as, standard_shortcuts(Key.SaveAs, "Ctrl+Shift+S"))
         self.close_action = self._action("&Close Window", self.close, standard_shortcuts(Key.Close, "Ctrl+W"))
         self.quit_action = self._action("&Quit", QApplication.closeAllWindows, standard_shortcuts(Key.Quit, "Ctrl+Q"))
         self.undo_action = self.document.undo_stack.createUndoAction(self, "&Undo")
@@ -296,7 +267,8 @@ class MainWindow(QMainWindow):
                                           standard_shortcuts(Key.Delete, "Backspace"), canvas=True)
         self.select_all_action = self._action("Select &All", self.canvas.select_all, Key.SelectAll, canvas=True)
         # Not Ctrl+Shift+S: that is Save As.
-        self.start_action = self._action("Set as &Start Node", self.set_start_node, "Ctrl+Shift+Home", canvas=True)
+        self.start_action = self._action("Set as &Start Node", self.edit_menu.set_start_node, "Ctrl+Shift+Home",
+                                         canvas=True)
         self.find_action = self._action("&Find Node\u2026", self.find_node, standard_shortcuts(Key.Find, "Ctrl+F"),
                                         tip="Find a node by its title, id, prompt, template or intents (Ctrl+F)")
         self.search_action = self._action("Add Node by &Name\u2026", self.canvas.show_node_search, "Tab",
@@ -307,37 +279,22 @@ class MainWindow(QMainWindow):
                                                   canvas=True, tip="Fit the selected nodes in the canvas (Shift+F)")
         self.layout_action = self._action("Auto-&Layout", self.canvas.auto_layout, "Ctrl+L",
                                           tip="Arrange the graph in layers from the start node")
-        self.download_sample_action = self._action(
-            "&Download Sample Model\u2026", self.download_sample_model,
-            tip=f"Download the sample model ({SAMPLE_MODEL_SIZE}) into the models folder")
-        self.open_models_action = self._action("&Open Models Folder", open_models_folder,
-                                               tip="Show the folder the editor looks for model files in")
-        self.attach_action = self._action("&Attach to Server\u2026", self.open_attach_dialog,
-                                          tip="Follow a session a game runs on `parley serve`, live and read-only")
-        self.take_over_action = self._action("&Take Over Session", self.take_over,
-                                             tip="Copy the followed session into this window's conversation")
-        self.detach_action = self._action("De&tach", self.attach.detach,
-                                          tip="Stop following the session; the game's session is not changed")
-        self.take_over_action.setEnabled(False)
-        self.detach_action.setEnabled(False)
+        # Models > Download Sample Model…, Open Models Folder, and the download in the status bar
+        self.models = ModelsMenu(self, self._model_ready)
+        self.download_sample_action = self.models.download_sample_action
+        self.open_models_action = self.models.open_models_action
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
         file_menu.addActions([self.new_action, self.new_window_action, self.open_action])
-        self.recent_menu = file_menu.addMenu("Open &Recent")
-        self.examples_menu = file_menu.addMenu("&Examples")
-        for path in sorted(examples_dir().glob("*.json")):
-            action = self.examples_menu.addAction(path.stem.replace("_", " ").capitalize())
-            action.setData(str(path))
-            action.triggered.connect(lambda _c=False, p=str(path): self.open_path(p, as_example=True))
+        self.files.add_recent_and_examples(file_menu)
+        self.recent_menu, self.examples_menu = self.files.recent_menu, self.files.examples_menu
         file_menu.addAction(self.start_page_action)
         file_menu.addSeparator()
         file_menu.addActions([self.save_action, self.save_as_action])
         file_menu.addSeparator()
         file_menu.addActions([self.close_action, self.quit_action])
-        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        self._fill_recent_menu()
 
         edit = bar.addMenu("&Edit")
         edit.addActions([self.undo_action, self.redo_action])
@@ -354,24 +311,12 @@ class MainWindow(QMainWindow):
         self.add_menu.addSeparator()
         self.add_menu.addAction(self.search_action)
 
-        self.models_menu = bar.addMenu("&Models")
-        self.models_menu.addActions([self.download_sample_action, self.open_models_action])
-
-        self.backend_menu = bar.addMenu("&Backend")
-        self.backend_group = QActionGroup(self)
-        self.backend_group.setExclusive(True)
-        self.backends_action = QAction("&Backends\u2026", self)
-        self.backends_action.setStatusTip("Add, edit, remove and check the servers agents can run on")
-        self.backends_action.triggered.connect(lambda _c=False: self.edit_backends())
-        self.snapshot_budget_action = QAction("Cache &Snapshot Budget\u2026", self)
-        self.snapshot_budget_action.setStatusTip("How much RAM the embedded backend's cache snapshots may take "
-                                                 "(rewinds across a trim or a summary restore them)")
-        self.snapshot_budget_action.triggered.connect(lambda _c=False: self.edit_snapshot_budget())
-        self.self_test_action = QAction("Reproducibility Self-&Test\u2026", self)
-        self.self_test_action.setStatusTip("Check that the chosen backend and model replay a conversation bit for "
-                                           "bit, and which settings do (parley doctor)")
-        self.self_test_action.triggered.connect(lambda _c=False: self.run_self_test())
-        self._fill_backend_menu()
+        self.models_menu = self.models.add_to(bar)
+        self.backend_controls = BackendMenu(self, bar)
+        self.backend_menu = self.backend_controls.menu
+        for name in ("backends_action", "snapshot_budget_action", "self_test_action", "attach_action",
+                     "take_over_action", "detach_action"):
+            setattr(self, name, getattr(self.backend_controls, name))
 
         view = bar.addMenu("&View")
         view.addActions([self.frame_action, self.zoom_selection_action, self.layout_action])
@@ -410,19 +355,6 @@ class MainWindow(QMainWindow):
                         t, self.canvas.scene_cursor_pos() if at_cursor else None))
             menu.addSeparator()
 
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        files = app_settings.recent_files()
-        for path in files:
-            there = Path(path).is_file()
-            action = self.recent_menu.addAction(path if there else f"{path} (not found)")
-            action.setEnabled(there)  # moved or deleted: the start page can forget it
-            action.triggered.connect(lambda _c=False, p=path: self.open_path(p))
-        if files:
-            self.recent_menu.addSeparator()
-            self.recent_menu.addAction("Clear", lambda: (app_settings.clear_recent_files(), self._fill_recent_menu()))
-        self.recent_menu.setEnabled(bool(files))
-
     def _wire(self) -> None:
         # Bound methods, not lambdas: Qt drops a connection to a method when the window
         # is deleted, while a lambda would still run and touch the deleted window.
@@ -447,11 +379,6 @@ class MainWindow(QMainWindow):
         tests.turn_opened.connect(self._open_test_turn)
         tests.coverage_changed.connect(self._show_coverage)
         self.conversation_dock.test_case_saved.connect(tests.refresh)
-        self.backends.changed.connect(self._backend_changed)
-        self.backends.profiles_changed.connect(self._fill_backend_menu)
-        self.attach.changed.connect(self._attach_changed)
-        self.attach.ended.connect(self._attach_ended)
-
     # --- the backend ----------------------------------------------------------------------------
 
     def _backend_maker(self):
@@ -461,113 +388,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"The backend cannot be used: {exc}", 15_000)
             return None
 
-    def _backend_changed(self) -> None:
-        """The next turn (and the next test run) runs on the backend chosen now."""
-        self.conversation.use_backend(self._backend_maker())
-        self._fill_backend_menu()
-        self.statusBar().showMessage(f"Backend: {self.backends.description}", 6000)
-
-    def _fill_backend_menu(self) -> None:
-        menu = self.backend_menu
-        menu.clear()
-        for action in self.backend_group.actions():
-            self.backend_group.removeAction(action)
-            action.deleteLater()
-        entries = [(EMBEDDED_TITLE, "embedded", "Run the agent on this computer (llama.cpp)")]
-        entries += [(p.name, p.name, p.description) for p in self.backends.profiles]
-        for title, spec, tip in entries:
-            action = QAction(title, self.backend_group)
-            action.setCheckable(True)
-            action.setChecked(spec == self.backends.spec)
-            action.setStatusTip(tip)
-            action.setData(spec)
-            action.triggered.connect(lambda _c=False, s=spec: self.choose_backend(s))
-            menu.addAction(action)
-        if self.backends.load_error:
-            broken = menu.addAction("(backends.json could not be read: see Backends\u2026)")
-            broken.setEnabled(False)
-        menu.addSeparator()
-        menu.addAction(self.backends_action)
-        menu.addAction(self.snapshot_budget_action)
-        menu.addAction(self.self_test_action)
-        menu.addSeparator()
-        menu.addActions([self.attach_action, self.take_over_action, self.detach_action])
-
     def choose_backend(self, spec: str) -> bool:
-        problem = self.backends.choose(spec)
-        if problem:
-            self._fill_backend_menu()  # the check mark goes back to the backend in use
-            QMessageBox.warning(self, "Backend not changed", f"Cannot run on {spec}: {problem}")
-            return False
-        return True
-
-    def edit_backends(self) -> bool:
-        return open_backends_dialog(self.backends, self)
+        return self.backend_controls.choose_backend(spec)
 
     def snapshot_budget_dialog(self) -> SnapshotBudgetDialog:
-        """The budget dialog over this window's conversation; OK applies it to every open window."""
-        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
-        conversations = [w.conversation for w in dict.fromkeys([self, *windows])]
-        return SnapshotBudgetDialog(self.conversation, self, conversations)
-
-    def run_self_test(self) -> DoctorDialog:
-        """Backend → Reproducibility Self-Test…: the chosen backend on the open asset's model."""
-        # Imported here: it imports llama.cpp's bindings (0.1 s), not wanted while the window starts.
-        from editor.doctor_dialog import open_doctor_dialog
-
-        return open_doctor_dialog(self.backends, self.document.asset.default_model, self.document.asset_dir, self)
-
-    def edit_snapshot_budget(self) -> bool:
-        return self.snapshot_budget_dialog().exec() == SnapshotBudgetDialog.DialogCode.Accepted
-
-    # --- following a session on a server -------------------------------------------------------
+        return self.backend_controls.snapshot_budget_dialog()
 
     def open_attach_dialog(self) -> AttachDialog:
-        """Backend > Attach to Server…: pick a session of a running `parley serve` to follow."""
-        dialog = AttachDialog(self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.attach_requested.connect(self.attach_to)
-        dialog.open()  # not exec(): the window stays live behind it
-        return dialog
-
-    def attach_to(self, address: ServerAddress, session) -> bool:
-        """Follow ``session`` (a SessionOut) on the server at ``address``; False, said why, when it cannot."""
-        problem = self.attach.attach(address, session)
-        if problem:
-            QMessageBox.warning(self, "Not attached", problem)
-            return False
-        self.conversation_dock.show()
-        self.conversation_dock.raise_()
-        return True
-
-    def take_over(self) -> bool:
-        problem = self.attach.take_over()
-        if problem:
-            self.statusBar().showMessage(problem, 10_000)
-        return not problem
+        return self.backend_controls.open_attach_dialog()
 
     def highlight_turn_path(self, node_ids: list[str]) -> None:
         """The Turn Inspector's path marks, but none from a followed session that runs another asset."""
         self.canvas.highlight_path(node_ids if self.attach.draws_paths() else [])
-
-    def _attach_changed(self) -> None:
-        attached, mismatch = self.attach.attached, bool(self.attach.mismatch)
-        dock = self.conversation_dock
-        # Only when that changes: the dock redraws the chat, which would drop a turn streaming in.
-        if attached and (not dock.read_only or mismatch != (dock.follow_asset is not None)):
-            # another asset's session: its nodes go by their ids, not by this document's titles
-            dock.set_read_only("this conversation is followed on a server (Take over to talk here)",
-                               self.attach_panel, Asset() if mismatch else None)
-        elif not attached and dock.read_only:
-            dock.set_read_only("")
-        self.take_over_action.setEnabled(attached and not self.attach.mismatch)
-        self.detach_action.setEnabled(attached)
-        self.attach_action.setEnabled(not attached)
-        if attached and self.attach.mismatch:
-            self.canvas.highlight_path([])
-
-    def _attach_ended(self, why: str) -> None:
-        self.statusBar().showMessage(why, 10_000)
 
     def _open_test_turn(self, record: InspectedTurn, label: str, note: str, comparison: object = None) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do
@@ -589,45 +421,12 @@ class MainWindow(QMainWindow):
     # --- the sample model -----------------------------------------------------------------------
 
     def download_sample_model(self) -> bool:
-        """Models > Download Sample Model: fetch it on a background thread; the status bar shows how it goes."""
-        if not self.download_reactions.ask():
-            return False
-        self._download_from_menu = True
-        return True
+        return self.models.download_sample_model()
 
-    def _download_refused(self, sentence: str) -> None:
-        self.statusBar().showMessage(sentence, 5000)
-
-    def _download_busy(self, busy: bool) -> None:
-        self.download_sample_action.setEnabled(not busy)
-
-    def _download_started(self) -> None:
-        self.statusBar().showMessage(f"Downloading the sample model ({SAMPLE_MODEL_SIZE})\u2026")
-
-    def _download_progress(self, message: str) -> None:
-        self.statusBar().showMessage(f"Sample model: {message}")
-
-    def _download_finished(self, path: str) -> None:
-        self._download_from_menu = False
-        self.statusBar().showMessage(f"The sample model is ready: {path}", 10_000)
+    def _model_ready(self) -> None:
         # The model names that were missing resolve now: check the graph and estimate again.
         self._after_edit()
         self.dock(VramEstimatorDock).update_estimate()
-
-    def _download_failed(self, message: str, cancelled: bool) -> None:
-        from_menu, self._download_from_menu = self._download_from_menu, False
-        self.statusBar().showMessage("The sample model download stopped." if cancelled
-                                     else "The sample model could not be downloaded.", 10_000)
-        if cancelled or not from_menu:
-            return  # the Conversation dock shows its own offer's errors
-        box = QMessageBox(QMessageBox.Icon.Warning, "Sample model not downloaded",
-                          "The sample model could not be downloaded.", QMessageBox.StandardButton.Ok, self)
-        box.setInformativeText(with_copy_hint(message))
-        box.setObjectName("download_failed")
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        open_button = box.addButton("Open Models Folder", QMessageBox.ButtonRole.ActionRole)
-        open_button.clicked.connect(lambda _c=False: open_models_folder())
-        box.open()  # not exec(): the window stays live behind it
 
     # --- title and problems ---------------------------------------------------------------------
 
@@ -705,18 +504,7 @@ class MainWindow(QMainWindow):
     # --- files ----------------------------------------------------------------------------------
 
     def maybe_save(self) -> bool:
-        """Ask what to do with unsaved changes; False means the person cancelled."""
-        if not self.document.modified:
-            return True
-        name = Path(self.document.path).name if self.document.path else "Untitled"
-        answer = QMessageBox.question(
-            self, "Unsaved changes", f"Save the changes to {name} before closing it?",
-            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Save,
-        )
-        if answer == QMessageBox.StandardButton.Save:
-            return self.save()
-        return answer == QMessageBox.StandardButton.Discard
+        return self.files.maybe_save()
 
     def set_asset(self, asset: Asset, path: str = "", modified: bool = False, folder: str = "") -> None:
         """Show ``asset`` (from the file ``path``; without one, its relative paths are read from ``folder``)."""
@@ -739,11 +527,7 @@ class MainWindow(QMainWindow):
         self.canvas.frame_for_reading()
 
     def new_asset(self) -> bool:
-        """File > New: an agent with one reply node (``empty_agent``), never an error; False if cancelled."""
-        if not self.maybe_save():
-            return False
-        self.set_asset(empty_agent())
-        return True
+        return self.files.new_asset()
 
     def show_start_page(self) -> None:
         """File > Start Page (Alt+Home): templates, recent files and examples, in front of the canvas."""
@@ -757,196 +541,39 @@ class MainWindow(QMainWindow):
         return window
 
     def open_dialog(self) -> None:
-        start = str(Path(self.document.path).parent) if self.document.path else ""
-        path, _ = QFileDialog.getOpenFileName(self, "Open asset", start, FILE_FILTER)
-        if path:
-            self.open_path(path)
+        self.files.open_dialog()
 
     def open_path(self, path: str, as_example: bool = False) -> bool:
-        """Open an asset. A file the model refuses values of opens repaired
-        (``load_asset_for_editing``), with each repair in the Problems dock and the document marked
-        modified, so the file changes only when the designer saves. A file that cannot be read as an
-        asset at all is refused: its errors go to the Problems dock and the current asset stays."""
-        if not self.maybe_save():
-            return False
-        started = time.perf_counter()
-        try:
-            opened = load_asset_for_editing(path)
-        except AssetError as exc:
-            self.load_problems = list(exc.problems)
-            self._show_problems()
-            self.problems_dock.raise_()
-            self.statusBar().showMessage(f"Could not open {path}: see Problems", 8000)
-            return False
-        # An example opens as a new, unsaved asset, so saving never overwrites the shipped file.
-        # An example keeps its folder: its behaviours and files are found there until it is saved elsewhere.
-        self.set_asset(opened.asset, "" if as_example else str(Path(path).resolve()), modified=bool(opened.problems),
-                       folder=str(Path(path).resolve().parent))
-        if not as_example:
-            self._fill_recent_menu_after(path)
-        if opened.problems:
-            self.load_problems = list(opened.problems)
-            self._show_problems()
-            self.problems_dock.raise_()
-            count = len(opened.problems)
-            self.statusBar().showMessage(
-                f"Opened {path} with {count} value{'s' if count != 1 else ''} changed to open it: see Problems. "
-                "The file is unchanged until you save.", 15_000)
-            return True
-        self.statusBar().showMessage(f"Opened {path} in {1000 * (time.perf_counter() - started):.0f} ms", 5000)
-        return True
-
-    def _fill_recent_menu_after(self, path: str) -> None:
-        app_settings.add_recent_file(path)
-        self._fill_recent_menu()
+        return self.files.open_path(path, as_example)
 
     def save(self) -> bool:
-        if not self.document.path:
-            return self.save_as()
-        return self.save_to(self.document.path)
-
-    def save_as(self) -> bool:
-        suggested = self.document.path or f"{self.document.asset.name.lower().replace(' ', '_')}.json"
-        path, _ = QFileDialog.getSaveFileName(self, "Save asset", suggested, FILE_FILTER)
-        if not path:
-            return False
-        if not path.endswith(".json"):
-            path += ".json"
-        return self.save_to(path)
+        return self.files.save()
 
     def save_to(self, path: str) -> bool:
-        try:
-            save_asset(self.document.asset, path)
-        except OSError as exc:
-            QMessageBox.critical(self, "Save failed", f"Could not save {path}:\n{exc.strerror or exc}\n"
-                                 "Nothing was lost: the asset is still open. Choose another place with Save As.")
-            return False
-        self.document.set_path(str(Path(path).resolve()))
-        self.document.undo_stack.setClean()
-        self.load_problems = []  # the file now holds what the editor shows
-        self.autosave.save_now()  # the asset needs no keeping now; the conversation may
-        self._fill_recent_menu_after(path)
-        self._after_edit()
-        self._update_title()
-        self.statusBar().showMessage(f"Saved {path}", 4000)
-        return True
+        return self.files.save_to(path)
 
     def offer_recovery(self) -> bool:
-        """Offer back what a crash left (every recovery file, in one question, saying what crashed); True
-        if one was opened: its graph, and its conversation continued in the Conversation dock with the
-        line that was being said back in the box."""
-        folder = app_settings.recovery_dir()
-        told = tell_lone_crashes(folder)
-        if told:
-            self.statusBar().showMessage(told, 15_000)
-        found = offer_left_behind(self, folder)
-        if found is None:
-            return False
-        self.set_asset(found.asset, found.original_path, modified=found.modified, folder=found.folder)
-        found.forget()
-        if found.conversation is not None or found.line:
-            self.conversation_dock.continue_from(found.conversation, found.line, what_crashed(found))
-        self.autosave.save_now()
-        return True
+        return self.files.offer_recovery()
 
-    # --- editing --------------------------------------------------------------------------------
+    # --- editing (``EditMenu``) ------------------------------------------------------------------
 
     def copy(self) -> None:
-        """Edit > Copy: the selected nodes and comments (a selected backdrop brings the nodes inside it)."""
-        ids, comments = self.comment_actions.selection()
-        if ids or comments:
-            QApplication.clipboard().setText(nodes_to_text([self.document.node(i) for i in ids], comments))
+        self.edit_menu.copy()
 
     def cut(self) -> None:
-        ids, comments = self.comment_actions.selection()
-        if ids or comments:
-            self.copy()
-            command = remove_nodes(self.document, ids)
-            remove_comments(self.document, [c.id for c in comments], command)
-            command.setText(f"Cut {_things(len(ids), len(comments))}")
-            self.document.push(command)
+        self.edit_menu.cut()
 
     def paste(self) -> None:
-        self.paste_text(QApplication.clipboard().text(), None)
+        self.edit_menu.paste()
 
     def paste_text(self, text: str, pos: tuple[float, float] | None) -> list[str]:
-        """Paste nodes (and comments) from JSON text; returns the new node ids. Bad text is reported,
-        nothing changes."""
-        try:
-            nodes = nodes_from_text(text)
-            comments = comments_in_text(text)
-        except AssetError as exc:
-            first = exc.problems[0]
-            self.statusBar().showMessage(f"Nothing pasted: {first.where.lstrip(':')}: {first.message}", 8000)
-            return []
-        if not nodes and not comments:
-            return []
-        if pos is None:
-            # beside the originals, never on top of them
-            offset = self.canvas.clear_offset(nodes) if nodes else (40.0, 40.0)
-        else:
-            left = min(p.position[0] for p in [*nodes, *comments])
-            top = min(p.position[1] for p in [*nodes, *comments])
-            offset = (pos[0] - left, pos[1] - top)
-        pasted = prepare_paste(nodes, set(self.document.asset.node_ids()), offset)
-        command = add_nodes(self.document, pasted, f"Paste {_things(len(pasted), len(comments))}")
-        comment_ids = add_comments(self.document, comments, offset, command)
-        if pasted and not self.document.asset.start_node:
-            SetAgentFieldCommand(self.document, "start_node", "", pasted[0].id, command)
-        self.document.push(command)
-        ids = [n.id for n in pasted]
-        self.canvas.select(ids)
-        self.canvas.comments.select(comment_ids, add=True)
-        return ids
+        return self.edit_menu.paste_text(text, pos)
 
     def duplicate(self) -> list[str]:
-        ids, comments = self.comment_actions.selection()
-        if not ids and not comments:
-            return []
-        originals = [self.document.node(i) for i in ids]
-        offset = self.canvas.clear_offset(originals) if originals else (40.0, 40.0)
-        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), offset)
-        command = add_nodes(self.document, pasted, f"Duplicate {_things(len(pasted), len(comments))}")
-        comment_ids = add_comments(self.document, comments, offset, command)
-        self.document.push(command)
-        new_ids = [n.id for n in pasted]
-        self.canvas.select(new_ids)
-        self.canvas.comments.select(comment_ids, add=True)
-        return new_ids
+        return self.edit_menu.duplicate()
 
     def delete_selected(self) -> None:
-        """Edit > Delete: the selected nodes and comments (a backdrop's nodes stay), or else the selected
-        connections (their exits then end the turn). A marquee also catches pipes that merely cross it,
-        so with nodes selected only the nodes (and the exits into them) go."""
-        doc = self.document
-        ids = self.canvas.selected_ids()
-        comment_ids = self.canvas.comments.selected_ids()
-        if ids or comment_ids:
-            command = remove_nodes(doc, ids) if ids else remove_comments(doc, comment_ids)
-            if ids and comment_ids:
-                remove_comments(doc, comment_ids, command)
-                command.setText(f"Delete {_things(len(ids), len(comment_ids))}")
-            doc.push(command)
-            return
-        exits, start = self.canvas.selected_connections()
-        command = disconnect(doc, exits, start)
-        if command.parts:
-            (only, *more) = command.parts
-            if more:
-                command.setText(f"Delete {len(command.parts)} connections")
-            elif isinstance(only, SetExitCommand):
-                command.setText(f"Disconnect {only.node_id}.{only.port}")
-            else:
-                command.setText("Disconnect the start node")
-            doc.push(command)
-
-    def set_start_node(self) -> None:
-        ids = self.canvas.selected_ids()
-        doc = self.document
-        if len(ids) == 1 and ids[0] != doc.asset.start_node:
-            command = MacroCommand(f"Start at {ids[0]}")
-            SetAgentFieldCommand(doc, "start_node", doc.asset.start_node, ids[0], command)
-            doc.push(command)
+        self.edit_menu.delete_selected()
 
     # --- window state ---------------------------------------------------------------------------
 
@@ -985,12 +612,6 @@ class MainWindow(QMainWindow):
         self.conversation_dock.stop_voice()
         self.statusBar().clearMessage()  # stops the message's timer with the window
         event.accept()
-
-
-def _things(nodes: int, comments: int) -> str:
-    """'2 nodes', '1 node and 1 comment', '3 comments': what an edit of nodes and comments changed."""
-    parts = [f"{n} {word}{'' if n == 1 else 's'}" for n, word in ((nodes, "node"), (comments, "comment")) if n]
-    return " and ".join(parts) or "0 nodes"
 
 
 # Windows opened with File > New Window stay alive while they are open.

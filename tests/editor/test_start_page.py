@@ -166,7 +166,7 @@ def test_opening_adds_to_the_recent_files_up_to_the_cap(window, tmp_path):
         assert window.open_path(str(path))
     expected = [str(p.resolve()) for p in reversed(paths)][: app_settings.MAX_RECENT]
     assert app_settings.recent_files() == expected
-    window._fill_recent_menu()
+    window.files.fill_recent_menu()
     listed = [a.text() for a in window.recent_menu.actions() if not a.isSeparator()]
     assert listed == [*expected, "Clear"]
     assert [e.path for e in window.start_page.show().recent.entries()] == expected

@@ -14,28 +14,34 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import cast
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QDockWidget,
-    QHeaderView,
     QLabel,
     QMenu,
     QProgressBar,
     QSizePolicy,
     QSplitter,
     QToolButton,
-    QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from editor.docks.tests.case_expectations import edit_case_expectations
+from editor.docks.tests.results_tree import (
+    FAIL_COLOUR,
+    NODE_ROLE,
+    ROLE,
+    CaseKey,
+    ResultsTree,
+    SuiteEntry,
+    turn_note,
+)
 from editor.document import Document
 from editor.expectations_dialog import ExpectationsDialog
 from editor.flow_layout import wrapping_row
@@ -49,50 +55,9 @@ from editor.variant_compare import (
     pick_variant_file,
 )
 from runtime.asset.model import Asset
-from runtime.problems import InputError, Problem
-from runtime.suites.checks import Check
-from runtime.suites.file import LoadedSuite, SuiteBeside, set_case_expectations
+from runtime.suites.file import LoadedSuite, SuiteBeside
 from runtime.suites.kept import asset_changes, blamed_node
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
-
-PASS, FAIL = "\u2713", "\u2717"
-PASS_COLOUR, FAIL_COLOUR, DIM_COLOUR = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
-ROLE = Qt.ItemDataRole.UserRole
-NODE_ROLE = Qt.ItemDataRole.UserRole + 1  # a check's row: the node the check is about, to show on the canvas
-CaseKey = tuple[str, str]  # suite file name, case name
-
-
-@dataclass
-class SuiteEntry:
-    """A suite file beside the asset: loaded, or the problems that keep it from loading."""
-
-    path: Path
-    loaded: LoadedSuite | None
-    problems: list[Problem]
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-
-def problem_text(problem: Problem) -> str:
-    """A suite problem as the dock lists it: file, line and column first, then the case and field it names."""
-    where = Path(problem.file).name if problem.file else ""
-    if problem.line:
-        where += f", line {problem.line}" + (f", column {problem.column}" if problem.column else "")
-    return f"{where}: {problem.message}" if where else problem.message
-
-
-def check_line(check: Check) -> str:
-    return f"{PASS if check.passed else FAIL} {check.kind}: {check.message}"
-
-
-def turn_note(outcome: TurnOutcome) -> str:
-    """What a turn was expected to do and what failed, failed checks first (the Turn Inspector shows it)."""
-    lines = [f"{FAIL} the turn failed: {outcome.error}"] if outcome.error else []
-    checks = sorted(outcome.checks, key=lambda c: c.passed)
-    lines += [check_line(c) for c in checks]
-    return "\n".join(lines) if lines else "This turn has no expectations."
 
 
 class TestsDock(QDockWidget):
@@ -114,7 +79,6 @@ class TestsDock(QDockWidget):
         self.results: dict[CaseKey, CaseResult] = {}
         self.partial: dict[CaseKey, list[TurnOutcome]] = {}  # turns of the cases running, as they finish
         self.running: set[CaseKey] = set()
-        self.case_items: dict[CaseKey, QTreeWidgetItem] = {}
         self.coverage: Coverage | None = None
         self._assets: dict[str, Asset] = {}  # suite file name -> the asset its cases last ran on
         self._path: str | None = None
@@ -163,14 +127,8 @@ class TestsDock(QDockWidget):
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         layout.addWidget(self.status)
 
-        self.tree = QTreeWidget(self)
-        self.tree.setHeaderLabels(["Suite / case / turn", "Result"])
-        header = self.tree.header()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
-        self.tree.setColumnWidth(1, 230)
-        self.tree.setToolTip("Click a turn to open its prompts in the Turn Inspector")
+        self.tree = ResultsTree(self)
+        self.case_items = self.tree.case_items  # each case's row, by (suite file name, case name)
         self.tree.itemClicked.connect(self._item_clicked)
         self.tree.itemActivated.connect(self._item_clicked)
         # A comparison with a variant (hidden until one runs): below the tree, in a splitter
@@ -271,41 +229,16 @@ class TestsDock(QDockWidget):
             then()
 
     def _fill(self) -> None:
-        self.tree.clear()
-        self.case_items.clear()
+        placeholder = ""
         if not self.document.path:
-            self._placeholder("Save the asset to a file: its tests are the .suite.yaml files beside it that name it.")
+            placeholder = "Save the asset to a file: its tests are the .suite.yaml files beside it that name it."
         elif self._reading and not self.entries:
-            self._placeholder(f"Reading the test suites beside {Path(self.document.path).name}\u2026")
+            placeholder = f"Reading the test suites beside {Path(self.document.path).name}\u2026"
         elif not self.entries:
             stem = Path(self.document.path).stem
-            self._placeholder(f"No test suites beside {Path(self.document.path).name}. Save a conversation as a test "
-                              f"case from the Conversation dock, or write {stem}.suite.yaml.")
-        for entry in self.entries:
-            item = QTreeWidgetItem(self.tree, [entry.name, ""])
-            item.setData(0, ROLE, ("suite", entry.name))
-            item.setToolTip(0, str(entry.path))
-            if entry.loaded is None:
-                for problem in entry.problems:
-                    child = QTreeWidgetItem(item, [problem_text(problem)])
-                    child.setFirstColumnSpanned(True)
-                    child.setForeground(0, QBrush(FAIL_COLOUR))
-                    child.setToolTip(0, str(problem))
-            else:
-                for case in entry.loaded.suite.cases:
-                    key = (entry.name, case.name)
-                    case_item = QTreeWidgetItem(item, [case.name, ""])
-                    case_item.setData(0, ROLE, ("case", *key))
-                    self.case_items[key] = case_item
-                    self._fill_case(key)
-            self._show_suite_result(item, entry)
-            item.setExpanded(True)
-
-    def _placeholder(self, text: str) -> None:
-        item = QTreeWidgetItem(self.tree, [text])
-        item.setFirstColumnSpanned(True)
-        item.setForeground(0, QBrush(DIM_COLOUR))
-        item.setToolTip(0, text)
+            placeholder = (f"No test suites beside {Path(self.document.path).name}. Save a conversation as a test "
+                           f"case from the Conversation dock, or write {stem}.suite.yaml.")
+        self.tree.fill(self.entries, placeholder, self.results, self._fill_case)
 
     def _entry(self, name: str) -> SuiteEntry | None:
         return next((e for e in self.entries if e.name == name), None)
@@ -315,101 +248,15 @@ class TestsDock(QDockWidget):
         case = next((c for c in entry.loaded.suite.cases if c.name == key[1]), None) if entry and entry.loaded else None
         return case.turns if case is not None else []
 
-    def _suite_item(self, name: str) -> QTreeWidgetItem | None:
-        for i in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(i)
-            if item.data(0, ROLE) == ("suite", name):
-                return item
-        return None
-
-    def _show_suite_result(self, item: QTreeWidgetItem, entry: SuiteEntry) -> None:
-        if entry.loaded is None:
-            count = len(entry.problems)
-            _set_result(item, f"{FAIL} cannot be read ({count} problem{'s' if count != 1 else ''})", False)
-            return
-        keys = [(entry.name, c.name) for c in entry.loaded.suite.cases]
-        done = [self.results[k] for k in keys if k in self.results]
-        if not done:
-            _set_result(item, f"{len(keys)} case{'s' if len(keys) != 1 else ''}", None)
-            return
-        failed = sum(not r.passed for r in done)
-        text = f"{FAIL} {failed} failed, {len(done) - failed} passed" if failed else f"{PASS} {len(done)} passed"
-        if len(done) < len(keys):
-            text += f", {len(keys) - len(done)} not run"
-        _set_result(item, text, not failed)
-
     def _fill_case(self, key: CaseKey) -> None:
         """A case's row and its turns, from its result (or, while it runs, the turns finished so far)."""
-        item = self.case_items.get(key)
-        if item is None:
-            return
-        expanded = item.isExpanded()
-        item.takeChildren()
-        result = self.results.get(key)
-        turns = result.turns if result is not None else self.partial.get(key, [])
-        for outcome in turns:
-            self._turn_item(item, key, outcome)
-        if result is None:
-            if key in self.running:
-                _set_result(item, f"running\u2026 ({len(turns)} turn{'s' if len(turns) != 1 else ''} done)"
-                            if turns else "waiting\u2026", None)
-            else:
-                _set_result(item, "not run", None)
-            item.setToolTip(1, "")
-            item.setExpanded(expanded or bool(turns))
-            return
-        if result.error:
-            child = QTreeWidgetItem(item, [f"{FAIL} {result.error}"])
-            child.setFirstColumnSpanned(True)
-            child.setForeground(0, QBrush(FAIL_COLOUR))
-            child.setToolTip(0, result.error)
-        for number, check in result.conversation:
-            child = QTreeWidgetItem(item, [f"after turn {number}: {check_line(check)}"])
-            child.setFirstColumnSpanned(True)
-            child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
-            child.setToolTip(0, check.message)
-        if result.server:
-            item.setToolTip(0, f"{result.case}\nran on {result.server}")
-        if result.passed:
-            _set_result(item, f"{PASS} passed \u00b7 {result.seconds:.1f} s", True)
-        elif result.error == "stopped":
-            _set_result(item, f"{FAIL} stopped", False)
-        else:
-            failed_turns = sum(not t.passed for t in result.turns)
-            _set_result(item, f"{FAIL} failed \u00b7 {failed_turns} of {len(self._case_turns(key))} turns", False)
-        item.setToolTip(1, "\n".join(result.failures) or "Every check passed.")
-        item.setExpanded(not result.passed)
+        self.tree.fill_case(key, self.results.get(key), self.partial.get(key, []), key in self.running,
+                            len(self._case_turns(key)))
 
-    def _turn_item(self, parent: QTreeWidgetItem, key: CaseKey, outcome: TurnOutcome) -> None:
-        line = outcome.line if len(outcome.line) <= 60 else outcome.line[:60] + "\u2026"
-        item = QTreeWidgetItem(parent, [f"Turn {outcome.number}: {line}", ""])
-        item.setData(0, ROLE, ("turn", *key, outcome.number))
-        failed = [c for c in outcome.checks if not c.passed]
-        if outcome.error:
-            _set_result(item, f"{FAIL} did not finish", False)
-        elif failed:
-            _set_result(item, f"{FAIL} {len(failed)} of {len(outcome.checks)} checks failed", False)
-        else:
-            _set_result(item, f"{PASS} passed ({len(outcome.checks)} check{'s' if len(outcome.checks) != 1 else ''})",
-                        True)
-        path = " \u2192 ".join([*outcome.path, "END"]) if outcome.path else "(no path)"
-        reply = outcome.reply if len(outcome.reply) <= 300 else outcome.reply[:300] + "\u2026"
-        item.setToolTip(0, f"Player: {outcome.line}\nPath: {path}\nReply: {reply}\n\n{turn_note(outcome)}"
-                        + ("\n\nClick to open this turn's prompts in the Turn Inspector." if outcome.result else ""))
-        item.setToolTip(1, turn_note(outcome))
-        if outcome.error:
-            child = QTreeWidgetItem(item, [f"{FAIL} {outcome.error}"])
-            child.setFirstColumnSpanned(True)
-            child.setForeground(0, QBrush(FAIL_COLOUR))
-            child.setData(0, ROLE, ("turn", *key, outcome.number))
-        for check in sorted(outcome.checks, key=lambda c: c.passed):
-            child = QTreeWidgetItem(item, [check_line(check)])
-            child.setFirstColumnSpanned(True)
-            child.setForeground(0, QBrush(PASS_COLOUR if check.passed else FAIL_COLOUR))
-            child.setToolTip(0, check.message)
-            child.setData(0, ROLE, ("turn", *key, outcome.number))
-            child.setData(0, NODE_ROLE, check.node)
-        item.setExpanded(bool(failed or outcome.error))
+    def _show_suite_result(self, name: str) -> None:
+        entry, item = self._entry(name), self.tree.suite_item(name)
+        if entry is not None and item is not None:
+            self.tree.show_suite_result(item, entry, self.results)
 
     # --- running --------------------------------------------------------------------------------
 
@@ -490,9 +337,7 @@ class TestsDock(QDockWidget):
         for key in ran:
             self._fill_case(key)
         for entry in self.entries:
-            item = self._suite_item(entry.name)
-            if item is not None:
-                self._show_suite_result(item, entry)
+            self._show_suite_result(entry.name)
         return True
 
     def _asset_for(self, loaded: LoadedSuite) -> Asset:
@@ -539,9 +384,7 @@ class TestsDock(QDockWidget):
         self.running.discard(key)
         self._fill_case(key)
         self.progress.setValue(self.progress.value() + 1)
-        entry, item = self._entry(result.suite), self._suite_item(result.suite)
-        if entry is not None and item is not None:
-            self._show_suite_result(item, entry)
+        self._show_suite_result(result.suite)
 
     def _finished(self, report: Report) -> None:
         self._end_run()
@@ -602,25 +445,7 @@ class TestsDock(QDockWidget):
         if case is None:
             self.set_status("Select one case (or one of its turns) to edit its expectations.")
             return None
-        turns = [(t.say, t.expect.model_dump(exclude_none=True, exclude_defaults=True)) for t in case.turns]
-        dialog = ExpectationsDialog(
-            f"Expectations of \u201c{case.name}\u201d", f"What each turn of \u201c{case.name}\u201d must do "
-            f"({entry.name}). Slots, tools, budgets and judges are kept as the file has them.", turns,
-            entry.loaded.asset.node_ids(), parent=self)  # type: ignore[union-attr]
-        dialog.accepted.connect(lambda: self._write_expectations(entry.path, case.name, dialog))  # type: ignore[union-attr]
-        dialog.finished.connect(dialog.deleteLater)
-        dialog.open()
-        return dialog
-
-    def _write_expectations(self, path: Path, case: str, dialog: ExpectationsDialog) -> None:
-        try:
-            set_case_expectations(path, case, dialog.expectations())
-        except (InputError, OSError, ValueError) as exc:
-            self.set_status(f"Could not write the expectations of \u201c{case}\u201d to {path.name}; it is unchanged: "
-                            f"{exc}", error=True)
-            return
-        self.set_status(f"Wrote the expectations of \u201c{case}\u201d to {path.name}: run it again to check them.")
-        self.refresh()
+        return edit_case_expectations(entry, case, self, self.set_status, self.refresh)  # type: ignore[arg-type]
 
     # --- opening a turn in the Turn Inspector ---------------------------------------------------
 
@@ -718,13 +543,3 @@ class TestsDock(QDockWidget):
         request = self.variant_panel.request
         if request is not None:
             self.turn_opened.emit(*divergence_opening(divergence, request))  # type: ignore[arg-type]
-
-
-def _set_result(item: QTreeWidgetItem, text: str, passed: bool | None) -> None:
-    item.setText(1, text)
-    colour = DIM_COLOUR if passed is None else PASS_COLOUR if passed else FAIL_COLOUR
-    item.setForeground(1, QBrush(colour))
-    if passed is False:
-        item.setForeground(0, QBrush(FAIL_COLOUR))
-    else:
-        item.setData(0, Qt.ItemDataRole.ForegroundRole, None)  # the palette's text colour

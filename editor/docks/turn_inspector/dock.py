@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDockWidget,
     QHBoxLayout,
@@ -26,6 +24,8 @@ from PySide6.QtWidgets import (
 
 from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
+from editor.docks.turn_inspector.changes_list import ChangesList
+from editor.docks.turn_inspector.node_text import STYLE, html_text, prompt_html, stats_html
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
 from editor.runtime_worker import SNAPSHOT_MEANING, InspectedTurn, LiveConversation
 from editor.suite_run import TurnComparison
@@ -33,64 +33,7 @@ from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
 from runtime.names import NAMESPACE_SEP
 from runtime.nodes import NODE_TYPES, node_model
-from runtime.prompting.budget import TRIM_TARGET_PERCENT
-from runtime.prompting.prompt import PART_LABELS, PromptPart, budget_segments
-
-PART_COLOURS = {
-    "system": "#568cc8",
-    "summary": "#aa78d2",
-    "history": "#c8a050",
-    "template": "#4fb3b3",
-    "current": "#5ab46e",
-    "this_turn": "#8fbf5a",
-    "input": "#5ab46e",
-    "output": "#e8e8e8",
-}
-STYLE = """
-.head { font-size: small; font-weight: bold; }
-.msg { white-space: pre-wrap; }
-.warn { color: #e5c07b; }
-.add { color: #8fd18f; background: #1f3a24; }
-.del { color: #ff9a9a; background: #3a1f1f; }
-.ctx { color: #9a9a9a; }
-.first { color: #1e1e1e; background: #e5c07b; font-weight: bold; }
-"""
-
-
-def _e(text: str) -> str:
-    return html.escape(text).replace("\n", "<br/>")
-
-
-def turns_range(first: int, last: int) -> str:
-    """Turns as people count them (from 1); ``first`` and ``last`` count from 0."""
-    return f"turn {first + 1}" if first == last else f"turns {first + 1}\u2013{last + 1}"
-
-
-def trim_text(diag: NodeDiagnostics, summary_through: int = -1) -> str:
-    """Which turns were folded into the summary, which were already out of the node's window, and which
-    this turn trimmed. ``summary_through`` is the last turn the prompt's summary covers (-1: no summary)."""
-    trim = diag.trim
-    if trim is None:
-        return ""
-    lines = []
-    if summary_through >= 0:
-        lines.append(f"In the summary (not replayed): {turns_range(0, summary_through)}.")
-    gone_until = trim.window_start_before - 1
-    if gone_until > summary_through:
-        lines.append(f"Already out of the window: {turns_range(summary_through + 1, gone_until)}.")
-    first = max(trim.window_start_before, summary_through + 1)
-    if trim.window_start_after > first:
-        lines.append(
-            f"<b>Trimmed on this turn: {turns_range(first, trim.window_start_after - 1)}</b> "
-            f"({trim.dropped_turns} turn{'s' if trim.dropped_turns != 1 else ''} with content): the prompt passed "
-            f"its budget, so the oldest turns were dropped down to {TRIM_TARGET_PERCENT} % of it.")
-    elif trim.triggered:
-        lines.append("The prompt passed its budget, but no history was left to drop.")
-    else:
-        lines.append("No trim on this turn.")
-    lines.append(f"History entries sent: {trim.history_entries}.")
-    return " ".join(lines)
-
+from runtime.prompting.prompt import budget_segments
 
 # Turns from elsewhere (test runs) kept in the turn picker, newest last
 EXTERNAL_KEPT = 20
@@ -167,6 +110,25 @@ class TurnInspectorDock(QDockWidget):
         self.node_list.setHeaderHidden(True)
         self.node_list.setIndentation(12)
         self.node_list.setMaximumWidth(180)
+        self._build_node_details(splitter)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([180, 10_000])  # the node list at its width, the prompt and the Diff take the rest
+        layout.addWidget(splitter, 1)
+        self.setWidget(body)
+
+        self.turn_picker.currentIndexChanged.connect(self._turn_picked)
+        self.compare_picker.currentIndexChanged.connect(lambda _i: self._show_diff())
+        self.node_list.currentItemChanged.connect(lambda *_items: self._show_node_details())
+        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
+        conversation.turn_finished.connect(self.refresh)
+        conversation.history_changed.connect(self.refresh)
+        conversation.restarted.connect(self.refresh)
+        conversation.turn_selected.connect(self.pick_turn)
+        self.refresh()
+
+    def _build_node_details(self, splitter: QSplitter) -> None:
+        """The selected node's budget bar and figures above its Prompt & output and Diff tabs."""
         # The node's figures above its prompt, in a splitter: the figures scroll within their share,
         # so the Prompt and Diff views keep the room (they showed about 2 lines in a short dock)
         details = self.details = QSplitter(Qt.Orientation.Vertical, splitter)
@@ -196,14 +158,8 @@ class TurnInspectorDock(QDockWidget):
         page.setContentsMargins(0, 0, 0, 0)
         page.setSpacing(2)
         # What changed in the asset between a test turn's last passing run and this run, field by field
-        self.changes_list = QTreeWidget(diff_page)
-        self.changes_list.setHeaderLabels(["Node", "Field", "Was", "Now"])
-        self.changes_list.setRootIsDecorated(False)
-        self.changes_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.changes_list.setToolTip("What changed in the asset since the last passing run (click a row to "
-                                     "see that node's turn)")
+        self.changes_list = ChangesList(diff_page)
         self.changes_list.itemClicked.connect(self._change_clicked)
-        self.changes_list.hide()
         page.addWidget(self.changes_list)
         self.diff_view = QTextBrowser(diff_page)
         self.diff_view.document().setDefaultStyleSheet(STYLE)
@@ -214,21 +170,6 @@ class TurnInspectorDock(QDockWidget):
         details.setStretchFactor(0, 1)
         details.setStretchFactor(1, 5)
         details.setSizes([90, 600])
-        splitter.setStretchFactor(0, 0)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([180, 10_000])  # the node list at its width, the prompt and the Diff take the rest
-        layout.addWidget(splitter, 1)
-        self.setWidget(body)
-
-        self.turn_picker.currentIndexChanged.connect(self._turn_picked)
-        self.compare_picker.currentIndexChanged.connect(lambda _i: self._show_diff())
-        self.node_list.currentItemChanged.connect(lambda *_items: self._show_node_details())
-        # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
-        conversation.turn_finished.connect(self.refresh)
-        conversation.history_changed.connect(self.refresh)
-        conversation.restarted.connect(self.refresh)
-        conversation.turn_selected.connect(self.pick_turn)
-        self.refresh()
 
     # --- turns ------------------------------------------------------------------------------
 
@@ -391,14 +332,14 @@ class TurnInspectorDock(QDockWidget):
             if line in passed and len(passed) > 1 and any(not n.startswith("\u2713") for n in note):
                 continue  # beside a failure the passed checks fold to one line: the Diff below needs the room
             colour = "#ff8a7a" if line.startswith("\u2717") else "#8fd18f" if line.startswith("\u2713") else "#dddddd"
-            lines.append(f"<span style='color:{colour}'>{_e(line)}</span>")
+            lines.append(f"<span style='color:{colour}'>{html_text(line)}</span>")
         if len(lines) < len(note):
             kinds = ", ".join(dict.fromkeys(line[2:].split(":", 1)[0] for line in passed))
-            lines.append(f"<span style='color:#8fd18f'>\u2713 {len(passed)} more passed ({_e(kinds)}): hover to "
+            lines.append(f"<span style='color:#8fd18f'>\u2713 {len(passed)} more passed ({html_text(kinds)}): hover to "
                          "see them</span>")
         comparison = self.comparisons.get(label)
         heading = comparison.note_heading if comparison is not None else "expected"
-        self.note_label.setText(f"<b>{_e(label)}</b> \u00b7 {_e(heading)}:<br/>" + "<br/>".join(lines))
+        self.note_label.setText(f"<b>{html_text(label)}</b> \u00b7 {html_text(heading)}:<br/>" + "<br/>".join(lines))
         self.note_label.setToolTip("\n".join(note))
         self.note_label.show()
 
@@ -504,42 +445,9 @@ class TurnInspectorDock(QDockWidget):
         else:
             self.budget_bar.set_shares(None)
             self.budget_bar.setVisible(diag.tokens.budget is not None)
-        self.stats.setText(self.stats_html(diag))
-        self.prompt_view.setHtml(self.prompt_html(diag, parts))
+        self.stats.setText(stats_html(diag, parts or [], self.summary_through(diag)))
+        self.prompt_view.setHtml(prompt_html(diag, parts))
         self._show_diff()
-
-    def stats_html(self, diag: NodeDiagnostics) -> str:
-        t, tm = diag.tokens, diag.timings
-        rows = []
-        if diag.bypassed:
-            port = {"default_exit": "next", "fallback_exit": "fallback"}.get(diag.exit, diag.exit.removeprefix("intent:"))
-            rows.append(f"<span class='warn'><b>Bypassed</b>: not run; the turn passed along its "
-                        f"{html.escape(port or 'next')} exit (Ctrl+B on the canvas runs it again)</span>")
-        if t.budget is not None:
-            rows.append(f"<b>Tokens</b> prompt {t.prompt} (counted {t.counted} of a budget of {t.budget}) \u00b7 "
-                        f"reused {t.reused} \u00b7 evaluated {t.evaluated} \u00b7 generated {t.generated}"
-                        + (" \u00b7 <span class='warn'>cold cache</span>" if t.cold else ""))
-            parts = self.record.parts.get(diag.node, []) if self.record is not None else []
-            kinds = {p.kind for p in parts}
-            if "template" in kinds and "history" in kinds and t.evaluated:
-                rows.append("<span style='color:gray'>Why the previous turn was read again: it comes back in history "
-                            "as the player's plain line, without the template that framed it last turn (as the "
-                            "spec says), so the cache matches only up to that turn.</span>")
-        rows.append(f"<b>Time</b> {tm.total_ms:.0f} ms (reading the prompt {tm.prompt_ms:.0f} ms, "
-                    f"generating {tm.generate_ms:.0f} ms) \u00b7 exit {html.escape(diag.exit or '-')} \u2192 "
-                    f"{html.escape(diag.next_node or 'END')}")
-        if diag.trim is not None:
-            rows.append(f"<b>Window</b> {trim_text(diag, self.summary_through(diag))}")
-        if diag.summary is not None:
-            s = diag.summary
-            rows.append(f"<b>Summary</b> folded {s.folded_turns} turns, now covering turns 0\u2013{s.covered_through} "
-                        f"({s.summary_chars} characters; {s.unsummarized_tokens} tokens were not yet summarized)")
-        if diag.retrieved:
-            found = ", ".join(f"{html.escape(r.id)} ({r.score:.2f})" for r in diag.retrieved)
-            rows.append(f"<b>Retrieved</b> {found}")
-        for warning in diag.warnings:
-            rows.append(f"<span style='color:#e5c07b'>\u26a0 {html.escape(warning)}</span>")
-        return "<br/>".join(rows)
 
     def summary_through(self, diag: NodeDiagnostics) -> int:
         """The last turn covered by the summary in this node's prompt (-1: none), from the earlier turns' records."""
@@ -552,27 +460,6 @@ class TurnInspectorDock(QDockWidget):
         earlier = [records[t] for t in self._path()[:record.turn] if t in records]
         covered = [n.summary.covered_through for r in earlier for n in r.diagnostics.nodes if n.summary is not None]
         return max(covered, default=-1)
-
-    def prompt_html(self, diag: NodeDiagnostics, parts: list[PromptPart] | None) -> str:
-        if parts is None:
-            parts = [PromptPart("input", m.role, m.content, i) for i, m in enumerate(diag.input.prompt)]
-        blocks = []
-        for part in parts:
-            colour = PART_COLOURS.get(part.kind, "#cccccc")
-            label = PART_LABELS.get(part.kind, "Input")
-            if part.turn is not None:
-                label += f" \u00b7 turn {part.turn + 1}"
-            tokens = f" \u00b7 {part.tokens} tokens" if part.tokens else ""
-            blocks.append(
-                f"<table width='100%' cellspacing='0' cellpadding='4' style='border-left: 4px solid {colour};"
-                f" margin-bottom: 6px;'><tr><td>"
-                f"<span class='head' style='color:{colour}'>{part.role.upper()} \u00b7 {label}{tokens}</span><br/>"
-                f"<span class='msg'>{_e(part.text)}</span></td></tr></table>")
-        blocks.append(
-            f"<table width='100%' cellspacing='0' cellpadding='4' style='background:#2b2b2e;'><tr><td>"
-            f"<span class='head'>OUTPUT \u00b7 {diag.tokens.generated} tokens</span><br/>"
-            f"<span class='msg'>{_e(diag.output) or '<i>(empty)</i>'}</span></td></tr></table>")
-        return "".join(blocks)
 
     # --- comparing two turns ------------------------------------------------------------------
 
@@ -601,7 +488,7 @@ class TurnInspectorDock(QDockWidget):
         record = self.record
         comparison = self.comparison()
         if record is not None and comparison is not None and comparison.against is None and other_id is None:
-            return f"<i>Nothing to compare with: {_e(comparison.why_none)}.</i>"
+            return f"<i>Nothing to compare with: {html_text(comparison.why_none)}.</i>"
         if other_id is None or record is None:
             return ("<i>Pick a turn under \u201cCompare with\u201d (another turn, another alternative of this "
                     "one, or a test run's) to see what changed in this node's prompt and output.</i>")
@@ -609,7 +496,7 @@ class TurnInspectorDock(QDockWidget):
         a, b = self.node_diagnostics(other, node_id), self.node_diagnostics(record, node_id)
         if other is None or a is None or b is None:
             return f"<i>Node {html.escape(node_id)} did not run on both turns.</i>"
-        rows = [f"<p class='warn'>\u26a0 {_e(line)}</p>" for line in numerics_warnings(other, record)]
+        rows = [f"<p class='warn'>\u26a0 {html_text(line)}</p>" for line in numerics_warnings(other, record)]
         rows.append(f"<p class='ctx'><b>{html.escape(node_id)}</b> \u00b7 left: the compared turn, right: this one "
                     "\u00b7 <span class='del'>removed</span> <span class='add'>added</span></p>")
         rows.append(side_by_side_html(
@@ -618,46 +505,12 @@ class TurnInspectorDock(QDockWidget):
         return "".join(rows)
 
     def _show_changes(self) -> None:
-        """The asset edits since the last passing run, for a failed test turn compared with it."""
-        comparison = self.comparison()
-        self.changes_list.clear()
-        if comparison is None or self.compare_picker.currentData() != comparison.against_label:
-            self.changes_list.hide()
-            return
-        if not comparison.changes:
-            why = comparison.no_changes or ("No edits to the asset since the last passing run: the model's output "
-                                            "changed on its own.")
-            item = QTreeWidgetItem(self.changes_list, [why])
-            item.setFirstColumnSpanned(True)
-        for change in comparison.changes:
-            item = QTreeWidgetItem(self.changes_list, [change.node or "(asset)", change.field,
-                                                       _short(change.old), _short(change.new)])
-            item.setData(0, Qt.ItemDataRole.UserRole, change.node)
-            item.setToolTip(0, change.text())
-            for column, value in ((2, change.old), (3, change.new)):
-                item.setToolTip(column, str(value))
-        self.changes_list.setHeaderLabels(["Node", "Field", *comparison.headers])
-        for column in range(4):
-            self.changes_list.resizeColumnToContents(column)
-        # as tall as its rows (up to 6): the side-by-side below keeps the rest
-        rows = min(self.changes_list.topLevelItemCount(), 6)
-        row_height = self.changes_list.sizeHintForRow(0) if rows else 0
-        height = self.changes_list.header().sizeHint().height() + rows * row_height + 2 * self.changes_list.frameWidth() + 2
-        self.changes_list.setFixedHeight(height)
-        self.changes_list.show()
+        self.changes_list.show_changes(self.comparison(), self.compare_picker.currentData())
 
     def _change_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         node = item.data(0, Qt.ItemDataRole.UserRole)
         if node:
             self.show_node(node)
-
-
-def _short(value: object) -> str:
-    if value is None:
-        return "(none)"
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = text.replace("\n", " \u21b5 ")
-    return text if len(text) <= 80 else text[:79] + "\u2026"
 
 
 def not_reproducible_text(record: InspectedTurn) -> str:

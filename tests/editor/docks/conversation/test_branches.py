@@ -180,7 +180,7 @@ def test_editing_a_reply_keeps_it_as_written_and_replays_the_later_turns(talked,
         def values(self):
             return self.player, "Welcome! We have one room left, by the fire.", True
 
-    monkeypatch.setattr("editor.docks.conversation.dock.EditTurnDialog", Dialog)
+    monkeypatch.setattr("editor.docks.conversation.turn_links.EditTurnDialog", Dialog)
     dock.edit_turn(0)
     qtbot.waitUntil(lambda: conversation.replaying is not None and not conversation.replaying.pending
                     and not conversation.busy, timeout=TURN_TIMEOUT_MS)

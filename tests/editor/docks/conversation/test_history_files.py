@@ -10,7 +10,7 @@ import threading
 import pytest
 from PySide6.QtCore import QTimer
 
-from editor.docks.conversation import dock as dock_module
+from editor.docks.conversation import history_files as dock_module
 from runtime.asset.file import load_asset
 from runtime.backends.scripted import ScriptedBackend
 from runtime.dialogue.dialog_file import load_history, save_history

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from editor.docks.conversation import dock as dock_module
+from editor.docks.conversation import history_files as dock_module
 from runtime.asset.file import load_asset
 from runtime.backends.base import Backend
 from runtime.backends.scripted import ScriptedBackend
