@@ -8,7 +8,7 @@ by itself when the application quits, so no thread outlives its window.
 
 Closing never destroys a running thread (Qt aborts the process then) and never hangs: a thread
 that has not ended within ``SHUTDOWN_WAIT_MS`` (a call that no cancel reaches, say inside llama.cpp)
-is left to end by itself, kept alive in ``threads_left_running`` until it does, and the app leaves
+is left to end by itself, kept alive in ``editor.thread_job.threads_left_running`` until it does, and the app leaves
 with ``os._exit`` if one is still running at exit (``editor.app``), after the windows saved what
 they keep.
 
@@ -23,29 +23,9 @@ import threading
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
+from editor.thread_job import SHUTDOWN_WAIT_MS, leave_running
+
 log = logging.getLogger("parley.editor")
-
-# How long closing a window waits for each thread. Every request to a server and every llama.cpp
-# generation ends within a fraction of a second of its cancel; this bounds what nothing cancels.
-SHUTDOWN_WAIT_MS = 5_000
-
-# Threads that outlived their window's wait, with their workers: never destroyed while they run.
-_left: list[tuple[QThread, QObject | None]] = []
-
-
-def threads_left_running() -> list[QThread]:
-    """The threads a closed window had to leave running and that still run (forgets the others)."""
-    running = []
-    for thread, worker in list(_left):
-        try:
-            alive = thread.isRunning()
-        except RuntimeError:  # deleted once it finished
-            alive = False
-        if alive:
-            running.append(thread)
-        else:
-            _left.remove((thread, worker))
-    return running
 
 
 class ThreadService(QObject):
@@ -101,10 +81,7 @@ class ThreadService(QObject):
         self._after_shutdown()
 
     def _leave_running(self, thread: QThread) -> None:
-        # Out of this service's (and so its window's) ownership, or deleting the window deletes
-        # the thread and Qt aborts; the worker too, which its thread is still running code of.
-        thread.setParent(None)
-        _left.append((thread, self._thread_worker))
+        leave_running(thread, self._thread_worker)
 
 
 class OneRunService(ThreadService):
