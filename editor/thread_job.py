@@ -166,7 +166,8 @@ class ThreadJob(QObject):
         self.cancel.set()
 
     def is_running(self) -> bool:
-        return self.running
+        """Whether the thread still runs (``finished`` may still be on its way once it does not)."""
+        return self._thread.isRunning()
 
     def wait(self, timeout_ms: int | None = None) -> bool:
         """Wait for the thread up to ``timeout_ms`` (None: until it ends); whether it has ended.

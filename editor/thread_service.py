@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
-from editor.thread_job import SHUTDOWN_WAIT_MS, leave_running
+from editor.thread_job import SHUTDOWN_WAIT_MS, ThreadJob, leave_running
 
 log = logging.getLogger("parley.editor")
 
@@ -54,6 +55,9 @@ class ThreadService(QObject):
     def _cancel_work(self) -> None:
         """Ask the running work to stop soon (shutdown calls it first)."""
 
+    def _stop_jobs(self, timeout_ms: int) -> None:
+        """Stop the service's thread jobs (``ThreadJob.stop``), each waited for up to ``timeout_ms``."""
+
     def _end_thread(self) -> None:
         """Make the running thread's event loop end once its work has stopped. By default the
         worker quits its own thread when its work is done."""
@@ -71,6 +75,7 @@ class ThreadService(QObject):
             timeout_ms = SHUTDOWN_WAIT_MS
         self.closed = True
         self._cancel_work()
+        self._stop_jobs(timeout_ms)
         thread = self.thread
         if thread is not None and thread.isRunning():
             self._end_thread()
@@ -86,7 +91,8 @@ class ThreadService(QObject):
 
 class OneRunService(ThreadService):
     """A service that runs one job at a time, each on a fresh thread that quits when its job ends
-    (``SampleModelDownload``, ``SuiteRun``). ``_cancel`` is the running job's stop flag."""
+    (``SampleModelDownload``, ``SuiteRun``). ``_cancel`` is the running job's stop flag; ``job`` the
+    running ``ThreadJob``, made by ``_new_job``."""
 
     busy_changed = Signal(bool)
 
@@ -95,6 +101,18 @@ class OneRunService(ThreadService):
         self.busy = False
         self._cancel = threading.Event()
         self.worker: QObject | None = None
+        self.job: ThreadJob | None = None
+
+    def _new_job(self, work: Callable[[], object]) -> ThreadJob:
+        """The job (not started yet) that runs ``work``, which checks ``self._cancel``; the service
+        is busy until ``_end``."""
+        self.job = ThreadJob(work, name=self.thread_name, cancel=self._cancel, parent=self)
+        self._set_busy(True)
+        return self.job
+
+    def _stop_jobs(self, timeout_ms: int) -> None:
+        if self.job is not None:
+            self.job.stop(timeout_ms)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -110,11 +128,14 @@ class OneRunService(ThreadService):
         if self.thread is not None:
             self.thread.wait()
             self.thread = self.worker = None
+        if self.job is not None:  # its thread has stopped: this is its returned or errored
+            self.job.deleteLater()
+            self.job = None
         self._set_busy(False)
 
     def _cancel_work(self) -> None:
         self._cancel.set()
 
     def _after_shutdown(self) -> None:
-        self.thread = self.worker = None
+        self.thread = self.worker = self.job = None
         self._set_busy(False)
