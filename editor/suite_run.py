@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from editor.thread_service import OneRunService, ThreadService
 from runtime.backends.base import Backend
@@ -77,29 +77,16 @@ def _run(loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: thread
                       on_turn=lambda case_id, outcome: report(("turn", case_id, outcome)), cancel=cancel)
 
 
-class _ReadWorker(QObject):
-    """Runs on the reading thread: one ``suites_beside`` call, then the thread ends."""
-
-    done = Signal(str, object)  # asset path, list[SuiteBeside] or the OSError that kept the folder from being listed
-
-    def __init__(self, asset_path: str, cancel: threading.Event) -> None:
-        super().__init__()
-        self.asset_path = asset_path
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            found: object = suites_beside(self.asset_path, cancel=self.cancel)
-        except OSError as exc:
-            found = exc
-        except Exception as exc:  # reading suites must never take the editor down
-            log.exception("reading the suites beside %s failed", self.asset_path)
-            found = exc
-        try:
-            self.done.emit(self.asset_path, found)
-        finally:
-            QThread.currentThread().quit()
+def _read(asset_path: str, cancel: threading.Event) -> object:
+    """The suites beside the asset, or the error that kept them from being read (never raised:
+    reading suites must never take the editor down)."""
+    try:
+        return suites_beside(asset_path, cancel=cancel)
+    except OSError as exc:
+        return exc
+    except Exception as exc:
+        log.exception("reading the suites beside %s failed", asset_path)
+        return exc
 
 
 def _has_suite_files(asset_path: str) -> bool:
@@ -136,15 +123,10 @@ class SuiteReading(OneRunService):
         self._start(asset_path)
 
     def _start(self, asset_path: str) -> None:
-        self._cancel = threading.Event()
-        worker = _ReadWorker(asset_path, self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        worker.done.connect(self._on_done)  # queued: runs on the UI thread
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
-        thread.start()
+        self._cancel = cancel = threading.Event()
+        job = self._new_job(lambda: _read(asset_path, cancel))
+        job.returned.connect(lambda found: self._on_done(asset_path, found))
+        job.start()
 
     def _on_done(self, asset_path: str, found: object) -> None:
         if self.closed:
