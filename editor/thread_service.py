@@ -1,19 +1,20 @@
-"""The base of the editor's background services: work on a ``QThread``, signals on the UI thread.
+"""The base of the editor's background services: work off the UI thread, signals on the UI thread.
 
-A ``ThreadService`` lives on the UI thread and owns one worker ``QObject`` at a time, moved to a
-thread of its own. The worker's signals reach the service through queued connections, and the
+A ``ThreadService`` lives on the UI thread. Most run their work as ``ThreadJob``s
+(``OneRunService``); the long-lived conversation owns a worker ``QObject`` with an event loop of its
+own, moved to a thread of its own. The worker's signals reach the service through queued connections, and the
 service re-emits them from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever
 see signals from the UI thread. ``shutdown`` cancels the work and waits for the thread, and runs
 by itself when the application quits, so no thread outlives its window.
 
 Closing never destroys a running thread (Qt aborts the process then) and never hangs: a thread
 that has not ended within ``SHUTDOWN_WAIT_MS`` (a call that no cancel reaches, say inside llama.cpp)
-is left to end by itself, kept alive in ``editor.thread_job.threads_left_running`` until it does, and the app leaves
-with ``os._exit`` if one is still running at exit (``editor.app``), after the windows saved what
-they keep.
+is left to end by itself, kept alive in ``editor.thread_job.threads_left_running`` until it does,
+and the app leaves with ``os._exit`` if one is still running at exit (``editor.app``), after the
+windows saved what they keep.
 
-Subclasses: ``LiveConversation`` (the runtime, one long-lived thread) and
-``SampleModelDownload`` (one short thread per download).
+Subclasses: ``LiveConversation`` (the runtime, one long-lived thread), ``ServerAttach``, and the
+``OneRunService``s (a download, a test run, a self-test: one job at a time).
 """
 
 from __future__ import annotations
@@ -90,9 +91,8 @@ class ThreadService(QObject):
 
 
 class OneRunService(ThreadService):
-    """A service that runs one job at a time, each on a fresh thread that quits when its job ends
-    (``SampleModelDownload``, ``SuiteRun``). ``_cancel`` is the running job's stop flag; ``job`` the
-    running ``ThreadJob``, made by ``_new_job``."""
+    """A service that runs one ``ThreadJob`` at a time (``SampleModelDownload``, ``SuiteRun``): ``job``,
+    made by ``_new_job``; ``_cancel`` is its stop flag."""
 
     busy_changed = Signal(bool)
 
@@ -100,7 +100,6 @@ class OneRunService(ThreadService):
         super().__init__(thread_name, parent)
         self.busy = False
         self._cancel = threading.Event()
-        self.worker: QObject | None = None
         self.job: ThreadJob | None = None
 
     def _new_job(self, work: Callable[[], object]) -> ThreadJob:
@@ -124,11 +123,9 @@ class OneRunService(ThreadService):
         """What a subclass tracks as a job starts or ends (before ``busy_changed`` is emitted)."""
 
     def _end(self) -> None:
-        """The job has ended: join its thread (it has quit already) and take the next one."""
-        if self.thread is not None:
-            self.thread.wait()
-            self.thread = self.worker = None
-        if self.job is not None:  # its thread has stopped: this is its returned or errored
+        """The job has ended (its thread has stopped: this is its ``returned`` or ``errored``); take
+        the next one."""
+        if self.job is not None:
             self.job.deleteLater()
             self.job = None
         self._set_busy(False)
@@ -137,5 +134,5 @@ class OneRunService(ThreadService):
         self._cancel.set()
 
     def _after_shutdown(self) -> None:
-        self.thread = self.worker = self.job = None
+        self.job = None
         self._set_busy(False)
