@@ -40,7 +40,6 @@ from editor.docks.conversation.chat_view import ChatView, node_label, tool_text
 from editor.docks.conversation.history_dialogs import (
     EditTurnDialog,
     HistoryEditor,
-    HistoryFileJob,
     VariablesDialog,
 )
 from editor.expectations_dialog import ExpectationsDialog, case_with
@@ -55,6 +54,7 @@ from editor.sample_model_download import (
     open_models_folder,
     with_copy_hint,
 )
+from editor.thread_job import ThreadJob
 from runtime.agent import turn_reply
 from runtime.backends.base import Reproducibility
 from runtime.backends.profiles import EMBEDDED
@@ -131,7 +131,7 @@ class ConversationDock(QDockWidget):
         self.turn_line = ""  # the line of the turn running or last run: a failed turn gives it back
         self.voice = text_to_speech()
         self.spoken: list[str] = []  # sentences handed to the voice, newest last
-        self.file_job: HistoryFileJob | None = None  # an Import or Export running on its own thread
+        self.file_job: ThreadJob | None = None  # an Import or Export running on its own thread
         # Why the conversation cannot be changed here ("" when it can): it is followed on a server
         self.read_only = ""
         self.follow_panel: QWidget | None = None  # what the window shows above the chat meanwhile
@@ -992,14 +992,16 @@ class ConversationDock(QDockWidget):
         if self.file_job is not None:
             self.show_error("An Import or Export is still running; wait for it to finish.")
             return False
-        job = HistoryFileJob(work, self)
-        job.finished.connect(lambda result, error: self._file_job_finished(job, then, result, error))
+        # Quitting waits for it to the end: a file half written is not abandoned.
+        job = ThreadJob(work, name="parley-history-file", exit_wait_ms=None, parent=self)
+        job.finished.connect(lambda: self._file_job_finished(job, then, job.result, job.error))
         self.file_job = job
         self._enable_file_buttons()
         self.set_status(status)
+        job.start()
         return True
 
-    def _file_job_finished(self, job: HistoryFileJob, then, result: object, error: object) -> None:
+    def _file_job_finished(self, job: ThreadJob, then, result: object, error: object) -> None:
         self.file_job = None
         job.deleteLater()
         self._enable_file_buttons()
