@@ -19,14 +19,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.runtime_worker import LiveConversation, TurnRecord, turn_record
+from editor.thread_job import ThreadJob
 from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
 from runtime.diagnostics import TurnDiagnostics
@@ -247,57 +247,6 @@ class SessionFollower(QObject):
             QThread.currentThread().quit()
 
 
-class ServerRequest(QObject):
-    """A few requests to a server on a thread of its own (listing sessions, exporting a history), so the
-    window keeps answering a server that is slow or gone. ``finished(result, error)`` is emitted on the
-    UI thread, the thread stopped: what ``work`` returned and None, or None and what it raised. (The same
-    shape as the Conversation dock's ``HistoryFileJob``, which a service may not import.)"""
-
-    finished = Signal(object, object)
-
-    def __init__(self, work: Callable[[], object], parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._thread = QThread()
-        self._thread.setObjectName("parley-server-request")
-        self._work = _RequestWork(work)
-        self._work.moveToThread(self._thread)
-        self._thread.started.connect(self._work.run)
-        self._work.done.connect(self._done)  # queued: this object lives on the UI thread
-        app = QCoreApplication.instance()
-        if app is not None:
-            app.aboutToQuit.connect(self.wait)
-        self._thread.start()
-
-    def is_running(self) -> bool:
-        return self._thread.isRunning()
-
-    def wait(self) -> None:
-        """Wait for the requests to end (each within its timeout) and stop the thread."""
-        self._thread.quit()
-        self._thread.wait()
-
-    def _done(self, result: object, error: object) -> None:
-        self.wait()
-        self.finished.emit(result, error)
-
-
-class _RequestWork(QObject):
-    done = Signal(object, object)
-
-    def __init__(self, work: Callable[[], object]) -> None:
-        super().__init__()
-        self._work = work
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            result = self._work()
-        except Exception as exc:  # noqa: BLE001 - handed to the UI thread, which says what failed
-            self.done.emit(None, exc)
-            return
-        self.done.emit(result, None)
-
-
 # --- the UI side -----------------------------------------------------------------------------------
 
 
@@ -333,7 +282,7 @@ class ServerAttach(ThreadService):
         self.mismatch = ""  # why the path marks are off: the open document is not the session's asset
         self.notes: list[str] = []  # what the latest read could not read
         self.follower: SessionFollower | None = None
-        self.request: ServerRequest | None = None  # Take over's export, while it runs
+        self.request: ThreadJob | None = None  # Take over's export, while it runs
         self._generation = 0
         self._live_turn = False  # a turn_started was seen: its events go to the chat
         self._aside: _Aside | None = None
@@ -563,8 +512,9 @@ class ServerAttach(ThreadService):
             with address.client() as client:
                 return history_from_dict(client.export_history(session_id), f"{session_id} on {address.url}")
 
-        self.request = ServerRequest(export, self)
-        self.request.finished.connect(self._exported)
+        job = self.request = ThreadJob(export, name="parley-server-request", exit_wait_ms=None, parent=self)
+        job.finished.connect(lambda: self._exported(job.result, job.error))
+        job.start()
         self.status = f"Copying the session's history from {address.url}\u2026"
         self.changed.emit()
         return ""
@@ -642,5 +592,5 @@ class ServerAttach(ThreadService):
     def _after_shutdown(self) -> None:
         self.follower, self.following = None, False
         if self.request is not None:
-            self.request.wait()
+            self.request.stop(None)  # each request ends within its timeout
             self.request = None
