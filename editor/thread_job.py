@@ -96,6 +96,7 @@ class _JobThread(QThread):
 
     def run(self) -> None:
         job = self.job
+        threading.current_thread().name = job.name  # in logs and tracebacks as in Qt
         self.began.emit()
         try:
             value = self.work()
