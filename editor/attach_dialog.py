@@ -34,10 +34,10 @@ from editor.server_attach import (
     DEFAULT_ADDRESS,
     ServerAddress,
     ServerAttach,
-    ServerRequest,
     error_text,
     server_address,
 )
+from editor.thread_job import ThreadJob
 
 if TYPE_CHECKING:  # the window imports this module as it starts; runtime.serve is for when it attaches
     from runtime.serve.protocol import Health, SessionOut
@@ -70,7 +70,7 @@ class AttachDialog(QDialog):
         self.setObjectName("attach_dialog")
         self.setWindowTitle("Attach to Server")
         self.setMinimumWidth(560)
-        self.request: ServerRequest | None = None
+        self.request: ThreadJob | None = None  # listing the sessions, while it runs
         self.sessions: list[SessionOut] = []
         self.listed_address: ServerAddress | None = None  # where the sessions shown came from
         layout = QVBoxLayout(self)
@@ -158,8 +158,9 @@ class AttachDialog(QDialog):
 
         self.set_status(f"Asking {url} for its sessions\u2026")
         self.list_button.setEnabled(False)
-        self.request = ServerRequest(work, self)
-        self.request.finished.connect(lambda result, error: self._listed(address, result, error))
+        job = self.request = ThreadJob(work, name="parley-server-request", exit_wait_ms=None, parent=self)
+        job.finished.connect(lambda: self._listed(address, job.result, job.error))
+        job.start()
         return True
 
     def _listed(self, address: ServerAddress, result: object, error: object) -> None:
@@ -229,7 +230,7 @@ class AttachDialog(QDialog):
 
     def done(self, result: int) -> None:
         if self.request is not None:
-            self.request.wait()  # each request ends within its timeout
+            self.request.stop(None)  # each request ends within its timeout
         super().done(result)
 
 

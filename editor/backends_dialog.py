@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -61,34 +61,23 @@ FIELDS = ("name", "kind", "url", "api_key_env", "model", "context_size", "timeou
 # --- checking a connection (off the UI thread) ----------------------------------------------------
 
 
-class _CheckWorker(QObject):
-    done = Signal(bool, str)  # reached, the backend's label or the error
-
-    def __init__(self, profile: BackendProfile, cancel: threading.Event) -> None:
-        super().__init__()
-        self.profile = profile
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
+def _check(profile: BackendProfile, cancel: threading.Event) -> tuple[bool, str]:
+    """Contact the server ``profile`` names: whether it answered, and its label or the error."""
+    try:
+        backend = make_backend(profile)
         try:
-            backend = make_backend(self.profile)
-            try:
-                with cancel_scope(self.cancel):  # closing the dialog ends the check at once
-                    backend.load_model("")  # asks the server what it is (/props, /v1/models)
-                label = backend.label
-            finally:
-                backend.close()
-        except Cancelled:
-            self.done.emit(False, "the check was stopped")
-        except BackendError as exc:
-            self.done.emit(False, str(exc))
-        except Exception as exc:  # noqa: BLE001 - any failure is the check's answer, not a crash
-            self.done.emit(False, f"{type(exc).__name__}: {exc}")
-        else:
-            self.done.emit(True, label)
+            with cancel_scope(cancel):  # closing the dialog ends the check at once
+                backend.load_model("")  # asks the server what it is (/props, /v1/models)
+            label = backend.label
         finally:
-            QThread.currentThread().quit()
+            backend.close()
+    except Cancelled:
+        return False, "the check was stopped"
+    except BackendError as exc:
+        return False, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure is the check's answer, not a crash
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, label
 
 
 class ConnectionCheck(OneRunService):
@@ -103,22 +92,17 @@ class ConnectionCheck(OneRunService):
         if self.busy or self.closed:
             return False
         self._cancel.clear()
-        worker = _CheckWorker(profile.model_copy(update={"timeout": min(profile.timeout, CHECK_TIMEOUT_S)}),
-                              self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        worker.done.connect(self._on_done)
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
-        thread.start()
+        profile = profile.model_copy(update={"timeout": min(profile.timeout, CHECK_TIMEOUT_S)})
+        job = self._new_job(lambda: _check(profile, self._cancel))
+        job.returned.connect(self._on_done)
+        job.start()
         return True
 
-    def _on_done(self, ok: bool, text: str) -> None:
+    def _on_done(self, answer: tuple[bool, str]) -> None:
         if self.closed:
             return
         self._end()
-        self.finished.emit(ok, text)
+        self.finished.emit(*answer)
 
 
 # --- the dialog -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -63,30 +63,16 @@ def self_test_job(backend_maker: Callable[[], Backend] | None, model: str, asset
     return job
 
 
-class _SelfTestWorker(QObject):
-    progress = Signal(str)
-    finished = Signal(object)  # the SelfTestReport
-    failed = Signal(str)
-
-    def __init__(self, job: SelfTestJob, cancel: threading.Event) -> None:
-        super().__init__()
-        self.job = job
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            report = self.job(self.progress.emit, self.cancel)
-        except SelfTestCancelled:
-            self.failed.emit("The self-test was stopped.")
-        except (BackendError, InputError) as exc:
-            self.failed.emit(str(exc))
-        except Exception as exc:  # noqa: BLE001 - any failure is the dialog's to show, not a crash
-            self.failed.emit(f"{type(exc).__name__}: {exc}")
-        else:
-            self.finished.emit(report)
-        finally:
-            QThread.currentThread().quit()
+def _outcome(job: SelfTestJob, progress: Callable[[str], None], cancel: threading.Event) -> SelfTestReport | str:
+    """The self-test's report, or why it has none (what the dialog says)."""
+    try:
+        return job(progress, cancel)
+    except SelfTestCancelled:
+        return "The self-test was stopped."
+    except (BackendError, InputError) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure is the dialog's to show, not a crash
+        return f"{type(exc).__name__}: {exc}"
 
 
 class SelfTestRun(OneRunService):
@@ -103,33 +89,24 @@ class SelfTestRun(OneRunService):
         if self.busy or self.closed:
             return False
         self._cancel.clear()
-        worker = _SelfTestWorker(job, self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        worker.progress.connect(self._on_progress)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
-        thread.start()
+        run = self._new_job(lambda: _outcome(job, run.report, self._cancel))
+        run.yielded.connect(self._on_progress)
+        run.returned.connect(self._on_returned)
+        run.start()
         return True
 
     def _on_progress(self, text: str) -> None:
         if not self.closed:
             self.progress.emit(text)
 
-    def _on_finished(self, report: SelfTestReport) -> None:
+    def _on_returned(self, outcome: SelfTestReport | str) -> None:
         if self.closed:
             return
         self._end()
-        self.finished.emit(report)
-
-    def _on_failed(self, text: str) -> None:
-        if self.closed:
-            return
-        self._end()
-        self.failed.emit(text)
+        if isinstance(outcome, str):
+            self.failed.emit(outcome)
+        else:
+            self.finished.emit(outcome)
 
 
 def _item(text: str, color: str = "", tip: str = "") -> QTableWidgetItem:

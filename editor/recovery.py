@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.document import Document
+from editor.thread_job import ThreadJob
 from runtime.asset.file import asset_from_dict, asset_to_dict
 from runtime.asset.model import Asset
 from runtime.crashes import Crash, process_running
@@ -116,8 +116,7 @@ class Autosave(QObject):
         self.line = ""  # the player's line of the turn running now
         self._written: tuple | None = None  # what the file holds (``_state``); None: no file
         self._conversation_written: SavedDialog | None = None  # what the conversation file holds
-        self._writer: threading.Thread | None = None  # writing a large conversation
-        self._writer_error: OSError | InputError | None = None
+        self._writer: ThreadJob | None = None  # writing a large conversation
         self._stopped = False
         self.problem = ""
         self.timer = QTimer(self)
@@ -180,12 +179,17 @@ class Autosave(QObject):
         """Write the conversation file, now when it is small; a large one on a thread of its own (a
         crash meanwhile finds the one before). False when an earlier one is still being written (this
         one waits for the next save). Raises what the last such write or this one raised."""
-        if self._writer is not None and not self._writer.is_alive():
+        writer = self._writer
+        if writer is not None and not writer.is_running():
             self._writer = None
-            error, self._writer_error = self._writer_error, None
-            if error is not None:
+            writer.stop()  # ended: only forgets it
+            writer.deleteLater()
+            if writer.error is not None:
                 self._conversation_written = None  # written again next time
-                raise error
+                if not isinstance(writer.error, (OSError, InputError)):
+                    log.error("writing %s failed", self.conversation_file, exc_info=writer.error)
+                    return False
+                raise writer.error
         if conversation is self._conversation_written:
             return True
         if self._writer is not None:
@@ -194,16 +198,10 @@ class Autosave(QObject):
             save_history(conversation, self.conversation_file)
             self._conversation_written = conversation
             return True
-
-        def write() -> None:
-            try:
-                save_history(conversation, self.conversation_file)
-            except (OSError, InputError) as exc:
-                self._writer_error = exc
-
         self._conversation_written = conversation  # SavedDialogs are replaced, never changed
-        self._writer = threading.Thread(target=write, name="parley-recovery-conversation", daemon=True)
-        self._writer.start()
+        file = self.conversation_file
+        self._writer = ThreadJob(lambda: save_history(conversation, file), name="parley-recovery-conversation",
+                                 parent=self).start()
         return True
 
     def turn_starting(self, line: str) -> None:
@@ -229,8 +227,8 @@ class Autosave(QObject):
     def discard(self) -> None:
         """Delete the recovery file and the conversation's (a new asset, or one saved and nothing else kept)."""
         if self._writer is not None:
-            self._writer.join()  # else it would write the file again once it is deleted
-            self._writer = self._writer_error = None
+            self._writer.stop(None)  # else it would write the file again once it is deleted
+            self._writer = None
         self._written = self._conversation_written = None
         for file in (self.file, self.conversation_file):
             try:

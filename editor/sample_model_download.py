@@ -5,7 +5,7 @@ model itself (``runtime.models.folder.ensure_sample_model``) when the designer a
 Models menu, or from the offer the Conversation dock makes when a turn fails because the
 sample model is missing. It never downloads on its own.
 
-The download runs on its own ``QThread``; ``SampleModelDownload`` lives on the UI thread
+The download runs as a ``ThreadJob``; ``SampleModelDownload`` lives on the UI thread
 and re-emits what the thread reports, so widgets only ever see signals from the UI thread.
 Closing the window stops the download (pip is killed, or the next block is not read) and
 waits for the thread.
@@ -17,7 +17,7 @@ import logging
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, QUrl, Signal, Slot
+from PySide6.QtCore import QObject, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QWidget
 
@@ -69,35 +69,6 @@ def is_sample_model(name: str) -> bool:
     return Path(name).name == SAMPLE_MODEL.file_name
 
 
-class _DownloadWorker(QObject):
-    """Runs on the download thread: one download, then the thread ends."""
-
-    progress = Signal(str)
-    finished = Signal(str)  # the model's path
-    failed = Signal(str, bool)  # message, cancelled
-
-    def __init__(self, cancel: threading.Event) -> None:
-        super().__init__()
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            # Through the module, so the one place that knows how to fetch is the runtime's.
-            path = models.ensure_sample_model(self.progress.emit, self.cancel)
-        except FetchCancelled as exc:
-            self.failed.emit(str(exc), True)
-        except ModelFileError as exc:
-            self.failed.emit(str(exc), False)
-        except Exception as exc:  # anything else still ends the download with a message
-            log.exception("the sample model download failed")
-            self.failed.emit(f"{type(exc).__name__}: {exc}", False)
-        else:
-            self.finished.emit(str(path))
-        finally:
-            QThread.currentThread().quit()
-
-
 # The downloads running in this process (ids of SampleModelDownload objects): at most one.
 _running: set[int] = set()
 
@@ -114,7 +85,6 @@ class SampleModelDownload(OneRunService):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__("parley-sample-model-download", parent)
         self.last_message = ""
-        self.worker: _DownloadWorker | None = None
 
     def start(self) -> bool:
         """Start downloading the sample model; False when a download is running (here or in another
@@ -123,19 +93,15 @@ class SampleModelDownload(OneRunService):
             return False
         self._cancel = threading.Event()
         # A fresh thread per download: it ends when the download does, so nothing idles in the background.
-        worker = _DownloadWorker(self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)  # runs on the new thread, where the worker lives
-        # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
-        worker.progress.connect(self._on_progress)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
+        # Through the module, so the one place that knows how to fetch is the runtime's.
+        cancel = self._cancel
+        job = self._new_job(lambda: models.ensure_sample_model(job.report, cancel))
+        job.yielded.connect(self._on_progress)
+        job.returned.connect(self._on_finished)
+        job.errored.connect(self._on_failed)
         self.last_message = "Starting the download\u2026"
         self.started.emit()
-        thread.start()
+        job.start()
         return True
 
     def _busy_now(self, busy: bool) -> None:
@@ -152,17 +118,22 @@ class SampleModelDownload(OneRunService):
         self.last_message = message.strip()
         self.progress.emit(self.last_message)
 
-    def _on_finished(self, path: str) -> None:
+    def _on_finished(self, path: Path) -> None:
         if self.closed:
             return
         self._end()
-        self.finished.emit(path)
+        self.finished.emit(str(path))
 
-    def _on_failed(self, message: str, cancelled: bool) -> None:
+    def _on_failed(self, exc: Exception) -> None:
         if self.closed:
             return
+        if isinstance(exc, ModelFileError):  # FetchCancelled is one: the download was stopped
+            message = str(exc)
+        else:  # anything else still ends the download with a message
+            log.error("the sample model download failed", exc_info=exc)
+            message = f"{type(exc).__name__}: {exc}"
         self._end()
-        self.failed.emit(message, cancelled)
+        self.failed.emit(message, isinstance(exc, FetchCancelled))
 
 
 

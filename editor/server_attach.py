@@ -1,7 +1,7 @@
 """Following a session of ``parley serve`` live in the editor (Backend > Attach to Server…).
 
 ``ServerAttach`` lives on the UI thread and follows one session of a running server. Its worker
-(``SessionFollower``, on a thread of its own) subscribes to the session's watch stream
+(``SessionFollower``, on a ``ThreadJob``) subscribes to the session's watch stream
 (``GET /v1/sessions/{id}/events``), then reads the session's history and the details of its turns,
 and after each turn that finishes there, that turn's. The service shows them in the window's test
 conversation (``LiveConversation``) as a local turn is shown: the dialog history as its ``saved``,
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal
 
 from editor.runtime_worker import InspectedTurn, LiveConversation, inspected_turn
+from editor.thread_job import ThreadJob
 from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
 from runtime.dialogue.dialog_file import history_from_dict
@@ -175,117 +176,60 @@ def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | No
     return SessionView(session, saved, turns, notes)
 
 
-# --- the worker (its own thread) -----------------------------------------------------------------
+# --- the follower (on a thread job of its own) ---------------------------------------------------
 
 
-class SessionFollower(QObject):
-    """Reads one session's watch stream on its thread until ``stop`` (callable from any thread).
-    Each signal carries the follower's ``generation``, so what a stopped follower still sent is known."""
+class SessionFollower:
+    """Reads one session's watch stream, on the thread of the job that calls ``follow``, until ``stop``
+    (callable from any thread)."""
 
-    opened = Signal(int, object)  # generation, SessionView: subscribed, and the session so far
-    event = Signal(int, object)  # generation, ServerEvent
-    turn_read = Signal(int, object)  # generation, SessionView after a turn finished (its turns: that one)
-    ended = Signal(int, str)  # generation, why it stopped ("" when stopped here)
-
-    def __init__(self, address: ServerAddress, session_id: str, generation: int) -> None:
-        super().__init__()
+    def __init__(self, address: ServerAddress, session_id: str) -> None:
         self.address = address
         self.session_id = session_id
-        self.generation = generation
         self.client = address.client()
         self.watch = self.client.watch(session_id)
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
 
     def stop(self) -> None:
-        """End the stream (its iterator ends at once); the thread then quits."""
-        self._stopping.set()
+        """End the stream (its iterator ends at once); ``follow`` then returns."""
+        self.stopping.set()
         self.watch.close()
 
-    @Slot()
-    def follow(self) -> None:
+    def follow(self, report: Callable[[tuple[str, object]], None]) -> str:
+        """Follow the stream, reporting ("opened", SessionView) once subscribed, with the session so
+        far; ("event", ServerEvent) for each event; ("turn_read", SessionView) after a turn finished
+        (its turns: that one). Returns why it stopped ("" when stopped here)."""
         import httpx
 
         from runtime.serve.client import ParleyError
 
-        g, reason = self.generation, ""
+        reason = ""
         try:
             for event in self.watch:
-                if self._stopping.is_set():
+                if self.stopping.is_set():
                     break
                 if event.kind == "watching":
                     # subscribed first, read second: a turn that ends meanwhile is read twice, never missed
-                    self.opened.emit(g, read_session(self.client, self.session_id))
+                    report(("opened", read_session(self.client, self.session_id)))
                 elif event.kind == "turn_finished":
-                    self.event.emit(g, event)
+                    report(("event", event))
                     turn_id = event.data.get("turn_id")
                     ids = [int(turn_id)] if isinstance(turn_id, int) else []
-                    self.turn_read.emit(g, read_session(self.client, self.session_id, ids))
+                    report(("turn_read", read_session(self.client, self.session_id, ids)))
                 else:
-                    self.event.emit(g, event)
-            if not self._stopping.is_set():
+                    report(("event", event))
+            if not self.stopping.is_set():
                 reason = "the server ended the stream (it stopped, or the session was deleted)"
         except (ParleyError, httpx.HTTPError) as exc:
-            if not self._stopping.is_set():
+            if not self.stopping.is_set():
                 reason = error_text(exc, self.address.url)
-        except Exception as exc:  # the thread must end and say why, whatever broke
+        except Exception as exc:  # following must end and say why, whatever broke
             log.exception("following %s failed", self.session_id)
-            if not self._stopping.is_set():
+            if not self.stopping.is_set():
                 reason = f"{type(exc).__name__}: {exc}"
         finally:
             self.client.close()
-            self.ended.emit(g, reason)
-            QThread.currentThread().quit()
-
-
-class ServerRequest(QObject):
-    """A few requests to a server on a thread of its own (listing sessions, exporting a history), so the
-    window keeps answering a server that is slow or gone. ``finished(result, error)`` is emitted on the
-    UI thread, the thread stopped: what ``work`` returned and None, or None and what it raised. (The same
-    shape as the Conversation dock's ``HistoryFileJob``, which a service may not import.)"""
-
-    finished = Signal(object, object)
-
-    def __init__(self, work: Callable[[], object], parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._thread = QThread()
-        self._thread.setObjectName("parley-server-request")
-        self._work = _RequestWork(work)
-        self._work.moveToThread(self._thread)
-        self._thread.started.connect(self._work.run)
-        self._work.done.connect(self._done)  # queued: this object lives on the UI thread
-        app = QCoreApplication.instance()
-        if app is not None:
-            app.aboutToQuit.connect(self.wait)
-        self._thread.start()
-
-    def is_running(self) -> bool:
-        return self._thread.isRunning()
-
-    def wait(self) -> None:
-        """Wait for the requests to end (each within its timeout) and stop the thread."""
-        self._thread.quit()
-        self._thread.wait()
-
-    def _done(self, result: object, error: object) -> None:
-        self.wait()
-        self.finished.emit(result, error)
-
-
-class _RequestWork(QObject):
-    done = Signal(object, object)
-
-    def __init__(self, work: Callable[[], object]) -> None:
-        super().__init__()
-        self._work = work
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            result = self._work()
-        except Exception as exc:  # noqa: BLE001 - handed to the UI thread, which says what failed
-            self.done.emit(None, exc)
-            return
-        self.done.emit(result, None)
+        return reason
 
 
 # --- the UI side -----------------------------------------------------------------------------------
@@ -323,7 +267,8 @@ class ServerAttach(ThreadService):
         self.mismatch = ""  # why the path marks are off: the open document is not the session's asset
         self.notes: list[str] = []  # what the latest read could not read
         self.follower: SessionFollower | None = None
-        self.request: ServerRequest | None = None  # Take over's export, while it runs
+        self.follow_job: ThreadJob | None = None  # the follower's ``follow``, while it runs
+        self.request: ThreadJob | None = None  # Take over's export, while it runs
         self._generation = 0
         self._live_turn = False  # a turn_started was seen: its events go to the chat
         self._aside: _Aside | None = None
@@ -359,19 +304,18 @@ class ServerAttach(ThreadService):
         self.mismatch = self._mismatch()
         self.status = f"Connecting to {address.url}\u2026"
         self._generation += 1
-        follower = SessionFollower(address, session.id, self._generation)
-        thread = self._new_thread(follower)
-        thread.started.connect(follower.follow)
-        # Queued (the follower lives on its thread): these slots run here, on the UI thread.
-        follower.opened.connect(self._opened)
-        follower.event.connect(self._event)
-        follower.turn_read.connect(self._turn_read)
-        follower.ended.connect(self._ended)
-        self.follower = follower
+        # Each step carries the follower's generation, so what a stopped follower still sent is known.
+        g = self._generation
+        follower = SessionFollower(address, session.id)
+        job = ThreadJob(lambda: follower.follow(job.report), name=self.thread_name, cancel=follower.stopping,
+                        parent=self)
+        job.yielded.connect(lambda step: self._step(g, step))
+        job.finished.connect(lambda: self._ended(g, job.result or ""))
+        self.follower, self.follow_job = follower, job
         conv.history_changed.emit(conv.saved)
         conv.turn_selected.emit(-1)
         self.changed.emit()
-        thread.start()
+        job.start()
         return ""
 
     def detach(self) -> None:
@@ -389,14 +333,12 @@ class ServerAttach(ThreadService):
 
     def _stop_following(self) -> None:
         self._generation += 1  # whatever the old follower still sent is stale now
-        follower, thread = self.follower, self.thread
-        self.follower, self.following = None, False
+        follower, job = self.follower, self.follow_job
+        self.follower, self.follow_job, self.following = None, None, False
         if follower is not None:
             follower.stop()
-        if thread is not None and thread.isRunning() and not thread.wait(SHUTDOWN_WAIT_MS):
-            log.error("the attach thread did not stop within %d ms; it is left to end by itself", SHUTDOWN_WAIT_MS)
-            self._leave_running(thread)
-        self.thread = None
+        if job is not None:
+            job.stop(SHUTDOWN_WAIT_MS)  # one that does not stop is left to end by itself
 
     def _bring_back(self) -> None:
         """The window's own conversation, as it was before attaching, in the docks again."""
@@ -424,6 +366,10 @@ class ServerAttach(ThreadService):
             self._forget("Detached: another asset was opened.")
 
     # --- what the follower read (UI thread) ------------------------------------------------------
+
+    def _step(self, generation: int, step: tuple[str, object]) -> None:
+        kind, value = step
+        {"opened": self._opened, "event": self._event, "turn_read": self._turn_read}[kind](generation, value)
 
     def _opened(self, generation: int, view: SessionView) -> None:
         if generation != self._generation:
@@ -493,10 +439,9 @@ class ServerAttach(ThreadService):
     def _ended(self, generation: int, reason: str) -> None:
         if generation != self._generation:
             return
-        if self.thread is not None:
-            self.thread.wait()  # it has quit already (the follower's last act)
-            self.thread = None
-        self.follower, self.following = None, False
+        if self.follow_job is not None:
+            self.follow_job.deleteLater()  # its thread has stopped
+        self.follower, self.follow_job, self.following = None, None, False
         if reason:
             self.status = f"Not following any more: {reason} What you see is the session as it was last read."
             self.changed.emit()
@@ -553,8 +498,9 @@ class ServerAttach(ThreadService):
             with address.client() as client:
                 return history_from_dict(client.export_history(session_id), f"{session_id} on {address.url}")
 
-        self.request = ServerRequest(export, self)
-        self.request.finished.connect(self._exported)
+        job = self.request = ThreadJob(export, name="parley-server-request", exit_wait_ms=None, parent=self)
+        job.finished.connect(lambda: self._exported(job.result, job.error))
+        job.start()
         self.status = f"Copying the session's history from {address.url}\u2026"
         self.changed.emit()
         return ""
@@ -627,10 +573,14 @@ class ServerAttach(ThreadService):
     def _cancel_work(self) -> None:
         self._generation += 1
         if self.follower is not None:
-            self.follower.stop()  # the follower then quits its thread
+            self.follower.stop()  # its job then ends
+
+    def _stop_jobs(self, timeout_ms: int) -> None:
+        if self.follow_job is not None:
+            self.follow_job.stop(timeout_ms)
 
     def _after_shutdown(self) -> None:
-        self.follower, self.following = None, False
+        self.follower, self.follow_job, self.following = None, None, False
         if self.request is not None:
-            self.request.wait()
+            self.request.stop(None)  # each request ends within its timeout
             self.request = None

@@ -1,6 +1,6 @@
 """Running conversation test suites from the editor, on a thread of their own.
 
-``SuiteRun`` lives on the UI thread; each run gets a fresh ``QThread`` whose worker calls
+``SuiteRun`` lives on the UI thread; each run is a ``ThreadJob`` that calls
 ``runtime.suites.run.run_suites`` and reports every finished turn and case as it happens. The
 service re-emits those reports from the UI thread, so the Tests dock (and pytest-qt) only ever
 sees signals from the UI thread. Stop cancels the running turn and skips the cases not run yet;
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from editor.thread_service import OneRunService, ThreadService
 from runtime.backends.base import Backend
 from runtime.suites.file import SUITE_SUFFIXES, LoadedSuite, suites_beside
 from runtime.suites.kept import AssetChange, KeptRuns, kept_run
-from runtime.suites.report import CaseResult, Report, TurnOutcome
+from runtime.suites.report import CaseResult, Report
 from runtime.suites.run import run_suites
 
 if TYPE_CHECKING:
@@ -59,68 +59,34 @@ class TurnComparison:
     note_heading: str = "expected"  # what the note above the turn's path is headed
 
 
-class _SuiteWorker(QObject):
-    """Runs on the run's thread: one ``run_suites`` call, then the thread ends."""
+def _run(loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: threading.Event, kept: KeptRuns | None,
+         report: Callable[[tuple], None]) -> Report:
+    """One ``run_suites`` call, off the UI thread: each finished turn reported as ("turn", suite::case,
+    TurnOutcome), each finished case kept, then reported as ("case", CaseResult)."""
 
-    turn_done = Signal(str, object)  # suite::case, TurnOutcome
-    case_done = Signal(object)  # CaseResult
-    finished = Signal(object)  # Report
-    failed = Signal(str)
-
-    def __init__(self, loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: threading.Event,
-                 kept: KeptRuns | None = None) -> None:
-        super().__init__()
-        self.loaded = loaded
-        self.make_backend = make_backend
-        self.cancel = cancel
-        self.kept = kept
-
-    def _case_done(self, result: CaseResult) -> None:
-        suite = next((s for s in self.loaded if s.name == result.suite), None)
-        if self.kept is not None and suite is not None and result.error != "stopped":
+    def case_done(result: CaseResult) -> None:
+        suite = next((s for s in loaded if s.name == result.suite), None)
+        if kept is not None and suite is not None and result.error != "stopped":
             try:
-                self.kept.keep(kept_run(suite.path, result, suite.asset))
+                kept.keep(kept_run(suite.path, result, suite.asset))
             except OSError:  # the run still counts; only its comparison later is lost
-                log.warning("could not keep the run of %s in %s", result.case, self.kept.folder, exc_info=True)
-        self.case_done.emit(result)
+                log.warning("could not keep the run of %s in %s", result.case, kept.folder, exc_info=True)
+        report(("case", result))
 
-    @Slot()
-    def run(self) -> None:
-        try:
-            report = run_suites(self.loaded, self.make_backend, on_case=self._case_done,
-                                on_turn=self.turn_done.emit, cancel=self.cancel)
-        except Exception as exc:  # a failing case is in the report; this is the run itself failing
-            log.exception("the test run failed")
-            self.failed.emit(f"{type(exc).__name__}: {exc}")
-        else:
-            self.finished.emit(report)
-        finally:
-            QThread.currentThread().quit()
+    return run_suites(loaded, make_backend, on_case=case_done,
+                      on_turn=lambda case_id, outcome: report(("turn", case_id, outcome)), cancel=cancel)
 
 
-class _ReadWorker(QObject):
-    """Runs on the reading thread: one ``suites_beside`` call, then the thread ends."""
-
-    done = Signal(str, object)  # asset path, list[SuiteBeside] or the OSError that kept the folder from being listed
-
-    def __init__(self, asset_path: str, cancel: threading.Event) -> None:
-        super().__init__()
-        self.asset_path = asset_path
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            found: object = suites_beside(self.asset_path, cancel=self.cancel)
-        except OSError as exc:
-            found = exc
-        except Exception as exc:  # reading suites must never take the editor down
-            log.exception("reading the suites beside %s failed", self.asset_path)
-            found = exc
-        try:
-            self.done.emit(self.asset_path, found)
-        finally:
-            QThread.currentThread().quit()
+def _read(asset_path: str, cancel: threading.Event) -> object:
+    """The suites beside the asset, or the error that kept them from being read (never raised:
+    reading suites must never take the editor down)."""
+    try:
+        return suites_beside(asset_path, cancel=cancel)
+    except OSError as exc:
+        return exc
+    except Exception as exc:
+        log.exception("reading the suites beside %s failed", asset_path)
+        return exc
 
 
 def _has_suite_files(asset_path: str) -> bool:
@@ -157,15 +123,10 @@ class SuiteReading(OneRunService):
         self._start(asset_path)
 
     def _start(self, asset_path: str) -> None:
-        self._cancel = threading.Event()
-        worker = _ReadWorker(asset_path, self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        worker.done.connect(self._on_done)  # queued: runs on the UI thread
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
-        thread.start()
+        self._cancel = cancel = threading.Event()
+        job = self._new_job(lambda: _read(asset_path, cancel))
+        job.returned.connect(lambda found: self._on_done(asset_path, found))
+        job.start()
 
     def _on_done(self, asset_path: str, found: object) -> None:
         if self.closed:
@@ -210,19 +171,13 @@ class SuiteRun(OneRunService):
             return False
         self._cancel = threading.Event()
         self.stopping = False
-        worker = _SuiteWorker(loaded, self._maker(asset_dir), self._cancel, self.kept)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        # Worker -> here: queued, so these slots run on the UI thread and re-emit from it.
-        worker.turn_done.connect(self._on_turn)
-        worker.case_done.connect(self._on_case)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
+        make_backend, cancel, kept = self._maker(asset_dir), self._cancel, self.kept
+        job = self._new_job(lambda: _run(loaded, make_backend, cancel, kept, job.report))
+        job.yielded.connect(self._on_step)
+        job.returned.connect(self._on_finished)
+        job.errored.connect(self._on_failed)
         self.started.emit(sum(len(s.suite.cases) for s in loaded))
-        thread.start()
+        job.start()
         return True
 
     def _maker(self, asset_dir: str) -> BackendFactory:
@@ -240,13 +195,13 @@ class SuiteRun(OneRunService):
 
     # After shutdown the window is gone: what the ending thread still reports goes nowhere.
 
-    def _on_turn(self, case_id: str, outcome: TurnOutcome) -> None:
-        if not self.closed:
-            self.turn_done.emit(case_id, outcome)
-
-    def _on_case(self, result: CaseResult) -> None:
-        if not self.closed:
-            self.case_done.emit(result)
+    def _on_step(self, step: tuple) -> None:
+        if self.closed:
+            return
+        if step[0] == "turn":
+            self.turn_done.emit(step[1], step[2])
+        else:
+            self.case_done.emit(step[1])
 
     def _on_finished(self, report: Report) -> None:
         if self.closed:
@@ -254,11 +209,13 @@ class SuiteRun(OneRunService):
         self._end()
         self.finished.emit(report)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, exc: Exception) -> None:
         if self.closed:
             return
+        # a failing case is in the report; this is the run itself failing
+        log.error("the test run failed", exc_info=exc)
         self._end()
-        self.failed.emit(message)
+        self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
 def _llama_backend(asset_dir: str) -> BackendFactory:

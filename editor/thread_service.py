@@ -1,51 +1,33 @@
-"""The base of the editor's background services: work on a ``QThread``, signals on the UI thread.
+"""The base of the editor's background services: work off the UI thread, signals on the UI thread.
 
-A ``ThreadService`` lives on the UI thread and owns one worker ``QObject`` at a time, moved to a
-thread of its own. The worker's signals reach the service through queued connections, and the
+A ``ThreadService`` lives on the UI thread. Most run their work as ``ThreadJob``s
+(``OneRunService``); the long-lived conversation owns a worker ``QObject`` with an event loop of its
+own, moved to a thread of its own. The worker's signals reach the service through queued connections, and the
 service re-emits them from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever
 see signals from the UI thread. ``shutdown`` cancels the work and waits for the thread, and runs
 by itself when the application quits, so no thread outlives its window.
 
 Closing never destroys a running thread (Qt aborts the process then) and never hangs: a thread
 that has not ended within ``SHUTDOWN_WAIT_MS`` (a call that no cancel reaches, say inside llama.cpp)
-is left to end by itself, kept alive in ``threads_left_running`` until it does, and the app leaves
-with ``os._exit`` if one is still running at exit (``editor.app``), after the windows saved what
-they keep.
+is left to end by itself, kept alive in ``editor.thread_job.threads_left_running`` until it does,
+and the app leaves with ``os._exit`` if one is still running at exit (``editor.app``), after the
+windows saved what they keep.
 
-Subclasses: ``LiveConversation`` (the runtime, one long-lived thread) and
-``SampleModelDownload`` (one short thread per download).
+Subclasses: ``LiveConversation`` (the runtime, one long-lived thread), ``ServerAttach``, and the
+``OneRunService``s (a download, a test run, a self-test: one job at a time).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
+from editor.thread_job import SHUTDOWN_WAIT_MS, ThreadJob, leave_running
+
 log = logging.getLogger("parley.editor")
-
-# How long closing a window waits for each thread. Every request to a server and every llama.cpp
-# generation ends within a fraction of a second of its cancel; this bounds what nothing cancels.
-SHUTDOWN_WAIT_MS = 5_000
-
-# Threads that outlived their window's wait, with their workers: never destroyed while they run.
-_left: list[tuple[QThread, QObject | None]] = []
-
-
-def threads_left_running() -> list[QThread]:
-    """The threads a closed window had to leave running and that still run (forgets the others)."""
-    running = []
-    for thread, worker in list(_left):
-        try:
-            alive = thread.isRunning()
-        except RuntimeError:  # deleted once it finished
-            alive = False
-        if alive:
-            running.append(thread)
-        else:
-            _left.remove((thread, worker))
-    return running
 
 
 class ThreadService(QObject):
@@ -74,6 +56,9 @@ class ThreadService(QObject):
     def _cancel_work(self) -> None:
         """Ask the running work to stop soon (shutdown calls it first)."""
 
+    def _stop_jobs(self, timeout_ms: int) -> None:
+        """Stop the service's thread jobs (``ThreadJob.stop``), each waited for up to ``timeout_ms``."""
+
     def _end_thread(self) -> None:
         """Make the running thread's event loop end once its work has stopped. By default the
         worker quits its own thread when its work is done."""
@@ -91,6 +76,7 @@ class ThreadService(QObject):
             timeout_ms = SHUTDOWN_WAIT_MS
         self.closed = True
         self._cancel_work()
+        self._stop_jobs(timeout_ms)
         thread = self.thread
         if thread is not None and thread.isRunning():
             self._end_thread()
@@ -101,15 +87,12 @@ class ThreadService(QObject):
         self._after_shutdown()
 
     def _leave_running(self, thread: QThread) -> None:
-        # Out of this service's (and so its window's) ownership, or deleting the window deletes
-        # the thread and Qt aborts; the worker too, which its thread is still running code of.
-        thread.setParent(None)
-        _left.append((thread, self._thread_worker))
+        leave_running(thread, self._thread_worker)
 
 
 class OneRunService(ThreadService):
-    """A service that runs one job at a time, each on a fresh thread that quits when its job ends
-    (``SampleModelDownload``, ``SuiteRun``). ``_cancel`` is the running job's stop flag."""
+    """A service that runs one ``ThreadJob`` at a time (``SampleModelDownload``, ``SuiteRun``): ``job``,
+    made by ``_new_job``; ``_cancel`` is its stop flag."""
 
     busy_changed = Signal(bool)
 
@@ -117,7 +100,18 @@ class OneRunService(ThreadService):
         super().__init__(thread_name, parent)
         self.busy = False
         self._cancel = threading.Event()
-        self.worker: QObject | None = None
+        self.job: ThreadJob | None = None
+
+    def _new_job(self, work: Callable[[], object]) -> ThreadJob:
+        """The job (not started yet) that runs ``work``, which checks ``self._cancel``; the service
+        is busy until ``_end``."""
+        self.job = ThreadJob(work, name=self.thread_name, cancel=self._cancel, parent=self)
+        self._set_busy(True)
+        return self.job
+
+    def _stop_jobs(self, timeout_ms: int) -> None:
+        if self.job is not None:
+            self.job.stop(timeout_ms)
 
     def _set_busy(self, busy: bool) -> None:
         if busy != self.busy:
@@ -129,15 +123,16 @@ class OneRunService(ThreadService):
         """What a subclass tracks as a job starts or ends (before ``busy_changed`` is emitted)."""
 
     def _end(self) -> None:
-        """The job has ended: join its thread (it has quit already) and take the next one."""
-        if self.thread is not None:
-            self.thread.wait()
-            self.thread = self.worker = None
+        """The job has ended (its thread has stopped: this is its ``returned`` or ``errored``); take
+        the next one."""
+        if self.job is not None:
+            self.job.deleteLater()
+            self.job = None
         self._set_busy(False)
 
     def _cancel_work(self) -> None:
         self._cancel.set()
 
     def _after_shutdown(self) -> None:
-        self.thread = self.worker = None
+        self.job = None
         self._set_busy(False)

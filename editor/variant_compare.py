@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -93,32 +93,12 @@ class VariantRequest:
             return None
 
 
-class _CompareWorker(QObject):
-    """Runs on the comparison's thread: one ``compare_variants`` call, then the thread ends."""
-
-    finished = Signal(object)  # VariantReport
-    failed = Signal(str)
-
-    def __init__(self, request: VariantRequest, make_backend: BackendFactory, cancel: threading.Event) -> None:
-        super().__init__()
-        self.request = request
-        self.make_backend = make_backend
-        self.cancel = cancel
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            loaded = load_suite(self.request.suite)  # as the file is now
-            if self.request.asset_a is not None:
-                loaded = variant_suite(loaded, self.request.asset_a)
-            report = compare_variants(loaded, self.request.variant, backend=self.make_backend, cancel=self.cancel)
-        except Exception as exc:  # a comparison that cannot run: said in the panel, never a crash
-            log.exception("comparing %s with %s failed", self.request.suite, self.request.variant)
-            self.failed.emit(f"{type(exc).__name__}: {exc}")
-        else:
-            self.finished.emit(report)
-        finally:
-            QThread.currentThread().quit()
+def _compare(request: VariantRequest, make_backend: BackendFactory, cancel: threading.Event) -> VariantReport:
+    """One comparison, off the UI thread: the suite as its file is now, A and B."""
+    loaded = load_suite(request.suite)
+    if request.asset_a is not None:
+        loaded = variant_suite(loaded, request.asset_a)
+    return compare_variants(loaded, request.variant, backend=make_backend, cancel=cancel)
 
 
 class VariantComparison(OneRunService):
@@ -139,16 +119,12 @@ class VariantComparison(OneRunService):
             return False
         self._cancel = threading.Event()
         self.request = request
-        worker = _CompareWorker(request, make_backend, self._cancel)
-        thread = self._new_thread(worker)
-        thread.started.connect(worker.run)
-        worker.finished.connect(self._on_finished)  # queued: runs on the UI thread
-        worker.failed.connect(self._on_failed)
-        thread.finished.connect(thread.deleteLater)
-        self.worker = worker
-        self._set_busy(True)
+        cancel = self._cancel
+        job = self._new_job(lambda: _compare(request, make_backend, cancel))
+        job.returned.connect(self._on_finished)
+        job.errored.connect(self._on_failed)
         self.started.emit(request)
-        thread.start()
+        job.start()
         return True
 
     def stop(self) -> None:
@@ -163,11 +139,15 @@ class VariantComparison(OneRunService):
         self._end()
         self.finished.emit(self.request, report)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, exc: Exception) -> None:
         if self.closed:
             return
+        # a comparison that cannot run: said in the panel, never a crash
+        request = self.request
+        log.error("comparing %s with %s failed", request.suite if request else "?",
+                  request.variant if request else "?", exc_info=exc)
         self._end()
-        self.failed.emit(self.request, message)
+        self.failed.emit(self.request, f"{type(exc).__name__}: {exc}")
 
 
 # --- the divergence as two turns the Turn Inspector shows side by side ------------------------

@@ -1,5 +1,5 @@
 """Fixtures for editor tests: offscreen Qt, a private settings folder, and a check that
-no test leaves a QThread or a window's QTimer running (napari does the same)."""
+no test leaves a QThread, a thread job or a window's QTimer running (napari does the same)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def no_running_threads(monkeypatch):
 
     monkeypatch.setattr(QThread, "start", tracking_start)
     yield
+    from editor.thread_job import running_jobs
+
+    jobs = [job.name for job in running_jobs()]
     running = []
     for ref in started:
         thread = ref()
@@ -43,6 +46,8 @@ def no_running_threads(monkeypatch):
         except RuntimeError:
             pass  # the C++ object is gone, so the thread is too
     assert not running, f"test left {len(running)} QThread(s) running: stop and wait() them in teardown"
+    # A job neither stopped nor heard to finish (its thread ended, its finished never reached the UI)
+    assert not jobs, f"test left thread job(s) {jobs} unfinished: stop() them, or wait for finished"
 
 
 _windows: list[weakref.ref] = []

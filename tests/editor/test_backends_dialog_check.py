@@ -8,7 +8,7 @@ import threading
 import time
 
 from editor.backends_dialog import ConnectionCheck
-from editor.thread_service import threads_left_running
+from editor.thread_job import threads_left_running
 from runtime.backends.profiles import BackendProfile
 
 

@@ -94,10 +94,10 @@ def test_closing_the_dialog_stops_a_running_self_test(qtbot) -> None:
     assert dialog.start()
     assert not dialog.start()  # one at a time
     assert began.wait(30)
-    thread = dialog.run.thread
+    job = dialog.run.job
     dialog.reject()
     assert stopped.is_set() and dialog.run.closed
-    assert thread is not None and thread.isFinished()
+    assert job is not None and not job.is_running()
 
 
 @pytest.mark.model

@@ -276,10 +276,10 @@ def test_closing_the_window_stops_the_download(make_window, empty_models, monkey
     download = window.download
     assert window.download_sample_model()
     assert fake.holding.wait(10), "the download started"
-    thread = download.thread
-    assert thread is not None and thread.isRunning()
+    job = download.job
+    assert job is not None and job.is_running()
     assert not window.download_sample_model(), "one download at a time"
     window.close()
-    assert not thread.isRunning(), "the window waited for the download thread"
+    assert not job.is_running(), "the window waited for the download thread"
     assert not download.busy
     assert list(empty_models.iterdir()) == []

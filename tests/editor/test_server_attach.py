@@ -144,7 +144,7 @@ def test_following_two_turns_of_a_game_then_detach_and_take_over(served, window,
     # Detach: following stops, the game's session is as it was, the window's own conversation is back
     before = game.session(npc.id)
     window.attach_panel.detach_button.click()
-    assert not attach.attached and attach.thread is None
+    assert not attach.attached and attach.follow_job is None
     after = game.session(npc.id)
     assert after.turns == before.turns == 2 and not after.busy
     assert npc.id in [s.id for s in game.sessions()]
@@ -229,7 +229,7 @@ def test_a_turn_shows_as_it_runs_a_failed_one_goes_and_a_deleted_session_stops(s
     qtbot.waitUntil(lambda: not attach.following, timeout=WAIT_MS)
     assert attach.attached and "Not following any more" in attach.status and "session was deleted" in attach.status
     assert window.attach_panel.label.text().startswith("<b>Attached to") and LINES[1] in chat_text(window)
-    assert attach.thread is None
+    assert attach.follow_job is None
     attach.detach()
     assert not window.conversation_dock.read_only and LINES[1] not in chat_text(window)
 
@@ -254,11 +254,11 @@ def test_a_session_of_another_asset_says_so_and_marks_no_path(served, window, qt
     assert not panel.take_over_button.isEnabled()
     assert "Cannot take over" in attach.take_over()
     # closing the window while following ends the stream and its thread; the session stays
-    thread = attach.thread
-    assert thread is not None and thread.isRunning()
+    job = attach.follow_job
+    assert job is not None and job.is_running()
     window.document.undo_stack.setClean()
     assert window.close()
-    assert not thread.isRunning() and attach.follower is None
+    assert not job.is_running() and attach.follower is None
     assert game.session(npc.id).turns == 1 and npc.id in [s.id for s in game.sessions()]
 
 

@@ -282,7 +282,7 @@ def test_closing_the_window_ends_a_running_comparison(dock, qtbot, monkeypatch, 
     monkeypatch.setattr(variant_compare, "compare_variants", blocking(began, hand_built_report(str(chat), "")))
     assert dock.compare_with_variant(variant=str(chat.parent / "chat_b.json"))
     assert began.wait(COMPARE_TIMEOUT_MS / 1000)
-    thread = dock.variants.thread
+    job = dock.variants.job
     window.document.undo_stack.setClean()
     window.close()
-    assert dock.variants.closed and not thread.isRunning(), "the window's shutdown cancelled and joined it"
+    assert dock.variants.closed and not job.is_running(), "the window's shutdown cancelled and joined it"

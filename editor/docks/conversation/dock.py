@@ -16,7 +16,7 @@ from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.docks.conversation.backend_bar import BackendBar
 from editor.docks.conversation.branch_tree import BranchTree
 from editor.docks.conversation.chat_view import ChatView, node_label
-from editor.docks.conversation.history_dialogs import HistoryEditor, HistoryFileJob, VariablesDialog
+from editor.docks.conversation.history_dialogs import HistoryEditor, VariablesDialog
 from editor.docks.conversation.history_files import HistoryFiles
 from editor.docks.conversation.later_turns import LaterTurnsOffer
 from editor.docks.conversation.model_offer import ModelOffer
@@ -31,6 +31,7 @@ from editor.docks.conversation.voice import Voice
 from editor.flow_layout import wrapping_row
 from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import SampleModelDownload, missing_models
+from editor.thread_job import ThreadJob
 from runtime.dialogue.history import SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.nodes import NODE_TYPES
@@ -171,7 +172,7 @@ class ConversationDock(QDockWidget):
         return self.voice_panel.spoken
 
     @property
-    def file_job(self) -> HistoryFileJob | None:
+    def file_job(self) -> ThreadJob | None:
         return self.files.file_job
 
     def set_status(self, text: str, error: bool = False) -> None:

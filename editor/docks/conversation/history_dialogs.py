@@ -1,11 +1,7 @@
-"""Dialogs of the Conversation dock: seed and edit the dialog history, change agent variables; and
-the history file job that imports and exports on a thread of its own."""
+"""Dialogs of the Conversation dock: seed and edit the dialog history, change agent variables."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -31,60 +27,6 @@ from runtime.asset.model import VariableValue
 from runtime.dialogue.history import Reply, SavedDialog, Turn
 
 PLAYER, REPLY, NODE = range(3)
-
-
-class _FileWork(QObject):
-    """The work of a ``HistoryFileJob``, on the job's thread."""
-
-    done = Signal(object, object)  # emitted on the job's thread; the job re-emits it on its own
-
-    def __init__(self, work: Callable[[], object]) -> None:
-        super().__init__()
-        self._work = work
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            result, error = self._work(), None
-        except Exception as exc:  # noqa: BLE001  (shown to the designer, never lost on a thread)
-            result, error = None, exc
-        self.done.emit(result, error)
-
-
-class HistoryFileJob(QObject):
-    """Reads or writes a dialog history file on a thread of its own, so the window keeps answering
-    while a large one is parsed or written (100,000 alternatives take seconds).
-
-    ``finished(result, error)`` is emitted on the thread that made the job (the UI thread): what
-    ``work`` returned and None, or None and the exception it raised. The thread has stopped by then.
-    The work cannot be interrupted; ``wait`` waits for it (and on quitting, the application does)."""
-
-    finished = Signal(object, object)
-
-    def __init__(self, work: Callable[[], object], parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._thread = QThread()
-        self._thread.setObjectName("parley-history-file")
-        self._work = _FileWork(work)
-        self._work.moveToThread(self._thread)
-        self._thread.started.connect(self._work.run)
-        self._work.done.connect(self._done)  # queued: this object lives on the UI thread
-        app = QCoreApplication.instance()
-        if app is not None:
-            app.aboutToQuit.connect(self.wait)
-        self._thread.start()
-
-    def is_running(self) -> bool:
-        return self._thread.isRunning()
-
-    def wait(self) -> None:
-        """Wait for the work to end and stop the thread (a file half parsed is not abandoned)."""
-        self._thread.quit()
-        self._thread.wait()
-
-    def _done(self, result: object, error: object) -> None:
-        self.wait()
-        self.finished.emit(result, error)
 
 
 class HistoryEditor(QDialog):

@@ -11,9 +11,9 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QToolButton, QWidget
 
 from editor.backend_choice import BackendChoice
-from editor.docks.conversation.history_dialogs import HistoryFileJob
 from editor.docks.conversation.status import TurnStatus, tool_button
 from editor.runtime_worker import LiveConversation
+from editor.thread_job import ThreadJob
 from runtime.bundle.file import BUNDLE_SUFFIX, make_bundle, write_bundle
 from runtime.dialogue.dialog_file import HistoryError, load_history, save_history
 from runtime.dialogue.history import SavedDialog
@@ -47,7 +47,7 @@ class HistoryFiles(QObject):
         self.asset = asset
         self.read_only = read_only
         self.dialog_parent = parent
-        self.file_job: HistoryFileJob | None = None  # an Import or Export running on its own thread
+        self.file_job: ThreadJob | None = None  # an Import or Export running on its own thread
         self.export_button = tool_button(parent, "Export\u2026", "Save the dialog history to a file (the arrow: "
                                          "a repro bundle, which `parley replay` repeats byte for byte)",
                                          self.export_dialog)
@@ -164,14 +164,16 @@ class HistoryFiles(QObject):
         if self.file_job is not None:
             self.status.show_error("An Import or Export is still running; wait for it to finish.")
             return False
-        job = HistoryFileJob(work, self)
-        job.finished.connect(lambda result, error: self._file_job_finished(job, then, result, error))
+        # Quitting waits for it to the end: a file half written is not abandoned.
+        job = ThreadJob(work, name="parley-history-file", exit_wait_ms=None, parent=self)
+        job.finished.connect(lambda: self._file_job_finished(job, then, job.result, job.error))
         self.file_job = job
         self.enable_buttons()
         self.status.set_status(status)
+        job.start()
         return True
 
-    def _file_job_finished(self, job: HistoryFileJob, then, result: object, error: object) -> None:
+    def _file_job_finished(self, job: ThreadJob, then, result: object, error: object) -> None:
         self.file_job = None
         job.deleteLater()
         self.enable_buttons()

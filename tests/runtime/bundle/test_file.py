@@ -215,8 +215,8 @@ def load_asset_dict(raw):
 
 def test_a_replayed_tool_call_is_answered_with_the_recorded_result_of_the_same_call():
     from runtime.agent import TurnError
-    from runtime.session.tools import recorded_answers
     from runtime.dialogue.history import Reply, ToolExchange, Turn
+    from runtime.session.tools import recorded_answers
 
     turn = Turn("where is the key?", [ToolExchange("ask", "lookup", {"q": "key"}, "under the mat"),
                                       ToolExchange("ask", "lookup", {"q": "door"}, "locked"), Reply("reply", "...")])
