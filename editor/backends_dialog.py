@@ -168,7 +168,28 @@ class BackendsDialog(QDialog):
         self.check.finished.connect(self._checked)
         self.check.busy_changed.connect(self._check_busy)
 
+        # Built top to bottom, in the order the widgets are made: Tab follows that order.
         layout = QVBoxLayout(self)
+        self._build_intro(layout)
+        body = QHBoxLayout()
+        body.addLayout(self._build_profile_list())
+        body.addWidget(self._build_form(), 1)
+        layout.addLayout(body, 1)
+        self._build_footer(layout)
+        self._follow_edits()
+
+        for draft in self.drafts:
+            QListWidgetItem(draft["name"], self.list)
+        if self.drafts:
+            self.list.setCurrentRow(0)
+        else:
+            self._row_changed(-1)
+        self.resize(780, 600)
+
+    # --- building the dialog ------------------------------------------------------------------------
+
+    def _build_intro(self, layout: QVBoxLayout) -> None:
+        """Where the profiles are kept, and why none are shown when the file could not be read."""
         intro = QLabel("Servers your agents can run on, kept in your settings, never in an asset: "
                        f"<tt>{self.path}</tt>. Pick one in the Conversation dock or the Backend menu.", self)
         intro.setWordWrap(True)
@@ -188,7 +209,8 @@ class BackendsDialog(QDialog):
             self.file_error.hide()
         layout.addWidget(self.file_error)
 
-        body = QHBoxLayout()
+    def _build_profile_list(self) -> QVBoxLayout:
+        """The profiles' names, with Add and Remove under them."""
         side = QVBoxLayout()
         self.list = QListWidget(self)
         self.list.setMinimumWidth(160)
@@ -203,8 +225,10 @@ class BackendsDialog(QDialog):
         buttons.addWidget(self.add_button)
         buttons.addWidget(self.remove_button)
         side.addLayout(buttons)
-        body.addLayout(side)
+        return side
 
+    def _build_form(self) -> QWidget:
+        """The shown profile's fields, each with its error under it, then Check connection."""
         self.form_box = QWidget(self)
         form_column = QVBoxLayout(self.form_box)
         form_column.setContentsMargins(0, 0, 0, 0)
@@ -213,6 +237,13 @@ class BackendsDialog(QDialog):
         form_column.addStretch(1)  # the rows keep their own heights; the room left goes below them
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.errors: dict[str, QLabel] = {}
+        for field, label, editor, extra in self._build_field_editors():
+            form.addRow(label, self._form_cell(field, editor, extra))
+        self._build_check_rows(form)
+        return self.form_box
+
+    def _build_field_editors(self) -> list[tuple[str, str, QWidget, list[QWidget]]]:
+        """The form's rows: (field, label, its editor, the notes under it)."""
         self.name_edit = QLineEdit(self)
         self.name_edit.setToolTip(BackendProfile.model_fields["name"].description)
         self.kind_combo = QComboBox(self)
@@ -253,28 +284,33 @@ class BackendsDialog(QDialog):
                                   "serves the model it was started with and says its slots' size.", self)
         self.openai_note.setWordWrap(True)
         self.openai_note.setStyleSheet("color: #9a9a9a;")
-        rows = [("name", "Name", self.name_edit, []), ("kind", "Kind", self.kind_combo, []),
+        return [("name", "Name", self.name_edit, []), ("kind", "Kind", self.kind_combo, []),
                 ("url", "URL", self.url_edit, [self.keep_credentials]),
                 ("api_key_env", "API key variable", self.key_env_edit, [self.key_state, key_note]),
                 ("model", "Model", self.model_edit, []),
                 ("context_size", "Context size", self.context_spin, [self.openai_note]),
                 ("timeout", "Timeout", self.timeout_spin, [])]
-        for field, label, editor, extra in rows:
-            cell = QWidget(self)
-            cell_layout = QVBoxLayout(cell)
-            cell_layout.setContentsMargins(0, 0, 0, 0)
-            cell_layout.setSpacing(2)
-            cell_layout.addWidget(editor)
-            error = QLabel(cell)
-            error.setObjectName(f"error_{field}")
-            error.setWordWrap(True)
-            error.setStyleSheet(ERROR_STYLE)
-            error.hide()
-            cell_layout.addWidget(error)
-            for widget in extra:
-                cell_layout.addWidget(widget)
-            self.errors[field] = error
-            form.addRow(label, cell)
+
+    def _form_cell(self, field: str, editor: QWidget, extra: list[QWidget]) -> QWidget:
+        """One field's cell: its editor, its error (``errors[field]``, hidden until there is one), its notes."""
+        cell = QWidget(self)
+        cell_layout = QVBoxLayout(cell)
+        cell_layout.setContentsMargins(0, 0, 0, 0)
+        cell_layout.setSpacing(2)
+        cell_layout.addWidget(editor)
+        error = QLabel(cell)
+        error.setObjectName(f"error_{field}")
+        error.setWordWrap(True)
+        error.setStyleSheet(ERROR_STYLE)
+        error.hide()
+        cell_layout.addWidget(error)
+        for widget in extra:
+            cell_layout.addWidget(widget)
+        self.errors[field] = error
+        return cell
+
+    def _build_check_rows(self, form: QFormLayout) -> None:
+        """Check connection, and what answered under it."""
         check_row = QHBoxLayout()
         self.check_button = QPushButton("Check connection", self)
         self.check_button.setToolTip("Contact the server now and show what answers")
@@ -286,9 +322,9 @@ class BackendsDialog(QDialog):
         self.check_result.setWordWrap(True)
         self.check_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("", self.check_result)
-        body.addWidget(self.form_box, 1)
-        layout.addLayout(body, 1)
 
+    def _build_footer(self, layout: QVBoxLayout) -> None:
+        """The status line, then Save and Cancel."""
         self.status = QLabel(self)
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
@@ -298,20 +334,14 @@ class BackendsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
 
+    def _follow_edits(self) -> None:
+        """Every change to a field goes into the shown profile's draft."""
         for edit in (self.name_edit, self.url_edit, self.key_env_edit, self.model_edit):
             edit.textEdited.connect(self._edited)
         self.kind_combo.currentIndexChanged.connect(self._edited)
         self.keep_credentials.toggled.connect(self._edited)
         self.context_spin.valueChanged.connect(self._edited)
         self.timeout_spin.valueChanged.connect(self._edited)
-
-        for draft in self.drafts:
-            QListWidgetItem(draft["name"], self.list)
-        if self.drafts:
-            self.list.setCurrentRow(0)
-        else:
-            self._row_changed(-1)
-        self.resize(780, 600)
 
     # --- the profiles -------------------------------------------------------------------------------
 

@@ -278,7 +278,23 @@ class VramEstimatorDock(QDockWidget):
         body = QWidget(self)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(self._build_gpu_row())
+        # How each node's context would be created: a second row, so the dock stays as narrow as before
+        layout.addLayout(self._build_context_row())
+        self._build_notes(layout)
+        self._build_breakdown(layout)
+        self.setWidget(body)
 
+        self._follow_settings_and_document()
+        self._follow_kv_type()
+        self._follow_backends()
+        self.update_estimate()
+        self.show_backends()
+
+    # --- building the dock --------------------------------------------------------------------------
+
+    def _build_gpu_row(self) -> QHBoxLayout:
+        """The GPU's memory (a preset, a custom size or none) and how many layers go on it."""
         controls = QHBoxLayout()
         controls.addWidget(QLabel("GPU"))
         self.gpu = QComboBox(self)
@@ -305,8 +321,10 @@ class VramEstimatorDock(QDockWidget):
         self.gpu_layers.setToolTip("Layers offloaded to the GPU (llama.cpp n_gpu_layers): all, 0 (none) or the last N")
         controls.addWidget(self.gpu_layers)
         controls.addStretch(1)
-        layout.addLayout(controls)
-        # How each node's context would be created: a second row, so the dock stays as narrow as before
+        return controls
+
+    def _build_context_row(self) -> QHBoxLayout:
+        """The KV cache's number type and the flash attention setting."""
         controls = QHBoxLayout()
         controls.addWidget(QLabel("KV cache"))
         self.kv_type = QComboBox(self)
@@ -322,8 +340,10 @@ class VramEstimatorDock(QDockWidget):
         self._flash_attn_chosen = self.flash_attn.currentData()  # the designer's pick, back when f16 is again
         controls.addWidget(self.flash_attn)
         controls.addStretch(1)
-        layout.addLayout(controls)
+        return controls
 
+    def _build_notes(self, layout: QVBoxLayout) -> None:
+        """The texts above the chart: where the turns ran, the verdict, and what the numbers assume."""
         # Where the turns ran, when that is not (only) this computer
         self.backend_note = QLabel(self)
         self.backend_note.setObjectName("backend_note")
@@ -343,6 +363,9 @@ class VramEstimatorDock(QDockWidget):
         self.assumed.setObjectName("assumed")
         self.assumed.setWordWrap(True)
         layout.addWidget(self.assumed)
+
+    def _build_breakdown(self, layout: QVBoxLayout) -> None:
+        """The chart and its legend, the table of models and nodes, and the estimate's problems."""
         self.chart = MemoryChart(self)
         layout.addWidget(self.chart)
         # A label, not painted in the chart: it wraps, so every colour is named however narrow the dock.
@@ -361,18 +384,23 @@ class VramEstimatorDock(QDockWidget):
         self.problems.setWordWrap(True)
         self.problems.setStyleSheet("color: #ff8080;")
         layout.addWidget(self.problems)
-        self.setWidget(body)
 
+    def _follow_settings_and_document(self) -> None:
+        """A new estimate on every setting picked and every edit of the document."""
         self.gpu.currentIndexChanged.connect(self._gpu_picked)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
         for signal in (self.custom_gb.valueChanged, self.gpu_layers.valueChanged,
-                       document.undo_stack.indexChanged, document.reset, document.path_changed):
+                       self.document.undo_stack.indexChanged, self.document.reset, self.document.path_changed):
             signal.connect(self.update_estimate)
         self.kv_type.currentIndexChanged.connect(self._kv_type_picked)
         self.flash_attn.currentIndexChanged.connect(self._flash_attn_picked)
-        self._follow_kv_type()
-        if backends is not None:
-            backends.changed.connect(self.show_backends)
+
+    def _follow_backends(self) -> None:
+        """The note on where the turns ran follows the backend picker and the conversation, and the
+        snapshots' RAM follows the budget the backend reports."""
+        if self.backends is not None:
+            self.backends.changed.connect(self.show_backends)
+        conversation = self.conversation
         if conversation is not None:
             conversation.history_changed.connect(self.show_backends)
             conversation.turn_finished.connect(self.show_backends)
@@ -380,8 +408,6 @@ class VramEstimatorDock(QDockWidget):
             # the budget the designer set (Backend > Cache Snapshot Budget), as the backend reports it
             conversation.snapshots_changed.connect(lambda use: self.set_snapshot_budget(use.budget / (1 << 20)))
             self.snapshot_budget_mib = snapshot_budget_mib()
-        self.update_estimate()
-        self.show_backends()
 
     def turn_backends(self) -> list[str]:
         """The backend label of each turn of the conversation's current branch ("" when unknown)."""
