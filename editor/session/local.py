@@ -673,7 +673,7 @@ class LiveConversation(ThreadService):
         self.view.set_busy(False)
         self.view.finish_turn(record)
         if replay is not None:
-            self.view.show_replay(replay)
+            self.view.show_replay(self.replaying)  # moved on (or ended, if a slot stopped it meanwhile)
             if replay.pending and not replay.step:
                 self.replay_step()
 
