@@ -99,8 +99,9 @@ def sizes(trees: list[tuple[str, ast.Module]], folder: str) -> tuple[list[str], 
 
 
 def follower_references() -> int:
-    """References from the server follower (editor/server_attach.py) into the local conversation's object."""
-    tree = ast.parse((ROOT / "editor" / "server_attach.py").read_text(encoding="utf-8"))
+    """References from the server follower (editor/session/follow.py; editor/server_attach.py until the
+    SessionView) into the local conversation's object: it feeds the view through the view's methods."""
+    tree = ast.parse((ROOT / "editor" / "session" / "follow.py").read_text(encoding="utf-8"))
     return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                and ast.unparse(n.value) in ("conv", "self.conversation", "conversation"))
 

@@ -100,7 +100,7 @@ def main() -> int:
     window.set_asset(asset)
     for _ in range(5):
         app.processEvents()
-    from editor.runtime_worker import preload_llama
+    from editor.session.local import preload_llama
 
     preload_llama()  # what parley-studio does once its window is up (PRELOAD_LLAMA_AFTER_MS), before a first line
     conversation = window.conversation

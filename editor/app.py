@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return leave(_exit_when_ready(app, window, phases))
     from PySide6.QtCore import QTimer
 
-    from editor.runtime_worker import preload_llama
+    from editor.session.local import preload_llama
 
     # llama.cpp's bindings once the window is up and idle, well before anyone can type a first line
     # (a conversation imports them itself if it starts sooner).

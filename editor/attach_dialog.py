@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor import settings as app_settings
-from editor.server_attach import (
+from editor.session.follow import (
     DEFAULT_ADDRESS,
     ServerAddress,
     ServerAttach,

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QMenu, QMenuBar, QMessageBox
 from editor.attach_dialog import AttachDialog
 from editor.backend_choice import EMBEDDED_TITLE
 from editor.backends_dialog import open_backends_dialog
-from editor.server_attach import ServerAddress
+from editor.session.follow import ServerAddress
 from editor.snapshot_budget import SnapshotBudgetDialog
 from runtime.asset.model import Asset
 

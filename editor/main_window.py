@@ -49,11 +49,12 @@ from editor.models_menu import ModelsMenu
 from editor.node_find import NodeFind
 from editor.node_types import categories
 from editor.recovery import Autosave
-from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import (
     SampleModelDownload,
 )
-from editor.server_attach import ServerAttach
+from editor.session.follow import ServerAttach
+from editor.session.local import LiveConversation
+from editor.session.record import InspectedTurn
 from editor.snapshot_budget import SnapshotBudgetDialog
 from editor.start_page import StartPageHost
 from editor.subgraphs import install as install_subgraphs
@@ -110,13 +111,13 @@ DOCKS: list[DockSpec] = [
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: ConversationDock(w.conversation, w, w.download, w.backends)),
+             lambda w: ConversationDock(w.conversation.view, w, w.download, w.backends)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(w.conversation, w.highlight_turn_path, w)),
+             lambda w: TurnInspectorDock(w.conversation.view, w.highlight_turn_path, w)),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: RawJsonDock(w.conversation, w)),
+             lambda w: RawJsonDock(w.conversation.view, w)),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: VramEstimatorDock(w.document, w, w.conversation, w.backends)),
+             lambda w: VramEstimatorDock(w.document, w, w.conversation.view, w.backends)),
     DockSpec("TestsDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: TestsDock(w.document, w.suite_run, w)),
 ]
@@ -146,7 +147,7 @@ class MainWindow(QMainWindow):
         self.conversation.set_snapshot_budget(app_settings.snapshot_budget_mib())  # the designer's, from the settings
         self.download = SampleModelDownload(self)
         # Following a session of `parley serve` in the conversation's place (Backend > Attach to Server…)
-        self.attach = ServerAttach(self.conversation, self)
+        self.attach = ServerAttach(self.conversation.view, self)
         self.suite_run = SuiteRun(self)
         self.suite_run.backend_factory = self.backends.factory  # test runs use the same backend
         self.load_problems: list[Problem] = []

@@ -53,7 +53,7 @@ from runtime.files.writing import atomic_write_text
 from runtime.problems import InputError
 
 if TYPE_CHECKING:
-    from editor.runtime_worker import LiveConversation
+    from editor.session.local import LiveConversation
 
 SUFFIX = ".recovery.json"
 CONVERSATION_SUFFIX = ".conversation.json"  # the conversation beside it, as Export History writes one

@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (
 )
 
 from editor import settings as app_settings
-from editor.runtime_worker import LiveConversation, SnapshotUse
+from editor.session.local import LiveConversation
+from editor.session.record import SnapshotUse
 
 EXPLANATION = (
     "Going back to an earlier turn (rewind, regenerate, replay) after a trim or a new summary rewrote a "

@@ -36,7 +36,7 @@ from runtime.suites.report import CaseResult, Report
 from runtime.suites.run import run_suites
 
 if TYPE_CHECKING:
-    from editor.runtime_worker import InspectedTurn
+    from editor.session.record import InspectedTurn
 
 log = logging.getLogger("parley.editor")
 

@@ -13,7 +13,8 @@ is left to end by itself, kept alive in ``editor.thread_job.threads_left_running
 and the app leaves with ``os._exit`` if one is still running at exit (``editor.app``), after the
 windows saved what they keep.
 
-Subclasses: ``LiveConversation`` (the runtime, one long-lived thread), ``ServerAttach``, and the
+Subclasses: ``editor.session.local.LiveConversation`` (the runtime, one long-lived thread),
+``editor.session.follow.ServerAttach``, and the
 ``OneRunService``s (a download, a test run, a self-test: one job at a time).
 """
 

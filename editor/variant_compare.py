@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.runtime_worker import InspectedTurn
+from editor.session.record import InspectedTurn
 from editor.suite_run import TurnComparison
 from editor.thread_service import OneRunService
 from runtime.asset.model import Asset

@@ -27,3 +27,5 @@ def test_agents_failures_prompts_and_behaviours_go_through_the_session():
     assert [c for c in counts["expand_calls_outside_session_agent_and_validation"]
             if not c.startswith("runtime/asset/")] == [], "use runtime.session.graph_of / open_graph"
     assert len(counts["turn_shapes_with_reply_and_path"]) <= 4, counts["turn_shapes_with_reply_and_path"]
+    # the follower feeds the SessionView through its methods, never the local conversation (55 before it)
+    assert counts["follower_references_into_the_local_conversation"] == 0, "feed editor.session.view.SessionView"

@@ -158,7 +158,7 @@ def embedded_report(model: str, *, asset_dir: str | os.PathLike[str] | None = No
 
     def make(generating: int | None = threads, reading: int | None = threads) -> LlamaBackend:
         # Imported here: the editor's window imports this module as it starts, and llama.cpp's
-        # bindings take 0.1 s (editor.runtime_worker.preload_llama loads them once it is up).
+        # bindings take 0.1 s (editor.session.local.preload_llama loads them once it is up).
         from runtime.backends.llama import LlamaBackend
 
         return LlamaBackend(n_threads=generating, n_threads_batch=reading, flash_attn=flash_attn, kv_type=kv_type)

@@ -103,7 +103,7 @@ def chat_window(make_window, empty_models):
 
 
 def send_line(qtbot, dock, text: str | None = None) -> None:
-    conversation = dock.conversation
+    conversation = dock.actions
     if text is not None:
         dock.line.clear()
         qtbot.keyClicks(dock.line, text)
@@ -165,7 +165,7 @@ def test_missing_sample_model_offer_download_and_send_again(chat_window, empty_m
 
 
 def seed_one_turn(qtbot, dock) -> None:
-    conversation = dock.conversation
+    conversation = dock.actions
     editor = HistoryEditor(conversation.saved, dock.default_node(), dock)
     editor.add_button.click()
     editor.table.item(0, 0).setText("Hello there.")
@@ -195,7 +195,7 @@ def test_a_failed_download_says_what_to_do_and_loses_nothing(chat_window, empty_
     shoot(dock, "download-failed.png")
     assert list(empty_models.iterdir()) == [], "nothing half-written is left in the models folder"
     assert dock.line.text() == LINE
-    assert [t.player for t in dock.conversation.saved.history.turns] == ["Hello there."]
+    assert [t.player for t in dock.view.saved.history.turns] == ["Hello there."]
     assert dock.chat.toPlainText() == before
     assert not chat_window.findChildren(QMessageBox), "the dock shows its own errors; no dialog on top"
 

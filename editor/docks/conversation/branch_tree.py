@@ -9,15 +9,16 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem, QWidget
 
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from runtime.agent import turn_reply
 
 
 class BranchTree(QTreeWidget):
-    def __init__(self, conversation: LiveConversation, asset: Callable[[], object], read_only: Callable[[], str],
+    def __init__(self, view: SessionView, asset: Callable[[], object], read_only: Callable[[], str],
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.asset = asset
         self.read_only = read_only
         self.setHeaderLabels(["Branches: every turn ever written (bold: this branch)"])
@@ -27,7 +28,7 @@ class BranchTree(QTreeWidget):
 
     def fill(self) -> int:
         """Draw the tree when it is shown; the number of turns ever written (0 without a tree)."""
-        tree = self.conversation.saved.tree
+        tree = self.view.saved.tree
         count = len(tree) if tree is not None else 0
         if not self.isVisible() or tree is None:
             return count
@@ -60,5 +61,5 @@ class BranchTree(QTreeWidget):
 
     def _clicked(self, item: QTreeWidgetItem) -> None:
         turn_id = item.data(0, Qt.ItemDataRole.UserRole)
-        if turn_id is not None and not self.conversation.busy and not self.read_only():
-            self.conversation.select_branch(int(turn_id))
+        if turn_id is not None and not self.view.busy and not self.read_only():
+            self.actions.select_branch(int(turn_id))

@@ -29,8 +29,9 @@ from editor.docks.conversation.tool_answer import ToolAnswer
 from editor.docks.conversation.turn_links import TurnLinks
 from editor.docks.conversation.voice import Voice
 from editor.flow_layout import wrapping_row
-from editor.runtime_worker import InspectedTurn, LiveConversation
 from editor.sample_model_download import SampleModelDownload, missing_models
+from editor.session.record import InspectedTurn
+from editor.session.view import SessionView
 from editor.thread_job import ThreadJob
 from runtime.dialogue.history import SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
@@ -49,10 +50,11 @@ class ConversationDock(QDockWidget):
     node_clicked = Signal(str)  # a reply's node name: the window selects and centres that node
     history_file_done = Signal(bool)  # an Import or Export ended (on its thread): whether it worked
 
-    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None,
+    def __init__(self, view: SessionView, parent: QWidget | None = None,
                  download: SampleModelDownload | None = None, backends: BackendChoice | None = None) -> None:
         super().__init__("Conversation", parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.download = download if download is not None else SampleModelDownload(self)
         self.backends = backends if backends is not None else BackendChoice(self)
         self.turn_line = ""  # the line of the turn running or last run: a failed turn gives it back
@@ -63,24 +65,24 @@ class ConversationDock(QDockWidget):
         asset, read_only = (lambda: self.asset), (lambda: self.read_only)
         body = QWidget(self)
         self.status = TurnStatus(body)
-        self.backend_bar = BackendBar(self.backends, self.status, lambda: self.conversation.busy, body)
-        self.files = HistoryFiles(conversation, self.backends, self.status, asset, read_only, self)
+        self.backend_bar = BackendBar(self.backends, self.status, lambda: self.view.busy, body)
+        self.files = HistoryFiles(view, self.backends, self.status, asset, read_only, self)
         self.voice_panel = Voice(self)
-        self.save_test = SaveAsTest(conversation, self.status, self)
+        self.save_test = SaveAsTest(view, self.status, self)
         self.tools_row = self._actions_row()
-        self.banner = RestartBanner(conversation.restart, body)
-        self.replay_bar = ReplayBar(conversation, body)
+        self.banner = RestartBanner(view.actions.restart, body)
+        self.replay_bar = ReplayBar(view, body)
         self.step_by_step = QCheckBox("Replay step by step", self)
         self.step_by_step.setToolTip("\u25b6 replay sends one recorded line per click of Next turn")
-        self.later_bar = LaterTurnsOffer(conversation, self.status, self.step_by_step, asset, read_only, body)
+        self.later_bar = LaterTurnsOffer(view, self.status, self.step_by_step, asset, read_only, body)
         self.split = QSplitter(Qt.Orientation.Vertical, self)
         self.chat = ChatView(self.split)
-        self.branches = BranchTree(conversation, asset, read_only, self.split)
-        self.tool_panel = ToolAnswer(conversation, self.chat, self.status, self._come_forward, body)
-        self.talk = TalkLine(conversation, read_only, body)
+        self.branches = BranchTree(view, asset, read_only, self.split)
+        self.tool_panel = ToolAnswer(view, self.chat, self.status, self._come_forward, body)
+        self.talk = TalkLine(view, read_only, body)
         self.model_offer = ModelOffer(self.download, self.status, self._come_forward, self.talk.line.setFocus, body)
         self.load_progress = ModelLoadBar(self.backends, self.status, body)
-        self.links = TurnLinks(conversation, self.status, self.talk.line, self.step_by_step, self.later_bar,
+        self.links = TurnLinks(view, self.status, self.talk.line, self.step_by_step, self.later_bar,
                                asset, read_only, self)
         self._layout = layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -93,14 +95,14 @@ class ConversationDock(QDockWidget):
         self.setWidget(body)
         self.backend_bar.fill()
         self._name_the_panels_widgets()
-        self._connect(conversation)
+        self._connect(view)
         if self.backends.note:
             self.show_error(self.backends.note)
 
     def _actions_row(self) -> QWidget:
         """The row of actions; it wraps onto a second row in a narrow dock (one row set a 725 px minimum width)."""
         self.new_button = tool_button(self, "New", "Start a new conversation on the graph as it is now",
-                                      self.conversation.restart)
+                                      self.actions.restart)
         self.edit_button = tool_button(self, "Seed / edit\u2026", "Write or rewrite past turns", self.edit_history)
         self.variables_button = tool_button(self, "Variables\u2026", "Change the agent variables",
                                             self.edit_variables)
@@ -136,7 +138,7 @@ class ConversationDock(QDockWidget):
         self.download_reactions = offer.download_reactions
         self.line, self.send_button, self.stop_button = talk.line, talk.send_button, talk.stop_button
 
-    def _connect(self, c: LiveConversation) -> None:
+    def _connect(self, c: SessionView) -> None:
         c.busy_changed.connect(self._busy)
         c.loading.connect(self.load_progress.loading)
         c.event.connect(self._on_event)
@@ -161,7 +163,7 @@ class ConversationDock(QDockWidget):
     def asset(self):
         if self.follow_asset is not None:
             return self.follow_asset
-        return self.conversation.running_asset or self.conversation.document.asset
+        return self.actions.running_asset or self.actions.document.asset
 
     @property
     def voice(self):
@@ -201,7 +203,7 @@ class ConversationDock(QDockWidget):
             self.tool_panel.hide()
             self.replay_bar.hide()
             self.later_bar.drop()  # its replay would change a conversation that is not this window's
-        self._busy(self.conversation.busy)
+        self._busy(self.view.busy)
         if reason:
             self._redraw()
 
@@ -282,7 +284,7 @@ class ConversationDock(QDockWidget):
             return
         missing = []
         if failure.code == "model_missing":
-            missing = missing_models(self.asset, self.conversation.document.asset_dir) or [failure.model]
+            missing = missing_models(self.asset, self.actions.document.asset_dir) or [failure.model]
         if missing and not self.backends.remote:
             self.model_offer.offer_models(missing, failure.message)
         elif self.backends.remote:
@@ -298,22 +300,22 @@ class ConversationDock(QDockWidget):
 
     def _restarted(self) -> None:
         self.later_bar.forget()
-        self._show_history(self.conversation.saved)
+        self._show_history(self.view.saved)
         self.set_status("New conversation.")
 
     def _show_history(self, saved: SavedDialog) -> None:
         self.later_bar.history_shown(saved)
-        if not self.conversation.busy:
+        if not self.view.busy:
             self._redraw(saved)
         self._fill_branches()
 
     def _redraw(self, saved: SavedDialog | None = None) -> None:
-        self.chat.show_history(saved or self.conversation.saved, self.asset, self._changed(),
-                               self.conversation.turn_backends)
+        self.chat.show_history(saved or self.view.saved, self.asset, self._changed(),
+                               self.view.turn_backends)
 
     def _changed(self) -> dict[int, bool]:
         """Turn id -> whether a replay changed its reply (every replay of this conversation)."""
-        return {turn_id: bool(r.changed) for turn_id, r in self.conversation.records.items() if r.changed is not None}
+        return {turn_id: bool(r.changed) for turn_id, r in self.view.records.items() if r.changed is not None}
 
     def toggle_branches(self) -> None:
         self.branches.setVisible(self.branches_button.isChecked())
@@ -341,7 +343,7 @@ class ConversationDock(QDockWidget):
         return self.later_bar.replay_later_turns()
 
     def reroll_seeds(self) -> None:
-        if self.conversation.reroll_seeds():
+        if self.actions.reroll_seeds():
             self.set_status("Seeds re-rolled: regenerate a turn to get another reply (replays repeat it).")
 
     def default_node(self) -> str:
@@ -352,16 +354,16 @@ class ConversationDock(QDockWidget):
         return asset.start_node
 
     def edit_history(self) -> None:
-        dialog = HistoryEditor(self.conversation.saved, self.default_node(), self)
+        dialog = HistoryEditor(self.view.saved, self.default_node(), self)
         if dialog.exec():
-            self.conversation.change_history(dialog.operation())
+            self.actions.change_history(dialog.operation())
 
     def edit_variables(self) -> None:
         values = dict(self.asset.variables)
-        values.update(self.conversation.saved.variables)
+        values.update(self.view.saved.variables)
         dialog = VariablesDialog(values, self)
         if dialog.exec():
-            self.conversation.set_variables(dialog.values())
+            self.actions.set_variables(dialog.values())
             self.set_status("Variables changed: " + json.dumps(dialog.values(), ensure_ascii=False))
 
     def save_as_test_case(self, name: str | None = None) -> str:
@@ -416,7 +418,7 @@ class ConversationDock(QDockWidget):
         """Carry on a conversation a crash interrupted: ``saved`` (None: it had no turns yet) continued
         from as if imported, and ``line``, said as it crashed, back in the box to send again. ``crashed``
         says what crashed. False, with the reason shown, when the conversation cannot take it now."""
-        if saved is not None and not self.conversation.import_history(saved, "the recovered conversation"):
+        if saved is not None and not self.actions.import_history(saved, "the recovered conversation"):
             self.show_error("The conversation kept from the crash could not be continued: wait for the turn to "
                             "finish, then open the recovery again.")
             return False

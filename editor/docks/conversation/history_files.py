@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QToolButton, QWidget
 
 from editor.backend_choice import BackendChoice
 from editor.docks.conversation.status import TurnStatus, tool_button
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from editor.thread_job import ThreadJob
 from runtime.bundle.file import BUNDLE_SUFFIX, make_bundle, write_bundle
 from runtime.dialogue.dialog_file import HistoryError, load_history, save_history
@@ -38,10 +38,11 @@ class HistoryFiles(QObject):
 
     done = Signal(bool)  # an Import or Export ended (on its thread): whether it worked
 
-    def __init__(self, conversation: LiveConversation, backends: BackendChoice, status: TurnStatus,
+    def __init__(self, view: SessionView, backends: BackendChoice, status: TurnStatus,
                  asset: Callable[[], object], read_only: Callable[[], str], parent: QWidget) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.backends = backends
         self.status = status
         self.asset = asset
@@ -79,7 +80,7 @@ class HistoryFiles(QObject):
             self.start_import(path)
 
     def export_repro_bundle(self) -> None:
-        doc = self.conversation.document
+        doc = self.actions.document
         name = f"{Path(doc.path).stem if doc.path else 'conversation'}{BUNDLE_SUFFIX}"
         path, _ = QFileDialog.getSaveFileName(self.dialog_parent, "Export repro bundle", name, BUNDLE_FILTER)
         if path:
@@ -92,7 +93,7 @@ class HistoryFiles(QObject):
         takes a moment the first time); ``done`` says how it went. False, with the reason shown, when it
         cannot start: an Import or Export still running, or a conversation on a server (a bundle replays
         on the embedded engine, which records how each node's cache was read)."""
-        backend = self.conversation.worker.backend  # only its settings are read; None: the defaults
+        backend = self.actions.backend  # only its settings are read; None: the defaults
         if self.backends.remote or (backend is not None and not _is_embedded(backend)):
             where = self.backends.spec if self.backends.remote else getattr(backend, "label", "this backend")
             self.status.show_error(
@@ -100,9 +101,9 @@ class HistoryFiles(QObject):
                 "say how it read each prompt. Pick Embedded (this computer) above and talk again, then export "
                 "the bundle.")
             return False
-        saved = self.conversation.saved  # replaced, never changed, by later turns: safe to read from there
+        saved = self.view.saved  # replaced, never changed, by later turns: safe to read from there
         asset = self.asset()
-        doc = self.conversation.document
+        doc = self.actions.document
         count = len(saved.tree) if saved.tree is not None else len(saved.history.turns)
 
         def work() -> int:
@@ -127,7 +128,7 @@ class HistoryFiles(QObject):
     def start_export(self, path: str) -> bool:
         """Write the conversation to ``path`` on a thread of its own (the window keeps answering);
         ``done`` says how it went. False when an Import or Export is still running."""
-        saved = self.conversation.saved  # replaced, never changed, by later turns: safe to write from there
+        saved = self.view.saved  # replaced, never changed, by later turns: safe to write from there
         count = len(saved.history.turns)
         return self._start_file_job(lambda: save_history(saved, path), f"Exporting {count} turns to {path}\u2026",
                                     lambda _result, error: self._exported(path, count, error))
@@ -182,10 +183,10 @@ class HistoryFiles(QObject):
 
     def enable_buttons(self) -> None:
         idle = self.file_job is None
-        self.export_button.setEnabled(idle and not self.conversation.busy)
+        self.export_button.setEnabled(idle and not self.view.busy)
         # a bundle replays on the embedded engine; a followed conversation ran elsewhere
-        self.export_bundle_action.setEnabled(idle and not self.conversation.busy and not self.read_only())
-        self.import_button.setEnabled(idle and not self.conversation.busy and not self.read_only())
+        self.export_bundle_action.setEnabled(idle and not self.view.busy and not self.read_only())
+        self.import_button.setEnabled(idle and not self.view.busy and not self.read_only())
 
     def _export_failed(self, path: str, error: object, refused: type[InputError], what: str) -> bool:
         """Say why an export to ``path`` failed (``refused``: problems found in what was to be written)."""
@@ -214,7 +215,7 @@ class HistoryFiles(QObject):
         if error is not None or not isinstance(saved, SavedDialog):
             self.status.show_error(f"Could not import {name}: {error}; nothing changed.")
             return False
-        if not self.conversation.import_history(saved, path):
+        if not self.actions.import_history(saved, path):
             self.status.show_error("Wait for the turn to finish before importing.")
             return False
         self.status.set_status(f"Imported {len(saved.history.turns)} turns from {path}")

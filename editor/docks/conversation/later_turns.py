@@ -18,7 +18,8 @@ from PySide6.QtWidgets import (
 )
 
 from editor.docks.conversation.status import TurnStatus
-from editor.runtime_worker import InspectedTurn, LiveConversation
+from editor.session.record import InspectedTurn
+from editor.session.view import SessionView
 from runtime.agent import turn_reply
 from runtime.dialogue.history import SavedDialog
 
@@ -29,10 +30,11 @@ class LaterTurnsOffer(QFrame):
     """``asset`` names the nodes of the conversation shown; ``read_only`` says why it cannot be changed
     ("" when it can); ``step_by_step`` is the dock's Replay step by step box."""
 
-    def __init__(self, conversation: LiveConversation, status: TurnStatus, step_by_step: QCheckBox,
+    def __init__(self, view: SessionView, status: TurnStatus, step_by_step: QCheckBox,
                  asset: Callable[[], object], read_only: Callable[[], str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.status = status
         self.step_by_step = step_by_step
         self.asset = asset
@@ -64,13 +66,13 @@ class LaterTurnsOffer(QFrame):
 
     def regenerate(self, index: int) -> bool:
         """Run turn ``index`` (from 0) again; once it has run, offer to replay the turns that followed it."""
-        tree = self.conversation.saved.tree
+        tree = self.view.saved.tree
         later = []
         if tree is not None:
             later = [(tree.nodes[i].turn.player, turn_reply(self.asset(), tree.nodes[i].turn))
                      for i in tree.path()[index + 1:]]
         self.drop()
-        if not self.conversation.regenerate(index):
+        if not self.actions.regenerate(index):
             return False
         self.regenerating = (index, frozenset(tree.nodes) if tree is not None else frozenset(), later)
         return True
@@ -82,7 +84,7 @@ class LaterTurnsOffer(QFrame):
 
     def _regenerated(self, record: InspectedTurn, known: frozenset[int], later: Lines) -> None:
         """Say what regenerating turn ``record.turn`` gave, and offer to say the later turns again after it."""
-        tree = self.conversation.saved.tree
+        tree = self.view.saved.tree
         alternatives = tree.alternatives(record.turn_id) if tree is not None and record.turn_id in tree.nodes else []
         at = f"{alternatives.index(record.turn_id) + 1}/{len(alternatives)}" if record.turn_id in alternatives else ""
         number = record.turn + 1
@@ -106,10 +108,10 @@ class LaterTurnsOffer(QFrame):
     def replay_later_turns(self) -> bool:
         """Say the lines of the turns that followed a regenerated turn again after it (the offer's button)."""
         offer = self.later_offer
-        if offer is None or self.conversation.busy or self.read_only():
+        if offer is None or self.view.busy or self.read_only():
             return False
         self.drop()
-        self.conversation.continue_with(offer[1] + 1, offer[2], step=self.step_by_step.isChecked())
+        self.actions.continue_with(offer[1] + 1, offer[2], step=self.step_by_step.isChecked())
         return True
 
     def history_shown(self, saved: SavedDialog) -> None:

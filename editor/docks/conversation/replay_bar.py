@@ -6,14 +6,15 @@ import html
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from runtime.backends.base import Reproducibility
 
 
 class ReplayBar(QFrame):
-    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None) -> None:
+    def __init__(self, view: SessionView, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.setObjectName("replay_bar")
         self.setStyleSheet("QFrame#replay_bar { background: #1c3346; border-radius: 3px; }")
         layout = QHBoxLayout(self)
@@ -22,17 +23,17 @@ class ReplayBar(QFrame):
         self.label.setWordWrap(True)
         self.step_button = QPushButton("Next turn", self)
         self.step_button.setToolTip("Send the next recorded line")
-        self.step_button.clicked.connect(lambda _c=False: self.conversation.replay_step())
+        self.step_button.clicked.connect(lambda _c=False: self.actions.replay_step())
         self.stop_button = QPushButton("Close", self)
-        self.stop_button.clicked.connect(lambda _c=False: self.conversation.stop_replay())
+        self.stop_button.clicked.connect(lambda _c=False: self.actions.stop_replay())
         layout.addWidget(self.label, 1)
         layout.addWidget(self.step_button)
         layout.addWidget(self.stop_button)
         self.hide()
-        conversation.replay_changed.connect(self.show_replay)
+        view.replay_changed.connect(self.show_replay)
 
     def show_replay(self) -> None:
-        replay = self.conversation.replaying
+        replay = self.view.replaying
         if replay is None:
             self.hide()
             return
@@ -53,10 +54,10 @@ class ReplayBar(QFrame):
         """What the backend the replay runs on promises, so a changed reply is never taken for the graph's
         doing when it may be numerics: as recorded with the latest replayed turn (before one has run, the
         latest turn that ran at all; None when none has)."""
-        records = self.conversation.records
+        records = self.view.records
         replayed = [turn_id for turn_id, record in records.items() if record.replaced is not None]
         for turn_id in ([max(replayed)] if replayed else []) + sorted(records, reverse=True):
-            promise = self.conversation.reproducibility_of(turn_id)
+            promise = self.view.reproducibility_of(turn_id)
             if promise is not None:
                 return promise
         return None

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QWidget
 
 from editor.docks.conversation.status import TurnStatus
 from editor.expectations_dialog import ExpectationsDialog, case_with
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from runtime.problems import InputError
 from runtime.suites.checks import case_from_turns
 from runtime.suites.file import save_case
@@ -19,9 +19,10 @@ from runtime.suites.file import save_case
 class SaveAsTest(QObject):
     saved = Signal(str)  # the suite file a case was saved to
 
-    def __init__(self, conversation: LiveConversation, status: TurnStatus, parent: QWidget) -> None:
+    def __init__(self, view: SessionView, status: TurnStatus, parent: QWidget) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.status = status
         self.dialog_parent = parent
         self.save_dialog: ExpectationsDialog | None = None
@@ -31,21 +32,21 @@ class SaveAsTest(QObject):
         says the same lines and expects the path each turn took (and the variables changed here). Without
         a name, a form shows each turn's recorded path to confirm or correct, and the name, and OK saves
         (``saved``; "" is returned). Returns the name it was saved under, or "" when nothing was."""
-        doc = self.conversation.document
+        doc = self.actions.document
         if not doc.path:
             self.status.show_error("Save the asset to a file first: its test cases go into a .suite.yaml file "
                                    "beside it.")
             return ""
-        history = self.conversation.saved.history.turns
+        history = self.view.saved.history.turns
         count = len(history)
-        records = [self.conversation.record(i) for i in range(count)]
+        records = [self.view.record(i) for i in range(count)]
         turns = [(r.diagnostics, turn) for r, turn in zip(records, history) if r is not None]
         if not turns:
             self.status.show_error("Nothing to save yet: talk to the character first (seeded or imported turns "
                                    "have no recorded path).")
             return ""
         asset = doc.asset
-        variables = {k: v for k, v in self.conversation.saved.variables.items()
+        variables = {k: v for k, v in self.view.saved.variables.items()
                      if k in asset.variables and asset.variables[k] != v}
         if name is None:  # the recorded path of each turn, to confirm or correct before it is frozen
             first = turns[0][0].player
@@ -69,7 +70,7 @@ class SaveAsTest(QObject):
     def _save_case(self, name: str, case: dict, saved: int, count: int) -> str:
         """Add ``case`` under ``name`` to the suite beside the asset (``saved`` of the branch's ``count``
         turns had a recorded path); the name it got, or "" when nothing was saved."""
-        doc = self.conversation.document
+        doc = self.actions.document
         suite = Path(doc.path).with_name(f"{Path(doc.path).stem}.suite.yaml")
         turns = range(saved)
         try:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QPushButton, QWidget
 
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 
 PLACEHOLDER = "What the player says\u2026 (Enter to send)"
 
@@ -14,10 +14,11 @@ PLACEHOLDER = "What the player says\u2026 (Enter to send)"
 class TalkLine(QWidget):
     """``read_only`` says why the conversation cannot be changed here ("" when it can)."""
 
-    def __init__(self, conversation: LiveConversation, read_only: Callable[[], str],
+    def __init__(self, view: SessionView, read_only: Callable[[], str],
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.read_only = read_only
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -28,7 +29,7 @@ class TalkLine(QWidget):
         self.send_button.clicked.connect(self.send)
         self.stop_button = QPushButton("Stop", self)
         self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(conversation.stop)
+        self.stop_button.clicked.connect(view.actions.stop)
         layout.addWidget(self.line, 1)
         layout.addWidget(self.send_button)
         layout.addWidget(self.stop_button)
@@ -37,7 +38,7 @@ class TalkLine(QWidget):
         if self.read_only():
             return
         text = self.line.text().strip()
-        if text and self.conversation.say(text):
+        if text and self.actions.say(text):
             self.line.clear()
 
     def enable(self, busy: bool) -> None:

@@ -9,14 +9,15 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButto
 
 from editor.docks.conversation.chat_view import ChatView, tool_text
 from editor.docks.conversation.status import TurnStatus
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 
 
 class ToolAnswer(QFrame):
-    def __init__(self, conversation: LiveConversation, chat: ChatView, status: TurnStatus,
+    def __init__(self, view: SessionView, chat: ChatView, status: TurnStatus,
                  come_forward: Callable[[], None], parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.chat = chat
         self.status = status
         self.come_forward = come_forward
@@ -44,7 +45,7 @@ class ToolAnswer(QFrame):
         self.status.set_status("Waiting for the tool's result\u2026")
 
     def send_tool_result(self) -> None:
-        self.conversation.answer_tool(self.result.text())
+        self.actions.answer_tool(self.result.text())
         self.chat.note(f"\u2192 result: {self.result.text()}")
         self.result.clear()
         self.hide()

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QCheckBox, QLineEdit, QWidget
 from editor.docks.conversation.history_dialogs import EditTurnDialog
 from editor.docks.conversation.later_turns import LaterTurnsOffer
 from editor.docks.conversation.status import TurnStatus
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from runtime.agent import turn_reply
 from runtime.dialogue.history import Reply
 
@@ -35,11 +35,12 @@ class TurnLinks(QObject):
 
     node_clicked = Signal(str)  # a reply's node name: the window selects and centres that node
 
-    def __init__(self, conversation: LiveConversation, status: TurnStatus, line: QLineEdit,
+    def __init__(self, view: SessionView, status: TurnStatus, line: QLineEdit,
                  step_by_step: QCheckBox, later: LaterTurnsOffer, asset: Callable[[], object],
                  read_only: Callable[[], str], parent: QWidget) -> None:
         super().__init__(parent)
-        self.conversation = conversation
+        self.view = view
+        self.actions = view.actions
         self.status = status
         self.line = line
         self.step_by_step = step_by_step
@@ -58,13 +59,13 @@ class TurnLinks(QObject):
             self.status.show_error(f"Read-only: {self.read_only()}")
             return
         if target.startswith("branch:"):
-            self.conversation.select_branch(int(target.split(":", 1)[1]))
+            self.actions.select_branch(int(target.split(":", 1)[1]))
             return
         if not target.startswith("turn:"):
             return
         _, action, index_text = target.split(":")
         index = int(index_text)
-        if self.conversation.busy:
+        if self.view.busy:
             self.status.show_error("Wait for the turn to finish first.")
             return
         if action == "regenerate":
@@ -72,15 +73,15 @@ class TurnLinks(QObject):
         elif action == "rewind":
             self.rewind(index)
         elif action == "replay":
-            self.conversation.replay(index, step=self.step_by_step.isChecked())
+            self.actions.replay(index, step=self.step_by_step.isChecked())
         elif action == "edit":
             self.edit_turn(index)
 
     def rewind(self, index: int) -> bool:
         """Go back to before turn ``index`` (from 0), with its line in the box, selected: edit it or send it again."""
-        turns = self.conversation.saved.history.turns
+        turns = self.view.saved.history.turns
         line = turns[index].player if 0 <= index < len(turns) else ""
-        if not self.conversation.rewind(index):
+        if not self.actions.rewind(index):
             return False
         self.line.setText(line)
         self.line.selectAll()
@@ -90,7 +91,7 @@ class TurnLinks(QObject):
         return True
 
     def edit_turn(self, index: int) -> None:
-        saved = self.conversation.saved
+        saved = self.view.saved
         turn = saved.history.turns[index]
         reply = turn_reply(self.asset(), turn)
         later = len(saved.history.turns) - index - 1
@@ -104,11 +105,11 @@ class TurnLinks(QObject):
             pending = [(saved.tree.nodes[i].turn.player, turn_reply(self.asset(), saved.tree.nodes[i].turn))
                        for i in path[index + 1:]]
         if line and line != turn.player:
-            self.conversation.edit_line(index, line)
+            self.actions.edit_line(index, line)
         elif new_reply != reply:
             entries = _with_reply(turn.entries, reply, new_reply, self.asset())
-            self.conversation.edit_reply(index, entries)
+            self.actions.edit_reply(index, entries)
         else:
             return
         if pending:
-            self.conversation.continue_with(index + 1, pending, step=self.step_by_step.isChecked())
+            self.actions.continue_with(index + 1, pending, step=self.step_by_step.isChecked())

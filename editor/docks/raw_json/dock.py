@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 
 COLOURS = {
     "key": QColor(217, 165, 91),
@@ -80,9 +80,9 @@ def _scalar_text(value: Any) -> tuple[str, str]:
 
 
 class RawJsonDock(QDockWidget):
-    def __init__(self, conversation: LiveConversation, parent: QWidget | None = None) -> None:
+    def __init__(self, view: SessionView, parent: QWidget | None = None) -> None:
         super().__init__("Raw JSON", parent)
-        self.conversation = conversation
+        self.view = view
         self.data: dict[str, Any] | None = None
         self.turn: int | None = None
         self._matches: list[QTreeWidgetItem] = []
@@ -134,10 +134,10 @@ class RawJsonDock(QDockWidget):
         layout.addWidget(self.tabs, 1)
         self.setWidget(body)
 
-        conversation.turn_selected.connect(self.show_turn)
+        view.turn_selected.connect(self.show_turn)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
-        conversation.turn_finished.connect(self._turn_finished)
-        conversation.restarted.connect(self._restarted)
+        view.turn_finished.connect(self._turn_finished)
+        view.restarted.connect(self._restarted)
 
     def _turn_finished(self, record: object) -> None:
         if record is not None:
@@ -150,7 +150,7 @@ class RawJsonDock(QDockWidget):
 
     def show_turn(self, turn_id: int) -> None:
         """Show the diagnostics of the turn with this id in the conversation tree."""
-        record = self.conversation.records.get(turn_id)
+        record = self.view.records.get(turn_id)
         self.turn = record.turn if record is not None else None
         self.set_data(record.diagnostics.model_dump(mode="json") if record is not None else None)
 

@@ -45,7 +45,7 @@ from editor.docks.tests.results_tree import (
 from editor.document import Document
 from editor.expectations_dialog import ExpectationsDialog
 from editor.flow_layout import wrapping_row
-from editor.runtime_worker import InspectedTurn, inspected_turn
+from editor.session.record import InspectedTurn, inspected_turn
 from editor.suite_run import SuiteRun, TurnComparison
 from editor.variant_compare import (
     VariantComparison,

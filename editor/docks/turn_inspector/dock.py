@@ -27,7 +27,8 @@ from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.docks.turn_inspector.changes_list import ChangesList
 from editor.docks.turn_inspector.node_text import STYLE, html_text, prompt_html, stats_html
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
-from editor.runtime_worker import SNAPSHOT_MEANING, InspectedTurn, LiveConversation
+from editor.session.record import SNAPSHOT_MEANING, InspectedTurn
+from editor.session.view import SessionView
 from editor.suite_run import TurnComparison
 from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
@@ -44,10 +45,10 @@ PathHighlighter = Callable[[list[str]], None]
 class TurnInspectorDock(QDockWidget):
     node_clicked = Signal(str)  # a node of the path: the window selects and centres it on the canvas
 
-    def __init__(self, conversation: LiveConversation, highlight_path: PathHighlighter | None = None,
+    def __init__(self, view: SessionView, highlight_path: PathHighlighter | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__("Turn Inspector", parent)
-        self.conversation = conversation
+        self.view = view
         self.highlight_path = highlight_path  # marks a turn's path on the canvas
         body = QWidget(self)
         layout = QVBoxLayout(body)
@@ -121,10 +122,10 @@ class TurnInspectorDock(QDockWidget):
         self.compare_picker.currentIndexChanged.connect(lambda _i: self._show_diff())
         self.node_list.currentItemChanged.connect(lambda *_items: self._show_node_details())
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
-        conversation.turn_finished.connect(self.refresh)
-        conversation.history_changed.connect(self.refresh)
-        conversation.restarted.connect(self.refresh)
-        conversation.turn_selected.connect(self.pick_turn)
+        view.turn_finished.connect(self.refresh)
+        view.history_changed.connect(self.refresh)
+        view.restarted.connect(self.refresh)
+        view.turn_selected.connect(self.pick_turn)
         self.refresh()
 
     def _build_node_details(self, splitter: QSplitter) -> None:
@@ -178,7 +179,7 @@ class TurnInspectorDock(QDockWidget):
         turn_id = self.turn_picker.currentData()
         if isinstance(turn_id, str):
             return self.external[turn_id][0] if turn_id in self.external else None
-        return self.conversation.records.get(turn_id) if turn_id is not None else None
+        return self.view.records.get(turn_id) if turn_id is not None else None
 
     def show_external(self, record: InspectedTurn, label: str, note: str = "",
                       comparison: TurnComparison | None = None) -> None:
@@ -221,22 +222,22 @@ class TurnInspectorDock(QDockWidget):
             self.refresh()
 
     def _path(self) -> list[int]:
-        tree = self.conversation.saved.tree
+        tree = self.view.saved.tree
         return tree.path() if tree is not None else []
 
     def refresh(self, *_changed: object) -> None:
         """Fill the pickers: the turns of the current branch, and to compare with, those and every other
         turn recorded (a turn's alternatives first), keeping the picked ones."""
-        records = self.conversation.records
+        records = self.view.records
         current = self.turn_picker.currentData()
-        keep = current if isinstance(current, str) and current in self.external else self.conversation.selected_turn
+        keep = current if isinstance(current, str) and current in self.external else self.view.selected_turn
         compare = self.compare_picker.currentData()
         for picker in (self.turn_picker, self.compare_picker):
             picker.blockSignals(True)
             picker.clear()
         self.compare_picker.addItem("\u2014", None)
         path = self._path()
-        tree = self.conversation.saved.tree
+        tree = self.view.saved.tree
         for index, turn_id in enumerate(path):
             if turn_id in records:
                 text = _turn_label(index, records[turn_id].diagnostics.player)
@@ -283,14 +284,14 @@ class TurnInspectorDock(QDockWidget):
             self._highlight([])
             return
         if not isinstance(self.turn_picker.currentData(), str):
-            self.conversation.select_turn(record.turn_id)
+            self.view.select_turn(record.turn_id)
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
         # where the turn ran, when not on this computer (reuse and timings are that server's); a turn
         # followed on `parley serve` ran there whatever backend its diagnostics name
         external = isinstance(self.turn_picker.currentData(), str)  # a test run's: its ids are not ours
-        ran_on = (not external and self.conversation.backend_of(record.turn_id)) or d.backend
+        ran_on = (not external and self.view.backend_of(record.turn_id)) or d.backend
         remote = ran_on and ran_on != EMBEDDED_LABEL
         where = f" \u00b7 on {html.escape(ran_on)}" if remote else ""
         self.path_label.setText(f"<b>Path:</b> {links} \u2192 END &nbsp; <span style='color:#9a9a9a'>"
@@ -456,7 +457,7 @@ class TurnInspectorDock(QDockWidget):
             return -1
         if isinstance(self.turn_picker.currentData(), str):
             return -1  # a test run's turn: its earlier turns are not recorded here
-        records = self.conversation.records
+        records = self.view.records
         earlier = [records[t] for t in self._path()[:record.turn] if t in records]
         covered = [n.summary.covered_through for r in earlier for n in r.diagnostics.nodes if n.summary is not None]
         return max(covered, default=-1)
@@ -472,7 +473,7 @@ class TurnInspectorDock(QDockWidget):
         other_id = self.compare_picker.currentData()
         if isinstance(other_id, str):
             return self.external[other_id][0] if other_id in self.external else None
-        return self.conversation.records.get(other_id) if other_id is not None else None
+        return self.view.records.get(other_id) if other_id is not None else None
 
     def comparison(self) -> TurnComparison | None:
         """The shown test turn's last passing run, when it failed and the Tests dock sent one."""

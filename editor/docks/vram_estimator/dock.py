@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
-from editor.runtime_worker import LiveConversation
+from editor.session.view import SessionView
 from editor.settings import snapshot_budget_mib
 from runtime.asset.estimate import Estimate, estimate_asset
 from runtime.models.context_settings import FLASH_ATTN, SNAPSHOT_BUDGET_MIB, kv_type_refusal
@@ -266,11 +266,11 @@ class MemoryChart(QWidget):
 class VramEstimatorDock(QDockWidget):
     node_clicked = Signal(str)  # a node's row: the window selects and centres that node
 
-    def __init__(self, document, parent: QWidget | None = None, conversation: LiveConversation | None = None,
+    def __init__(self, document, parent: QWidget | None = None, view: SessionView | None = None,
                  backends: BackendChoice | None = None) -> None:
         super().__init__("VRAM Estimator", parent)
         self.document = document
-        self.conversation = conversation
+        self.view = view
         self.backends = backends
         self.estimate: Estimate | None = None
         self.updates = 0
@@ -400,18 +400,18 @@ class VramEstimatorDock(QDockWidget):
         snapshots' RAM follows the budget the backend reports."""
         if self.backends is not None:
             self.backends.changed.connect(self.show_backends)
-        conversation = self.conversation
-        if conversation is not None:
-            conversation.history_changed.connect(self.show_backends)
-            conversation.turn_finished.connect(self.show_backends)
-            conversation.restarted.connect(self.show_backends)
+        view = self.view
+        if view is not None:
+            view.history_changed.connect(self.show_backends)
+            view.turn_finished.connect(self.show_backends)
+            view.restarted.connect(self.show_backends)
             # the budget the designer set (Backend > Cache Snapshot Budget), as the backend reports it
-            conversation.snapshots_changed.connect(lambda use: self.set_snapshot_budget(use.budget / (1 << 20)))
+            view.snapshots_changed.connect(lambda use: self.set_snapshot_budget(use.budget / (1 << 20)))
             self.snapshot_budget_mib = snapshot_budget_mib()
 
     def turn_backends(self) -> list[str]:
         """The backend label of each turn of the conversation's current branch ("" when unknown)."""
-        c = self.conversation
+        c = self.view
         tree = c.saved.tree if c is not None else None
         if tree is None:
             return []

@@ -27,9 +27,9 @@ def wait_idle(qtbot, conversation, timeout: int = TURN_TIMEOUT_MS) -> None:
 
 
 def click(qtbot, dock, link: str) -> None:
-    with qtbot.waitSignal(dock.conversation.history_changed, timeout=TURN_TIMEOUT_MS):
+    with qtbot.waitSignal(dock.view.history_changed, timeout=TURN_TIMEOUT_MS):
         dock._chat_link(QUrl(link))
-    wait_idle(qtbot, dock.conversation)
+    wait_idle(qtbot, dock.actions)
 
 
 def chat_text(dock) -> str:

@@ -84,7 +84,7 @@ def test_a_large_import_runs_while_the_ui_thread_keeps_handling_events(dock, qtb
     assert done.args == [True], dock.status.text()
     assert answered.ticks_while_running > 0
     assert dock.file_job is None and dock.import_button.isEnabled()
-    conversation = dock.conversation
+    conversation = dock.actions
     qtbot.waitUntil(lambda: conversation.saved.tree is not None and len(conversation.saved.tree) == ALTERNATIVES + 1,
                     timeout=WAIT_MS)
     assert conversation.saved.history.turns == saved.history.turns
@@ -95,7 +95,7 @@ def test_a_large_export_runs_while_the_ui_thread_keeps_handling_events(dock, qtb
     source = tmp_path / "large.json"
     large_history(source)
     assert dock.import_from(str(source))
-    conversation = dock.conversation
+    conversation = dock.actions
     qtbot.waitUntil(lambda: conversation.saved.tree is not None and len(conversation.saved.tree) == ALTERNATIVES + 1,
                     timeout=WAIT_MS)
     answered = _UiAnswered(dock)
@@ -134,11 +134,11 @@ def test_a_broken_tree_is_shown_with_the_field_and_nothing_changes(dock, tmp_pat
     bad = tmp_path / "bad.json"
     raw = {"format": "parley-dialog", "version": 3, "start": {"summaries": [4]}, "turns": []}
     bad.write_text(json.dumps(raw), encoding="utf-8")
-    before = dock.conversation.saved
+    before = dock.view.saved
     assert not dock.import_from(str(bad))
     assert "Could not import bad.json; nothing changed." in dock.status.text()
     assert f"{bad}:start.summaries.0: error: names summary 4" in dock.status.text()
-    assert dock.conversation.saved is before
+    assert dock.view.saved is before
 
 
 def test_an_error_no_one_expected_is_shown_not_lost_on_the_thread(dock, tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication
 
 from editor import settings as app_settings
 from editor.docks.turn_inspector.dock import TurnInspectorDock
-from editor.runtime_worker import SnapshotUse
+from editor.session.record import SnapshotUse
 from runtime.asset.model import Asset
 from runtime.backends.base import Reproducibility
 from runtime.backends.scripted import ScriptedBackend

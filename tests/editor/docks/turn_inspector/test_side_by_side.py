@@ -14,7 +14,7 @@ from editor.docks.turn_inspector.side_by_side import (
     marked_pair,
     side_by_side_html,
 )
-from editor.runtime_worker import InspectedTurn
+from editor.session.record import InspectedTurn
 from editor.suite_run import TurnComparison
 from runtime.asset.model import Asset
 from runtime.diagnostics import NodeDiagnostics, NodeInput, PromptMessage, TurnDiagnostics

@@ -1,12 +1,12 @@
-"""The embedded runtime on a worker thread, and the live test conversation the docks share.
+"""The window's own conversation: the embedded runtime on a worker thread, shown through a ``SessionView``.
 
-``RuntimeWorker`` lives on its own ``QThread`` and owns the ``Agent`` and its backend
-(the embedded ``LlamaBackend``, or a server the designer picked in the backend picker): every
-model call happens on that one thread, so a context is never touched from two. Switching the
-backend keeps the conversation; the next turn runs on the new one. ``LiveConversation`` lives on the UI thread; it sends the
-worker requests through queued signals and re-emits everything the worker reports
-from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever see
-signals from the UI thread.
+``RuntimeWorker`` lives on its own ``QThread`` and owns the runtime ``Session`` (its ``Agent`` and
+backend: the embedded ``LlamaBackend``, or a server the designer picked in the backend picker): every
+model call happens on that one thread, so a context is never touched from two. Switching the backend
+keeps the conversation; the next turn runs on the new one. ``LiveConversation`` lives on the UI
+thread; it sends the worker requests through queued signals and feeds what the worker reports to its
+``view`` from the UI thread, so widgets (and pytest-qt's ``waitSignal``) only ever see signals from
+the UI thread. It is the ``ConversationActions`` the docks call; they see it only as that.
 
 Edits to the graph between turns apply to the next turn: the agent is rebuilt from
 the document's asset and keeps its history. Context size and model are fixed for an
@@ -27,24 +27,23 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from editor.session.record import InspectedTurn, SnapshotUse, inspected_turn, snapshot_use
+from editor.session.view import Replay, SessionView
 from editor.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, noting_nodes, turn_reply
 from runtime.asset.model import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.http import Cancelled, cancel_scope
 from runtime.crashes import CrashWatch, Running, turn_note
-from runtime.diagnostics import TurnDiagnostics
 from runtime.dialogue.dialog_file import save_history
 from runtime.dialogue.history import SavedDialog
 from runtime.models.memory import MIB
 from runtime.problems import AssetError, BackendError, InputError
-from runtime.prompting.prompt import PromptPart
 from runtime.session.failures import Failure, failure_of
 from runtime.session.session import Session
 
@@ -74,90 +73,6 @@ TurnOperation = Callable[[Agent, dict[str, Any]], TurnResult]
 
 # The model-loading bar moves at most this often (seconds): smooth to the eye, and cheap
 LOADING_UPDATE_S = 0.02
-
-
-@dataclass(frozen=True)
-class SnapshotUse:
-    """What the embedded backend's cache snapshots (``LlamaBackend.snapshots``) hold, read on the
-    worker thread after a turn or a budget change."""
-
-    bytes: int  # in use now
-    budget: int  # what they may take (0: snapshots are off)
-    count: int  # snapshots kept now
-    taken: int  # taken since the backend was made
-    restored: int  # restored since the backend was made
-
-    @property
-    def text(self) -> str:
-        """As the Turn Inspector shows it: "snapshots: 15 MiB of 256 MiB"."""
-        if self.budget <= 0:
-            return "snapshots: off"
-        return f"snapshots: {mib_text(self.bytes)} of {mib_text(self.budget)}"
-
-    @property
-    def detail(self) -> str:
-        """The counts, for a tooltip or the budget dialog."""
-        kept = f"{self.count} snapshot{'s' if self.count != 1 else ''} kept"
-        return f"{kept} ({self.bytes:,} bytes); {self.taken} taken and {self.restored} restored so far."
-
-
-# What a snapshot is, in the designer's words (the Turn Inspector's tooltip)
-SNAPSHOT_MEANING = ("A snapshot is a copy of a node's cache taken before a trim, a summary or a rewind cut it, so "
-                    "going back across that turn restores it instead of reading the conversation again.")
-
-
-def mib_text(size: int) -> str:
-    """Bytes in whole MiB (below 1 MiB, in KiB, so a small use does not read as none)."""
-    if 0 < size < MIB:
-        return f"{max(size >> 10, 1)} KiB"
-    return f"{round(size / MIB)} MiB"
-
-
-def snapshot_use(backend: Backend | None) -> SnapshotUse | None:
-    """The snapshots ``backend`` keeps (None for a backend that keeps none, such as a server). Call it
-    on the worker thread only."""
-    snapshots = getattr(backend, "snapshots", None)
-    if snapshots is None:
-        return None
-    return SnapshotUse(snapshots.bytes, snapshots.budget, len(snapshots), snapshots.taken, snapshots.restored)
-
-
-@dataclass
-class InspectedTurn:
-    """A finished turn as the docks show it: the runtime's diagnostics, the asset the turn ran on,
-    and each prompt-building node's prompt in parts with their token costs (recorded by the runtime)."""
-
-    diagnostics: TurnDiagnostics
-    asset: Asset
-    parts: dict[str, list[PromptPart]] = field(default_factory=dict)  # node id -> parts
-    context_sizes: dict[str, int] = field(default_factory=dict)  # node id -> context size used
-    turn_id: int = -1  # the turn's id in the conversation tree
-    replaced: str | None = None  # in a replay: the reply the recorded turn had
-    # What the backend that ran it promises on a replay (None: not known, e.g. a test run's turn)
-    reproducibility: Reproducibility | None = None
-    snapshots: SnapshotUse | None = None  # the embedded backend's cache snapshots after the turn
-
-    @property
-    def turn(self) -> int:
-        """Its position in its branch (from 0; the chat and the inspector show it from 1)."""
-        return self.diagnostics.turn
-
-    @property
-    def changed(self) -> bool | None:
-        """In a replay: whether the reply differs from the recorded one (None outside a replay)."""
-        return None if self.replaced is None else self.diagnostics.reply != self.replaced
-
-
-def inspected_turn(result: TurnResult, asset: Asset) -> InspectedTurn:
-    """The record of a finished turn (with diagnostics) that ran on ``asset``: the live
-    conversation's turns, and the turns of a test run that the Turn Inspector opens."""
-    assert result.diagnostics is not None
-    return InspectedTurn(
-        result.diagnostics, asset,
-        parts={node: prompt.parts for node, prompt in result.prompts.items()},
-        context_sizes={node: prompt.context_size for node, prompt in result.prompts.items()},
-        turn_id=result.turn_id,
-    )
 
 
 # --- the worker (its own thread) -------------------------------------------------------------
@@ -424,26 +339,6 @@ class RuntimeWorker(QObject):
         thread.quit()
 
 
-@dataclass
-class Replay:
-    """A replay under way: the recorded lines still to send (with the replies they had), and whether
-    each sent turn's reply changed (turn id -> changed)."""
-
-    start: int
-    pending: list[tuple[str, str]]
-    step: bool
-    results: dict[int, bool] = field(default_factory=dict)
-    sent: bool = False  # the running turn is the replay's (not, say, the edit it follows)
-    total: int = 0
-
-    def __post_init__(self) -> None:
-        self.total = self.total or len(self.pending)
-
-    @property
-    def changed(self) -> int:
-        return sum(self.results.values())
-
-
 # --- the UI side ---------------------------------------------------------------------------
 
 
@@ -473,25 +368,43 @@ def held_edits(document_asset: Asset, running: Asset) -> tuple[Asset, list[str]]
     return document_asset.model_copy(update={**agent_changes, "nodes": nodes}), reasons
 
 
+def _view_part(name: str) -> property:
+    return property(lambda self: getattr(self.view, name), doc=f"The view's ``{name}`` (``SessionView``).")
+
+
 class LiveConversation(ThreadService):
     """The window's test conversation with the document's graph (one per window, shared by its
     docks). Lives on the UI thread; every signal here is emitted on the UI thread."""
 
-    busy_changed = Signal(bool)
-    loading = Signal(str, int, int, int)  # model file name, percent loaded, which model (from 1), of how many
-    event = Signal(object)  # runtime.events event
-    turn_started = Signal(str)  # the player's line
-    turn_finished = Signal(object)  # InspectedTurn (None when the asset turns diagnostics off)
-    turn_failed = Signal(object)  # Failure (runtime.session.failures)
-    history_changed = Signal(object)  # SavedDialog
-    history_rejected = Signal(str)
-    tool_needed = Signal(str, str, object)  # node id, tool, arguments
-    restart_offered = Signal(list)  # why the graph's edits need a new agent (empty: none held)
-    turn_selected = Signal(int)  # the turn (its id in the conversation tree) the inspector and raw JSON show
-    restarted = Signal()
-    replay_changed = Signal()  # a replay started, moved on or ended (see ``replay_state``)
-    backend_failed = Signal(str)  # the backend picked could not be made (the previous one stays)
-    snapshots_changed = Signal(object)  # SnapshotUse: after a turn on the embedded backend, or a budget change
+    # The view's signals and state, read through the conversation too (the window, the app, the tests):
+    # one of each, in the view.
+    busy_changed = _view_part("busy_changed")
+    loading = _view_part("loading")
+    event = _view_part("event")
+    turn_started = _view_part("turn_started")
+    turn_finished = _view_part("turn_finished")
+    turn_failed = _view_part("turn_failed")
+    history_changed = _view_part("history_changed")
+    history_rejected = _view_part("history_rejected")
+    tool_needed = _view_part("tool_needed")
+    restart_offered = _view_part("restart_offered")
+    turn_selected = _view_part("turn_selected")
+    restarted = _view_part("restarted")
+    replay_changed = _view_part("replay_changed")
+    backend_failed = _view_part("backend_failed")
+    snapshots_changed = _view_part("snapshots_changed")
+    saved = _view_part("saved")
+    records = _view_part("records")
+    turn_backends = _view_part("turn_backends")
+    turn_reproducibility = _view_part("turn_reproducibility")
+    selected_turn = _view_part("selected_turn")
+    busy = _view_part("busy")
+    replaying = _view_part("replaying")
+    snapshot_use = _view_part("snapshot_use")
+    record = _view_part("record")
+    backend_of = _view_part("backend_of")
+    reproducibility_of = _view_part("reproducibility_of")
+    select_turn = _view_part("select_turn")
 
     # to the worker (queued)
     _use_asset = Signal(object, str, bool)
@@ -505,14 +418,7 @@ class LiveConversation(ThreadService):
                  make_backend: Callable[[], Backend] | None = None, crash_watch: CrashWatch | None = None) -> None:
         super().__init__("parley-runtime", parent)
         self.document = document
-        self.records: dict[int, InspectedTurn] = {}  # turn id -> its record (every branch's)
-        self.turn_backends: dict[int, str] = {}  # turn id -> the label of the backend that ran it
-        self.turn_reproducibility: dict[int, Reproducibility] = {}  # turn id -> what its backend promised
-        self.snapshot_use: SnapshotUse | None = None  # the embedded backend's snapshots, as last reported
-        self.replaying: Replay | None = None
-        self.saved = SavedDialog()
-        self.busy = False
-        self.selected_turn = -1
+        self.view = SessionView(self, self)  # what the docks see of it (and of a followed session)
         self.running_asset: Asset | None = None
         self.held: list[str] = []
         self._synced_asset: Asset | None = None
@@ -545,6 +451,12 @@ class LiveConversation(ThreadService):
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
         document.undo_stack.indexChanged.connect(self._document_edited)
 
+    @property
+    def backend(self) -> Backend | None:
+        """The backend the turns run on (None before the first turn): read its settings, never call it
+        (it belongs to the worker thread)."""
+        return self.worker.backend
+
     # --- talking ----------------------------------------------------------------------------
 
     def say(self, line: str, instructions: str = "") -> bool:
@@ -566,8 +478,8 @@ class LiveConversation(ThreadService):
         self._start()
         self._sync_asset()
         self._cancel = threading.Event()
-        self._set_busy(True)
-        self.turn_started.emit(line)
+        self.view.set_busy(True)
+        self.view.begin_turn(line)
         path = self.document.path
         self._run_turn.emit(go, instructions, self._cancel, Path(path).name if path else "an untitled asset")
         return True
@@ -582,15 +494,6 @@ class LiveConversation(ThreadService):
         else:
             self.worker._make_backend = make_backend  # the thread has not started: nothing runs there yet
         return True
-
-    def backend_of(self, turn_id: int) -> str:
-        """The label of the backend that ran turn ``turn_id`` ("" for seeded or imported turns)."""
-        return self.turn_backends.get(turn_id, "")
-
-    def reproducibility_of(self, turn_id: int) -> Reproducibility | None:
-        """What the backend that ran turn ``turn_id`` promised on a replay (None for seeded or imported
-        turns): when it is not ``exact``, a reply that changed may be numerics, not the graph."""
-        return self.turn_reproducibility.get(turn_id)
 
     def set_snapshot_budget(self, mib: int) -> bool:
         """Let the embedded backend's cache snapshots take ``mib`` MiB (0: none) from now on: the
@@ -641,8 +544,7 @@ class LiveConversation(ThreadService):
     def continue_with(self, start: int, pending: list[tuple[str, str]], step: bool = False) -> None:
         """Replay ``pending`` (lines and the replies they had) as turns ``start``… once the running turn
         (an edit) has finished, or now."""
-        self.replaying = Replay(start, list(pending), step)
-        self.replay_changed.emit()
+        self.view.show_replay(Replay(start, list(pending), step))
         if not step and not self.busy:
             self.replay_step()
 
@@ -657,13 +559,7 @@ class LiveConversation(ThreadService):
 
     def stop_replay(self) -> None:
         if self.replaying is not None:
-            self.replaying = None
-            self.replay_changed.emit()
-
-    def record(self, turn: int) -> InspectedTurn | None:
-        """The record of the turn at position ``turn`` (from 0) of the current branch."""
-        path = self.saved.tree.path() if self.saved.tree is not None else []
-        return self.records.get(path[turn]) if 0 <= turn < len(path) else None
+            self.view.show_replay(None)
 
     def stop(self) -> None:
         """Cancel the running turn (generation stops at the next token or prompt chunk)."""
@@ -680,19 +576,16 @@ class LiveConversation(ThreadService):
             return
         if self.busy:
             self.stop()
-        self.records.clear()
-        self.turn_backends.clear()
-        self.turn_reproducibility.clear()
-        self.selected_turn = -1
+        self.view.start_anew()
         self.held = []
         self.stop_replay()
         if self.thread.isRunning():
             self._sync_asset(restart=True)
         else:
             self.running_asset = self._synced_asset = None
-            self.saved = SavedDialog()
-        self.restart_offered.emit([])
-        self.restarted.emit()
+            self.view.start_anew(SavedDialog())
+        self.view.restart_offered.emit([])
+        self.view.restarted.emit()
 
     def files_changed(self) -> None:
         """Files the asset reads changed on disk (a behaviour): the next turn builds its agent from them
@@ -705,7 +598,7 @@ class LiveConversation(ThreadService):
         _asset, reasons = held_edits(self.document.asset, self.running_asset)
         if reasons != self.held:
             self.held = reasons
-            self.restart_offered.emit(list(reasons))
+            self.view.restart_offered.emit(list(reasons))
 
     def _sync_asset(self, restart: bool = False) -> None:
         """Send the document's graph to the worker if it changed since the last turn."""
@@ -722,7 +615,7 @@ class LiveConversation(ThreadService):
         self.running_asset = asset
         if reasons != self.held:
             self.held = reasons
-            self.restart_offered.emit(list(reasons))
+            self.view.restart_offered.emit(list(reasons))
         asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
         self._use_asset.emit(asset, asset_dir, restart)
 
@@ -744,9 +637,7 @@ class LiveConversation(ThreadService):
         return True
 
     def import_history(self, saved: SavedDialog, source: str) -> bool:
-        self.records.clear()
-        self.turn_backends.clear()
-        self.turn_reproducibility.clear()
+        self.view.forget_records()
         self.stop_replay()
         return self.change_history(lambda agent: agent.import_dialog(saved, source))
 
@@ -761,26 +652,13 @@ class LiveConversation(ThreadService):
 
         return self.change_history(apply)
 
-    # --- the shared turn selection ----------------------------------------------------------
-
-    def select_turn(self, turn: int) -> None:
-        if turn != self.selected_turn:
-            self.selected_turn = turn
-            self.turn_selected.emit(turn)
-
-
     # --- from the worker (UI thread) ------------------------------------------------------------
 
-    def _set_busy(self, busy: bool) -> None:
-        if busy != self.busy:
-            self.busy = busy
-            self.busy_changed.emit(busy)
-
     def _on_loading(self, model: str, percent: int, number: int, count: int) -> None:
-        self.loading.emit(model, percent, number, count)
+        self.view.loading.emit(model, percent, number, count)
 
     def _on_event(self, event: object) -> None:
-        self.event.emit(event)
+        self.view.show_event(event)
 
     def _on_finished(self, record: InspectedTurn | None) -> None:
         replay = self.replaying
@@ -791,49 +669,36 @@ class LiveConversation(ThreadService):
                 record.replaced = old
                 replay.results[record.turn_id] = bool(record.changed)
         if record is not None:
-            self.records[record.turn_id] = record
-        self._set_busy(False)
-        self.turn_finished.emit(record)
-        if record is not None:
-            self.select_turn(record.turn_id)
+            self.view.keep_record(record)  # before busy_changed, as the docks read it then
+        self.view.set_busy(False)
+        self.view.finish_turn(record)
         if replay is not None:
-            self.replay_changed.emit()
+            self.view.show_replay(self.replaying)  # moved on (or ended, if a slot stopped it meanwhile)
             if replay.pending and not replay.step:
                 self.replay_step()
 
     def _on_failed(self, failure: Failure) -> None:
-        self._set_busy(False)
+        self.view.set_busy(False)
         self.stop_replay()  # a failed or stopped turn ends the replay; the lines not sent are not lost
-        self.turn_failed.emit(failure)
+        self.view.turn_failed.emit(failure)
 
     def _on_history(self, saved: SavedDialog) -> None:
-        self.saved = saved
-        # records of turns the tree no longer has (a new conversation, an import) go
-        known = saved.tree.nodes if saved.tree is not None else {}
-        for turn_id in [t for t in self.records if t not in known]:
-            del self.records[turn_id]
-        for turn_id in [t for t in self.turn_backends if t not in known]:
-            del self.turn_backends[turn_id]
-        for turn_id in [t for t in self.turn_reproducibility if t not in known]:
-            del self.turn_reproducibility[turn_id]
-        self.history_changed.emit(saved)
+        self.view.show_history(saved)  # records of turns the tree no longer has go
 
     def _on_rejected(self, message: str) -> None:
-        self.history_rejected.emit(message)
+        self.view.history_rejected.emit(message)
 
     def _on_tool_needed(self, node_id: str, tool: str, arguments: object) -> None:
-        self.tool_needed.emit(node_id, tool, arguments)
+        self.view.tool_needed.emit(node_id, tool, arguments)
 
     def _on_turn_backend(self, turn_id: int, label: str, reproducibility: Reproducibility) -> None:
-        self.turn_backends[turn_id] = label
-        self.turn_reproducibility[turn_id] = reproducibility
+        self.view.mark_backend(turn_id, label, reproducibility)
 
     def _on_snapshots_used(self, use: SnapshotUse) -> None:
-        self.snapshot_use = use
-        self.snapshots_changed.emit(use)
+        self.view.show_snapshots(use)
 
     def _on_backend_failed(self, message: str) -> None:
-        self.backend_failed.emit(message)
+        self.view.backend_failed.emit(message)
 
     # --- shutting down ----------------------------------------------------------------------
 
@@ -846,4 +711,4 @@ class LiveConversation(ThreadService):
         self._stop_worker.emit()  # queued after any running turn, which the cancel ends quickly
 
     def _after_shutdown(self) -> None:
-        self._set_busy(False)
+        self.view.set_busy(False)

@@ -4,11 +4,13 @@
 (``SessionFollower``, on a ``ThreadJob``) subscribes to the session's watch stream
 (``GET /v1/sessions/{id}/events``), then reads the session's history and the details of its turns,
 and after each turn that finishes there, that turn's. The service shows them in the window's test
-conversation (``LiveConversation``) as a local turn is shown: the dialog history as its ``saved``,
-each turn as an ``InspectedTurn`` made from a runtime ``TurnResult``, and the running turn's events as
-runtime events; so the Conversation dock, the Turn Inspector, Raw JSON and the canvas's path marks
-show a followed turn with no second way in. Meanwhile the conversation is read-only (the window
-sets the Conversation dock so), and the window's own conversation waits aside; Detach brings it back.
+conversation's ``SessionView`` as a local turn is shown, through the view's own methods: the dialog
+history, each turn as an ``InspectedTurn`` made from a runtime ``TurnResult``, and the running turn's
+events as runtime events; so the Conversation dock, the Turn Inspector, Raw JSON and the canvas's path
+marks show a followed turn with no second way in. Meanwhile the conversation is read-only (the window
+sets the Conversation dock so), and the window's own conversation waits aside in the view
+(``SessionView.put_aside``); Detach brings it back. The follower never touches the local conversation
+itself: Take over asks it through the view's ``ConversationActions``, as the docks do.
 
 Nothing here changes the session on the server: following only reads, Detach closes the stream, and
 Take over copies the session's history into the local agent, to go on from any turn here.
@@ -26,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from editor.runtime_worker import InspectedTurn, LiveConversation, inspected_turn
+from editor.session.record import InspectedTurn, inspected_turn
+from editor.session.view import SessionView
 from editor.thread_job import ThreadJob
 from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
@@ -135,7 +138,7 @@ def runtime_event(event: ServerEvent) -> Event | None:
 
 
 @dataclass
-class SessionView:
+class SessionRead:
     """What the follower read of a session: the session, its dialog history (None when it could not be
     read), the turns with diagnostics (in order), and what could not be read."""
 
@@ -145,7 +148,7 @@ class SessionView:
     notes: list[str] = field(default_factory=list)
 
 
-def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | None = None) -> SessionView:
+def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | None = None) -> SessionRead:
     """Read ``session_id``: its history and the details of ``turn_ids`` (None: every turn of the current
     branch). What cannot be read is noted, not raised, except the session itself (ParleyError)."""
     from runtime.serve.client import ParleyError
@@ -173,7 +176,7 @@ def read_session(client: ParleyClient, session_id: str, turn_ids: list[int] | No
             continue
         if result is not None:
             turns.append(result)
-    return SessionView(session, saved, turns, notes)
+    return SessionRead(session, saved, turns, notes)
 
 
 # --- the follower (on a thread job of its own) ---------------------------------------------------
@@ -196,8 +199,8 @@ class SessionFollower:
         self.watch.close()
 
     def follow(self, report: Callable[[tuple[str, object]], None]) -> str:
-        """Follow the stream, reporting ("opened", SessionView) once subscribed, with the session so
-        far; ("event", ServerEvent) for each event; ("turn_read", SessionView) after a turn finished
+        """Follow the stream, reporting ("opened", SessionRead) once subscribed, with the session so
+        far; ("event", ServerEvent) for each event; ("turn_read", SessionRead) after a turn finished
         (its turns: that one). Returns why it stopped ("" when stopped here)."""
         import httpx
 
@@ -235,17 +238,6 @@ class SessionFollower:
 # --- the UI side -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Aside:
-    """The window's own conversation while a session is followed in its place."""
-
-    saved: SavedDialog
-    records: dict[int, InspectedTurn]
-    turn_backends: dict[int, str]
-    turn_reproducibility: dict
-    selected_turn: int
-
-
 class ServerAttach(ThreadService):
     """The window's following of a session on ``parley serve`` (one at a time). Every signal here is
     emitted on the UI thread."""
@@ -256,10 +248,10 @@ class ServerAttach(ThreadService):
     ended = Signal(str)  # following stopped (detached, taken over, or the server went away): why
     taken_over = Signal()  # the session's history is the local conversation's now
 
-    def __init__(self, conversation: LiveConversation, parent: QObject | None = None) -> None:
+    def __init__(self, view: SessionView, parent: QObject | None = None) -> None:
         super().__init__("parley-attach", parent)
-        self.conversation = conversation
-        self.document = conversation.document
+        self.view = view
+        self.document = view.actions.document
         self.address: ServerAddress | None = None
         self.session: SessionOut | None = None
         self.following = False  # the stream is open (False once the server went away; the view stays)
@@ -271,7 +263,6 @@ class ServerAttach(ThreadService):
         self.request: ThreadJob | None = None  # Take over's export, while it runs
         self._generation = 0
         self._live_turn = False  # a turn_started was seen: its events go to the chat
-        self._aside: _Aside | None = None
         self._imported: SavedDialog | None = None  # Take over's history, until the local agent has it
         self._carried: tuple[dict[int, InspectedTurn], dict[int, str]] = ({}, {})
         self.document.reset.connect(self._document_replaced)  # after the conversation's own restart
@@ -285,20 +276,17 @@ class ServerAttach(ThreadService):
     def attach(self, address: ServerAddress, session: SessionOut) -> str:
         """Follow ``session`` on the server at ``address``, in place of the window's own conversation
         (which comes back on Detach). Returns why it cannot ("" when it does)."""
-        conv = self.conversation
-        if self.closed or conv.closed:
+        view = self.view
+        if self.closed or view.actions.closed:
             return "The window is closing."
-        if conv.busy:
+        if view.busy:
             return "A turn is running here: stop it or let it finish, then attach."
         if self.request is not None:
             return "Taking over is still under way."
         if self.attached:
             self.detach()
-        conv.stop_replay()
-        self._aside = _Aside(conv.saved, conv.records, conv.turn_backends, conv.turn_reproducibility,
-                             conv.selected_turn)
-        conv.saved, conv.records, conv.turn_backends, conv.turn_reproducibility = SavedDialog(), {}, {}, {}
-        conv.selected_turn = -1
+        view.actions.stop_replay()
+        view.put_aside()
         self.address, self.session = address, session
         self.following, self.notes, self._live_turn = True, [], False
         self.mismatch = self._mismatch()
@@ -312,8 +300,7 @@ class ServerAttach(ThreadService):
         job.yielded.connect(lambda step: self._step(g, step))
         job.finished.connect(lambda: self._ended(g, job.result or ""))
         self.follower, self.follow_job = follower, job
-        conv.history_changed.emit(conv.saved)
-        conv.turn_selected.emit(-1)
+        view.announce()
         self.changed.emit()
         job.start()
         return ""
@@ -342,14 +329,7 @@ class ServerAttach(ThreadService):
 
     def _bring_back(self) -> None:
         """The window's own conversation, as it was before attaching, in the docks again."""
-        aside, self._aside = self._aside, None
-        if aside is None:
-            return
-        conv = self.conversation
-        conv.saved, conv.records, conv.turn_backends = aside.saved, aside.records, aside.turn_backends
-        conv.turn_reproducibility, conv.selected_turn = aside.turn_reproducibility, aside.selected_turn
-        conv.history_changed.emit(conv.saved)
-        conv.turn_selected.emit(conv.selected_turn)
+        self.view.bring_back()
 
     def _forget(self, why: str) -> None:
         self.session = self.address = None
@@ -362,7 +342,7 @@ class ServerAttach(ThreadService):
         """Another asset was opened (the conversation restarted): the session is not this document's."""
         if self.attached:
             self._stop_following()
-            self._aside = None  # the window's own conversation was restarted with the new asset
+            self.view.drop_aside()  # the window's own conversation was restarted with the new asset
             self._forget("Detached: another asset was opened.")
 
     # --- what the follower read (UI thread) ------------------------------------------------------
@@ -371,54 +351,51 @@ class ServerAttach(ThreadService):
         kind, value = step
         {"opened": self._opened, "event": self._event, "turn_read": self._turn_read}[kind](generation, value)
 
-    def _opened(self, generation: int, view: SessionView) -> None:
+    def _opened(self, generation: int, read: SessionRead) -> None:
         if generation != self._generation:
             return
-        self._show(view)
+        self._show(read)
         self.opened.emit()
 
-    def _turn_read(self, generation: int, view: SessionView) -> None:
+    def _turn_read(self, generation: int, read: SessionRead) -> None:
         if generation != self._generation:
             return
-        records = self._show(view)
+        records = self._show(read)
         if records:
             self.turn_shown.emit(records[-1])
 
-    def _show(self, view: SessionView) -> list[InspectedTurn]:
+    def _show(self, read: SessionRead) -> list[InspectedTurn]:
         """Put what was read into the conversation the docks show, as a local turn's would be."""
-        conv = self.conversation
-        self.session = view.session
-        self.notes = view.notes
-        label = via_label(self.address.url if self.address else "", view.session.backend)
-        if view.saved is not None:
-            conv.saved = view.saved
-        tree = conv.saved.tree
-        for turn_id in tree.nodes if tree is not None else ():
-            conv.turn_backends[turn_id] = label
+        shown = self.view
+        self.session = read.session
+        self.notes = read.notes
+        label = via_label(self.address.url if self.address else "", read.session.backend)
+        saved = read.saved if read.saved is not None else shown.saved
+        for turn_id in saved.tree.nodes if saved.tree is not None else ():
+            shown.mark_backend(turn_id, label)
         asset = self.document.asset
-        records = [inspected_turn(result, asset) for result in view.turns]
+        records = [inspected_turn(result, asset) for result in read.turns]
         for record in records:
-            conv.records[record.turn_id] = record
-            conv.turn_backends[record.turn_id] = label
-        self.mismatch = self._mismatch()
+            shown.keep_record(record)
+            shown.mark_backend(record.turn_id, label)
+        self.mismatch = self._mismatch(saved)
         self._live_turn = False
         self.status = self._following_text()
-        conv.history_changed.emit(conv.saved)
+        shown.show_history(saved, prune=False)
         if records:
-            conv.turn_finished.emit(records[-1])
-            conv.select_turn(records[-1].turn_id)
+            shown.finish_turn(records[-1])
         self.changed.emit()
         return records
 
     def _event(self, generation: int, event: ServerEvent) -> None:
         if generation != self._generation:
             return
-        conv, d = self.conversation, event.data
+        view, d = self.view, event.data
         if event.kind == "turn_started":
             self._live_turn = True
             number = d.get("turn")
             self.status = f"Turn {number + 1 if isinstance(number, int) else ''} is running on the server\u2026"
-            conv.turn_started.emit(str(d.get("line", "")))
+            view.begin_turn(str(d.get("line", "")))
             self.changed.emit()
         elif event.kind == "tool_request":
             self.status = (f"{d.get('node', '')} asks the game for {d.get('tool', '')}"
@@ -429,12 +406,12 @@ class ServerAttach(ThreadService):
             error = Failure.from_json(d.get("error") or {})
             self.status = (f"A turn failed on the server ({error.code or '?'}: {error.message}); "
                            "the session is as it was before it.")
-            conv.history_changed.emit(conv.saved)  # the half-shown turn goes
+            view.show_history(view.saved, prune=False)  # the half-shown turn goes
             self.changed.emit()
         elif self._live_turn:
             shown = runtime_event(event)
             if shown is not None:
-                conv.event.emit(shown)
+                view.show_event(shown)
 
     def _ended(self, generation: int, reason: str) -> None:
         if generation != self._generation:
@@ -454,18 +431,19 @@ class ServerAttach(ThreadService):
         busy = "; a turn is running" if session.busy else ""
         return f"Following live: {turns}{busy}. Read-only here: Take over to go on locally."
 
-    def _mismatch(self) -> str:
+    def _mismatch(self, saved: SavedDialog | None = None) -> str:
         """Why the open document is not the session's asset ("" when it may be): the node ids the
-        session's turns name that the document lacks, or both the asset's name and file differ."""
-        session, doc, conv = self.session, self.document, self.conversation
+        session's turns (``saved``: the dialog shown) name that the document lacks, or both the
+        asset's name and file differ."""
+        session, doc, view = self.session, self.document, self.view
         if session is None:
             return ""
         known = set(doc.asset.node_ids())
         named: set[str] = set()
-        tree = conv.saved.tree
+        tree = (saved if saved is not None else view.saved).tree
         for node in tree.nodes.values() if tree is not None else ():
             named.update(entry.node for entry in node.turn.entries)
-        for record in conv.records.values():
+        for record in view.records.values():
             named.update(record.diagnostics.path)
             named.update(n.node for n in record.diagnostics.nodes)
         missing = sorted(named - known)
@@ -519,15 +497,15 @@ class ServerAttach(ThreadService):
             self.status = f"Could not take over: {why}. Still {'following' if self.following else 'attached'}."
             self.changed.emit()
             return
-        conv = self.conversation
+        view = self.view
         # Each turn's record and "via server" mark go with it: the local turns have the same ids.
-        self._carried = (dict(conv.records), dict(conv.turn_backends))
+        self._carried = (dict(view.records), dict(view.turn_backends))
         self._stop_following()
         self._bring_back()
         self._imported = saved
-        conv.history_changed.connect(self._local_history)
-        conv.history_rejected.connect(self._import_refused)
-        if not conv.import_history(saved, f"session {self.session.id if self.session else ''}"):
+        view.history_changed.connect(self._local_history)
+        view.history_rejected.connect(self._import_refused)
+        if not view.actions.import_history(saved, f"session {self.session.id if self.session else ''}"):
             self._import_done()
             self._forget("Could not take over: a local turn is running.")
             return
@@ -543,17 +521,20 @@ class ServerAttach(ThreadService):
         if set(saved.tree.nodes) != set(imported.tree.nodes) or saved.tree.current != imported.tree.current:
             return  # the agent made for the document first, before the import
         self._import_done()
-        conv = self.conversation
+        view = self.view
         records, marks = self._carried
         self._carried = ({}, {})
-        conv.records.update({k: v for k, v in records.items() if k in saved.tree.nodes})
-        conv.turn_backends.update({k: v for k, v in marks.items() if k in saved.tree.nodes})
-        conv.history_changed.emit(saved)  # again, now with the records and the marks
+        for turn_id, record in records.items():
+            if turn_id in saved.tree.nodes:
+                view.keep_record(record)
+        for turn_id, label in marks.items():
+            if turn_id in saved.tree.nodes:
+                view.mark_backend(turn_id, label)
+        view.show_history(saved, prune=False)  # again, now with the records and the marks
         path = saved.tree.path()
-        last = next((conv.records[t] for t in reversed(path) if t in conv.records), None)
+        last = next((view.records[t] for t in reversed(path) if t in view.records), None)
         if last is not None:
-            conv.turn_finished.emit(last)
-            conv.select_turn(last.turn_id)
+            view.finish_turn(last)
 
     def _import_refused(self, message: str) -> None:
         self._import_done()
@@ -561,8 +542,8 @@ class ServerAttach(ThreadService):
 
     def _import_done(self) -> None:
         self._imported = None
-        for signal, slot in ((self.conversation.history_changed, self._local_history),
-                             (self.conversation.history_rejected, self._import_refused)):
+        for signal, slot in ((self.view.history_changed, self._local_history),
+                             (self.view.history_rejected, self._import_refused)):
             try:
                 signal.disconnect(slot)
             except (RuntimeError, TypeError):

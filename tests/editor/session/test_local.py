@@ -11,7 +11,7 @@ from PySide6.QtCore import QThread
 
 from editor.commands import set_node_field
 from editor.docks.conversation.dock import ConversationDock
-from editor.runtime_worker import LiveConversation, held_edits
+from editor.session.local import LiveConversation, held_edits
 from editor.thread_job import threads_left_running
 from runtime.dialogue.history import ToolExchange
 from runtime.events import Token

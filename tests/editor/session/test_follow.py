@@ -17,7 +17,7 @@ from editor import settings as app_settings
 from editor.attach_dialog import ADDRESS_KEY
 from editor.docks.raw_json.dock import RawJsonDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
-from editor.server_attach import server_address
+from editor.session.follow import server_address
 from editor.theme import apply_theme
 from runtime.backends.scripted import ScriptedBackend
 from runtime.diagnostics import TurnDiagnostics
