@@ -3,7 +3,9 @@
 Both sides keep their context warm and reuse the shared system-prompt prefix; every
 iteration uses a new player line, so both read the same new tokens and generate the
 same number of tokens (greedy, cut at --tokens). The ratio is runtime time / plain
-time over all iterations of one run; the goal is at most 1.05.
+time over all iterations of one run; the goal is at most 1.05. A turn runs through the one door,
+``runtime.session.Session``; a third side runs the bare ``Agent`` (how every entry point ran a turn
+before the session), so ``ratio_session_vs_agent`` is what the door costs, measured in the same run.
 
     python bench/bench_overhead.py            # writes bench/results/overhead.json
 """
@@ -20,6 +22,7 @@ from llama_cpp import Llama
 from runtime.agent import Agent
 from runtime.asset.model import Asset
 from runtime.backends.llama import LlamaBackend
+from runtime.session.session import Session
 
 GOAL = 1.05
 STORYTELLER = "You are Tomas, a storyteller. Answer every question with a long, detailed story full of names and places."
@@ -46,30 +49,34 @@ def main() -> int:
     rows = []
     try:
         # warm-up: both contexts created, the system prompt read once
-        Agent(asset, backend).run_turn(lines[0])
+        Session(asset, backend).turn(lines[0])
         plain.create_chat_completion(messages=[{"role": "system", "content": STORYTELLER}, {"role": "user", "content": lines[0]}],
                                      max_tokens=args.tokens, temperature=0.0)
         for i, line in enumerate(lines[1:]):
             # alternate which side goes first, so drift in machine load hits both
-            order = ("runtime", "plain") if i % 2 == 0 else ("plain", "runtime")
+            order = [("runtime", "agent", "plain"), ("plain", "runtime", "agent"), ("agent", "plain", "runtime")][i % 3]
             timing: dict[str, tuple[float, float]] = {}
-            node = None
+            node = bare = None
             reference = None
             for side in order:
                 w0, c0 = time.perf_counter(), time.process_time()
                 if side == "runtime":
-                    node = Agent(asset, backend).run_turn(line).diagnostics.nodes[0]
+                    node = Session(asset, backend).turn(line).diagnostics.nodes[0]
+                elif side == "agent":
+                    bare = Agent(asset, backend).run_turn(line).diagnostics.nodes[0]
                 else:
                     messages = [{"role": "system", "content": STORYTELLER}, {"role": "user", "content": line}]
                     reference = plain.create_chat_completion(messages=messages, max_tokens=args.tokens, temperature=0.0)
                 timing[side] = (time.perf_counter() - w0, time.process_time() - c0)
-            assert node is not None and reference is not None
+            assert node is not None and bare is not None and reference is not None
             assert [m.content for m in node.input.prompt] == [STORYTELLER, line]
             plain_generated = reference["usage"]["completion_tokens"]
-            same = node.tokens.generated == plain_generated == args.tokens and node.tokens.prompt == reference["usage"]["prompt_tokens"]
+            same = (node.tokens.generated == bare.tokens.generated == plain_generated == args.tokens
+                    and node.tokens.prompt == reference["usage"]["prompt_tokens"])
             rows.append({
                 "iteration": i, "first": order[0],
-                "runtime_s": round(timing["runtime"][0], 4), "plain_s": round(timing["plain"][0], 4),
+                "runtime_s": round(timing["runtime"][0], 4), "agent_s": round(timing["agent"][0], 4),
+                "plain_s": round(timing["plain"][0], 4),
                 "runtime_cpu_s": round(timing["runtime"][1], 4), "plain_cpu_s": round(timing["plain"][1], 4),
                 "ratio": round(timing["runtime"][0] / timing["plain"][0], 4),
                 "runtime_prompt_tokens": node.tokens.prompt, "plain_prompt_tokens": reference["usage"]["prompt_tokens"],
@@ -85,12 +92,15 @@ def main() -> int:
 
     used = [r for r in rows if r["same_work"]]
     ratio = sum(r["runtime_s"] for r in used) / sum(r["plain_s"] for r in used)
+    door = sum(r["runtime_s"] for r in used) / sum(r["agent_s"] for r in used)
     cpu_ratio = sum(r["runtime_cpu_s"] for r in used) / sum(r["plain_cpu_s"] for r in used)
     summary = {
         "iterations": len(rows), "pairs_with_same_work": len(used), "tokens_per_call": args.tokens,
         "ratio_total_wall_time": round(ratio, 4),
         "ratio_total_cpu_time": round(cpu_ratio, 4),
         "ratio_median": round(statistics.median(r["ratio"] for r in used), 4),
+        "ratio_session_vs_agent": round(door, 4),
+        "agent_mean_s": round(statistics.mean(r["agent_s"] for r in used), 4),
         "runtime_mean_s": round(statistics.mean(r["runtime_s"] for r in used), 4),
         "plain_mean_s": round(statistics.mean(r["plain_s"] for r in used), 4),
         "goal": GOAL,
