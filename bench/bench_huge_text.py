@@ -63,9 +63,9 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from editor.commands import set_node_field
-    from editor.main_window import MainWindow
-    from editor.theme import apply_theme
+    from editor.model.commands import set_node_field
+    from editor.widgets.theme import apply_theme
+    from editor.window.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     apply_theme(app)

@@ -100,8 +100,8 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from editor.main_window import MainWindow
-    from editor.theme import apply_theme
+    from editor.widgets.theme import apply_theme
+    from editor.window.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     apply_theme(app)

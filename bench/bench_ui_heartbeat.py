@@ -86,8 +86,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from editor.main_window import MainWindow
-    from editor.theme import apply_theme
+    from editor.widgets.theme import apply_theme
+    from editor.window.main_window import MainWindow
     from runtime.asset.file import load_asset
     from runtime.events import NodeStarted, Token
     from runtime.resources import examples_dir

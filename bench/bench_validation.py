@@ -79,8 +79,8 @@ def time_validation(path: Path, runs: int) -> tuple[float, int]:
 
 
 def time_editor(app, path: Path, edits: int) -> dict:
-    from editor.commands import set_node_field
-    from editor.main_window import MainWindow
+    from editor.model.commands import set_node_field
+    from editor.window.main_window import MainWindow
 
     window = MainWindow()
     window.resize(1600, 1000)
@@ -138,7 +138,7 @@ def measure_one(args: argparse.Namespace) -> int:
     if not args.no_editor:
         from PySide6.QtWidgets import QApplication
 
-        from editor.theme import apply_theme
+        from editor.widgets.theme import apply_theme
 
         app = QApplication.instance() or QApplication([])
         apply_theme(app)

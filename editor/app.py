@@ -99,15 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.setOrganizationName("Parley")
     phases["qt"] = seconds_since_launch()
 
-    from editor.main_window import MainWindow
-    from editor.theme import apply_theme
+    from editor.widgets.theme import apply_theme
+    from editor.window.main_window import MainWindow
 
     phases["import_main_window"] = seconds_since_launch()
     apply_theme(app)
     crash_watch = None
     if not (args.screenshot or args.exit_when_ready):
         from editor import settings as app_settings
-        from editor.recovery import CRASH_NAME
+        from editor.services.recovery import CRASH_NAME
         from runtime.crashes import CrashWatch
 
         # A native crash (llama.cpp) writes its report beside the recovery files; the next start tells it.
@@ -151,14 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def leave(code: int) -> int:
     """``code``, once every window has closed; or, when a closed window had to leave a thread
-    running (``editor.thread_job.threads_left_running``), the process ends here with ``code``.
+    running (``editor.threads.thread_job.threads_left_running``), the process ends here with ``code``.
 
     Python's exit would destroy that thread's QThread while it runs, and Qt aborts the process
     then (SIGABRT, "QThread: Destroyed while thread ... is still running"); waiting for it could
     take for ever (a call no cancel reaches). Nothing is lost by leaving at once: the windows
     asked to save their assets and saved (and synced) their layouts as they closed; the editor's
     other settings were written when they changed (each ``app_settings()`` object syncs as it goes)."""
-    from editor.thread_job import threads_left_running
+    from editor.threads.thread_job import threads_left_running
 
     left = threads_left_running()
     if not left:

@@ -5,7 +5,7 @@
 - ``drawing``: the NodeGraphQt scene built from the asset model (a large graph a slice at a time);
 - ``following``: the document's change events bring the drawing up to date, whichever way the
   change came (the canvas, the properties dock, undo, a paste);
-- ``gestures``: what a person does on the canvas becomes ``editor.commands`` on the document;
+- ``gestures``: what a person does on the canvas becomes ``editor.model.commands`` on the document;
 - ``overlays``: the problem marks, a turn's path and a test run's coverage.
 """
 
@@ -21,9 +21,9 @@ from editor.canvas.comments import CommentLayer
 from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, AssetCanvasNode, Drawing, key_of
 from editor.canvas.following import DocumentFollower
 from editor.canvas.gestures import NODE_MIME, Gestures, node_type_mime
+from editor.canvas.node_appearance import apply_appearance
 from editor.canvas.overlays import Overlays
-from editor.document import Document
-from editor.node_appearance import apply_appearance
+from editor.model.document import Document
 from runtime.problems import Problem
 
 __all__ = [

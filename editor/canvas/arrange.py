@@ -17,7 +17,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
 from editor.canvas import add_action, context_menu
-from editor.commands import MoveCommand
+from editor.model.commands import MoveCommand
 
 if TYPE_CHECKING:
     from editor.canvas import Canvas

@@ -4,7 +4,7 @@ to a model.
 
 Each comment is drawn as a NodeGraphQt ``BackdropNode`` (``CommentCanvasNode``), keyed ``#<id>`` on
 the canvas like the terminals are ``@start``/``@end``. The document stays the record: a drag, a
-resize and the edit dialog become ``editor.commands`` on it, and ``CommentLayer`` redraws from its
+resize and the edit dialog become ``editor.model.commands`` on it, and ``CommentLayer`` redraws from its
 ``comment_*`` signals, whichever way the change came (undo, a paste, the dialog).
 
 Clicking a backdrop selects the backdrop alone; dragging it moves the nodes wholly inside it with it
@@ -39,8 +39,8 @@ from PySide6.QtWidgets import (
 )
 
 from editor.canvas.drawing import IDENTIFIER, NEW_NODE_SIZE, Drawing, key_of
-from editor.commands import AddCommentCommand, MacroCommand, set_comment
-from editor.document import COMMENT_KEY_PREFIX, Document, FieldRejected, comment_key
+from editor.model.commands import AddCommentCommand, MacroCommand, set_comment
+from editor.model.document import COMMENT_KEY_PREFIX, Document, FieldRejected, comment_key
 from runtime.asset.model import Comment
 
 # Around the nodes a new backdrop groups: room on each side, and above for its title bar.

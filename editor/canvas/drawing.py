@@ -18,9 +18,7 @@ from PySide6.QtCore import QObject, QRectF, QTimer, Signal
 from PySide6.QtGui import QPixmapCache, QUndoStack
 from PySide6.QtWidgets import QGraphicsScene
 
-from editor.bypass import shown_fill, shown_opacity, shown_title
-from editor.document import Document
-from editor.node_appearance import (
+from editor.canvas.node_appearance import (
     INPUT_PORT,
     START_PORT,
     TERMINAL_COLOURS,
@@ -29,7 +27,9 @@ from editor.node_appearance import (
     apply_appearance,
     summary_lines,
 )
-from editor.node_types import view_of
+from editor.canvas.node_types import view_of
+from editor.model.bypass import shown_fill, shown_opacity, shown_title
+from editor.model.document import Document
 from runtime.asset.model import END, NODE_TYPES, NodeBase
 from runtime.nodes import shown_exit_label, shown_exits
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 
 from editor.canvas.drawing import Drawing
+from editor.canvas.node_appearance import apply_appearance
 from editor.canvas.overlays import Overlays
-from editor.document import Document
-from editor.node_appearance import apply_appearance
+from editor.model.document import Document
 from runtime.nodes import shown_exits
 
 

@@ -1,4 +1,4 @@
-"""Gestures: what a person does on the canvas, turned into ``editor.commands``.
+"""Gestures: what a person does on the canvas, turned into ``editor.model.commands``.
 
 NodeGraphQt turns mouse gestures into signals and edits its own graph in reply; its editing slots
 are cut off here (``_detach_graph_editing``) and each gesture (a move, a connection made, sliced or
@@ -19,9 +19,11 @@ from PySide6.QtCore import QEvent, QMimeData, QObject, QPoint, QPointF, QRectF, 
 from PySide6.QtGui import QCursor, QMouseEvent
 from shiboken6 import isValid
 
-from editor.bypass import BYPASS_SUFFIX
 from editor.canvas.drawing import END_KEY, NEW_NODE_SIZE, START_KEY, TYPE_BY_IDENTIFIER, Drawing, key_of
-from editor.commands import (
+from editor.canvas.node_search import NodeSearch
+from editor.canvas.node_types import view_of
+from editor.model.bypass import BYPASS_SUFFIX
+from editor.model.commands import (
     AddNodeCommand,
     MacroCommand,
     MoveCommand,
@@ -29,9 +31,7 @@ from editor.commands import (
     SetExitCommand,
     SetNodeFieldCommand,
 )
-from editor.document import COMMENT_KEY_PREFIX
-from editor.node_search import NodeSearch
-from editor.node_types import view_of
+from editor.model.document import COMMENT_KEY_PREFIX
 from runtime.asset import layout as auto_layout
 from runtime.asset.model import END, palette_node
 from runtime.nodes import shown_exits

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import QMainWindow, QMenu, QWidget
 
 from editor import settings as app_settings
 from editor.canvas.drawing import NEW_NODE_SIZE
-from editor.node_appearance import TERMINAL_COLOURS
-from editor.node_types import view_of
+from editor.canvas.node_appearance import TERMINAL_COLOURS
+from editor.canvas.node_types import view_of
 
 if TYPE_CHECKING:
     from editor.canvas import Canvas

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QGraphicsSimpleTextItem
 from shiboken6 import isValid
 
 from editor.canvas.drawing import Drawing, key_of
-from editor.node_appearance import NEVER_TAKEN_COLOUR, VisitBadge, coverage_label_html
+from editor.canvas.node_appearance import NEVER_TAKEN_COLOUR, VisitBadge, coverage_label_html
 from runtime.names import NAMESPACE_SEP, owner_of
 from runtime.nodes import shown_exit_label
 from runtime.problems import Problem

@@ -30,8 +30,8 @@ from PySide6.QtCore import QObject, Signal
 
 from editor.session.record import InspectedTurn, inspected_turn
 from editor.session.view import SessionView
-from editor.thread_job import ThreadJob
-from editor.thread_service import SHUTDOWN_WAIT_MS, ThreadService
+from editor.threads.thread_job import ThreadJob
+from editor.threads.thread_service import SHUTDOWN_WAIT_MS, ThreadService
 from runtime.agent import TurnResult
 from runtime.dialogue.dialog_file import history_from_dict
 from runtime.dialogue.history import SavedDialog

@@ -34,7 +34,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from editor.session.record import InspectedTurn, SnapshotUse, inspected_turn, snapshot_use
 from editor.session.view import Replay, SessionView
-from editor.thread_service import ThreadService
+from editor.threads.thread_service import ThreadService
 from runtime.agent import Agent, TurnCancelled, TurnError, TurnResult, noting_nodes, turn_reply
 from runtime.asset.model import Asset, ModelParams, VariableValue
 from runtime.backends.base import Backend, Reproducibility

@@ -24,7 +24,7 @@ from runtime.backends.base import Reproducibility
 from runtime.dialogue.history import SavedDialog
 
 if TYPE_CHECKING:
-    from editor.document import Document
+    from editor.model.document import Document
     from runtime.asset.model import Asset, VariableValue
     from runtime.backends.base import Backend
 

@@ -34,7 +34,7 @@ def no_running_threads(monkeypatch):
 
     monkeypatch.setattr(QThread, "start", tracking_start)
     yield
-    from editor.thread_job import running_jobs
+    from editor.threads.thread_job import running_jobs
 
     jobs = [job.name for job in running_jobs()]
     running = []
@@ -64,7 +64,7 @@ def _active_timers(window) -> list[QTimer]:
 def make_window(qtbot):
     """Build main windows; on teardown they are closed without questions and must
     have stopped every timer of their own."""
-    from editor.main_window import MainWindow
+    from editor.window.main_window import MainWindow
 
     made: list[MainWindow] = []
 

@@ -62,8 +62,8 @@ def test_the_window_starts_without_what_it_needs_later(tmp_path):
 
     later = ["llama_cpp", "runtime.backends.llama", "numpy", "gguf", "httpx", "runtime.serve", "rank_bm25", "jinja2",
              "fastapi", "uvicorn", "runtime.doctor.self_test", "setuptools"]
-    code = ("import sys, editor.main_window; from PySide6.QtWidgets import QApplication; app = QApplication([]); "
-            f"window = editor.main_window.MainWindow(); loaded = [m for m in {later!r} if m in sys.modules]; "
+    code = ("import sys, editor.window.main_window; from PySide6.QtWidgets import QApplication; app = QApplication([]); "
+            f"window = editor.window.main_window.MainWindow(); loaded = [m for m in {later!r} if m in sys.modules]; "
             "assert not loaded, loaded; "
             "assert 'QtSubmodule' in repr(type(sys.modules['Qt'].QtCore)), sys.modules['Qt']")
     run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,

@@ -21,8 +21,8 @@ from editor.canvas.arrange import (
     distribute_horizontally,
     distribute_vertically,
 )
-from editor.commands import remove_nodes
-from editor.help_menu import shortcut_rows
+from editor.model.commands import remove_nodes
+from editor.window.help_menu import shortcut_rows
 from runtime.asset.model import Asset, new_node
 
 BOXES = {  # x, y, width, height

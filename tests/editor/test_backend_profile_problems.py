@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from editor.backend_choice import BackendChoice
-from editor.backends_dialog import BackendsDialog
+from editor.dialogs.backends import BackendsDialog
+from editor.services.backend_choice import BackendChoice
 from runtime.backends.profiles import load_profiles
 
 SECRET_URL = "http://alice:s3cret@10.0.0.5:8080/v1"

@@ -12,8 +12,8 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QColorDialog
 
 from editor.canvas.comments import CommentDialog
-from editor.commands import set_comment
-from editor.document import Document, FieldRejected
+from editor.model.commands import set_comment
+from editor.model.document import Document, FieldRejected
 from runtime.agent import Agent
 from runtime.asset.file import load_asset, save_asset
 from runtime.asset.model import Asset, Comment, palette_node

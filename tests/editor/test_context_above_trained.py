@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from editor.commands import set_node_field
+from editor.model.commands import set_node_field
 from tests.runtime.tiny_gguf import write_tiny_gguf
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from editor import recovery as recovery_module
 from editor import settings as app_settings
-from editor.recovery import CONVERSATION_SUFFIX, CRASH_NAME, SUFFIX, RecoveryDialog, left_behind
+from editor.services import recovery as recovery_module
+from editor.services.recovery import CONVERSATION_SUFFIX, CRASH_NAME, SUFFIX, RecoveryDialog, left_behind
 from runtime.asset.file import asset_to_dict, save_asset
 from runtime.asset.model import Asset, new_node
 from runtime.backends.scripted import ScriptedBackend
@@ -250,7 +250,7 @@ from PySide6.QtWidgets import QApplication
 
 app = QApplication(sys.argv[:1])
 from editor.app import main
-from editor.main_window import MainWindow
+from editor.window.main_window import MainWindow
 
 LINES = ["Good evening! Is there a room free?", "What news from the road?"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
 
-from editor.help_menu import ShortcutsDialog, doc_files, docs_dir, show_shortcuts
+from editor.window.help_menu import ShortcutsDialog, doc_files, docs_dir, show_shortcuts
 
 
 def menu_texts(menu) -> list[str]:

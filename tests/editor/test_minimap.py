@@ -10,10 +10,10 @@ from PySide6.QtGui import QColor, QImage
 from PySide6.QtTest import QTest
 
 from editor.canvas.minimap import SELECTED_PEN, SHOWN_KEY, VIEW_PEN, Minimap
-from editor.commands import AddNodeCommand, MoveCommand, remove_nodes
-from editor.help_menu import shortcut_rows
-from editor.node_types import view_of
+from editor.canvas.node_types import view_of
+from editor.model.commands import AddNodeCommand, MoveCommand, remove_nodes
 from editor.settings import app_settings
+from editor.window.help_menu import shortcut_rows
 from runtime.asset.model import Asset, Comment, new_node
 
 

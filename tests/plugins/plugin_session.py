@@ -79,7 +79,7 @@ backend.close()
 # --- in the editor: palette, canvas, problems, a conversation, the Turn Inspector -----------------
 from PySide6.QtWidgets import QApplication
 
-from editor.main_window import MainWindow
+from editor.window.main_window import MainWindow
 from runtime.asset.file import save_asset
 
 app = QApplication.instance() or QApplication(sys.argv)

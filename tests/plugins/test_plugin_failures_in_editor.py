@@ -23,7 +23,7 @@ for model in (CheckRaises, GraphCheckExits, ExitsRaise):
 register(NodeType(ViewExits, editor="tests.plugins.exiting_view:VIEW", package="parley-failing"))
 
 from PySide6.QtWidgets import QApplication
-from editor.main_window import MainWindow
+from editor.window.main_window import MainWindow
 
 app = QApplication.instance() or QApplication(sys.argv)
 folder = Path(sys.argv[1])

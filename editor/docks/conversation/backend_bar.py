@@ -9,9 +9,9 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
-from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
-from editor.backends_dialog import open_backends_dialog
+from editor.dialogs.backends import open_backends_dialog
 from editor.docks.conversation.status import TurnStatus, tool_button
+from editor.services.backend_choice import EMBEDDED_LABEL, BackendChoice
 from runtime.backends.profiles import EMBEDDED
 
 

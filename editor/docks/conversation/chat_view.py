@@ -10,7 +10,7 @@ import json
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from editor.backend_choice import EMBEDDED_LABEL
+from editor.services.backend_choice import EMBEDDED_LABEL
 from runtime.asset.model import Asset
 from runtime.dialogue.history import Reply, SavedDialog, ToolExchange
 

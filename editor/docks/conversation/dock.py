@@ -12,7 +12,6 @@ import json
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QDockWidget, QSplitter, QVBoxLayout, QWidget
 
-from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.docks.conversation.backend_bar import BackendBar
 from editor.docks.conversation.branch_tree import BranchTree
 from editor.docks.conversation.chat_view import ChatView, node_label
@@ -28,11 +27,12 @@ from editor.docks.conversation.talk_line import TalkLine
 from editor.docks.conversation.tool_answer import ToolAnswer
 from editor.docks.conversation.turn_links import TurnLinks
 from editor.docks.conversation.voice import Voice
-from editor.flow_layout import wrapping_row
-from editor.sample_model_download import SampleModelDownload, missing_models
+from editor.services.backend_choice import EMBEDDED_LABEL, BackendChoice
+from editor.services.sample_model_download import SampleModelDownload, missing_models
 from editor.session.record import InspectedTurn
 from editor.session.view import SessionView
-from editor.thread_job import ThreadJob
+from editor.threads.thread_job import ThreadJob
+from editor.widgets.flow_layout import wrapping_row
 from runtime.dialogue.history import SavedDialog
 from runtime.events import NodeStarted, Speak, Summarized, Token, ToolCalled, TurnWarning
 from runtime.nodes import NODE_TYPES

@@ -10,10 +10,10 @@ from PySide6.QtCore import QEventLoop, QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QToolButton, QWidget
 
-from editor.backend_choice import BackendChoice
 from editor.docks.conversation.status import TurnStatus, tool_button
+from editor.services.backend_choice import BackendChoice
 from editor.session.view import SessionView
-from editor.thread_job import ThreadJob
+from editor.threads.thread_job import ThreadJob
 from runtime.bundle.file import BUNDLE_SUFFIX, make_bundle, write_bundle
 from runtime.dialogue.dialog_file import HistoryError, load_history, save_history
 from runtime.dialogue.history import SavedDialog

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from editor.docks.conversation.status import TurnStatus
-from editor.sample_model_download import (
+from editor.services.sample_model_download import (
     SAMPLE_MODEL_SIZE,
     DownloadReactions,
     SampleModelDownload,

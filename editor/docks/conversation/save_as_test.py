@@ -8,8 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
+from editor.dialogs.expectations import ExpectationsDialog, case_with
 from editor.docks.conversation.status import TurnStatus
-from editor.expectations_dialog import ExpectationsDialog, case_with
 from editor.session.view import SessionView
 from runtime.problems import InputError
 from runtime.suites.checks import case_from_turns

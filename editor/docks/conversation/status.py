@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QProgressBar, QToolButton, QWidget
 
-from editor.backend_choice import BackendChoice
+from editor.services.backend_choice import BackendChoice
 
 
 class TurnStatus(QLabel):

@@ -7,7 +7,7 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QTreeWidget, QTreeWidgetItem, QWidget
 
 from editor.canvas import NODE_MIME, node_type_mime
-from editor.node_types import categories, category_colour
+from editor.canvas.node_types import categories, category_colour
 
 
 class PaletteTree(QTreeWidget):

@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QDockWidget, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from editor.node_appearance import SEVERITY_COLOURS
+from editor.canvas.node_appearance import SEVERITY_COLOURS
 from runtime.problems import Problem
 
 

@@ -11,11 +11,11 @@ from typing import Any
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from editor.commands import MacroCommand, RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.canvas.node_types import view_of
 from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
-from editor.document import Document, FieldRejected
-from editor.node_types import view_of
+from editor.model.commands import MacroCommand, RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.model.document import Document, FieldRejected
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.asset.validation import ModelFiles
 from runtime.nodes import node_model

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.docks.properties.mustache import MustacheHighlighter
-from editor.document import EDITOR_METADATA_KEY
+from editor.model.document import EDITOR_METADATA_KEY
 from runtime.models.folder import format_parameters, list_models, models_dir
 
 EXIT_FIELDS = ("default_exit", "fallback_exit", "exit", "start_node")

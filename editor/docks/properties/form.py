@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
+from editor.canvas.node_types import GROUP_ORDER
 from editor.docks.properties.field_editors import (
     EXIT_FIELDS,
     FILE_FIELDS,
@@ -40,7 +41,6 @@ from editor.docks.properties.field_editors import (
     tooltip,
 )
 from editor.docks.properties.list_editor import ModelListEditor
-from editor.node_types import GROUP_ORDER
 
 
 def _list_item_model(annotation: Any) -> type[BaseModel] | None:

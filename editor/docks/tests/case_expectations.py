@@ -8,8 +8,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QWidget
 
+from editor.dialogs.expectations import ExpectationsDialog
 from editor.docks.tests.results_tree import SuiteEntry
-from editor.expectations_dialog import ExpectationsDialog
 from runtime.problems import InputError
 from runtime.suites.file import set_case_expectations
 

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from editor.dialogs.expectations import ExpectationsDialog
 from editor.docks.tests.case_expectations import edit_case_expectations
 from editor.docks.tests.results_tree import (
     FAIL_COLOUR,
@@ -42,18 +43,17 @@ from editor.docks.tests.results_tree import (
     SuiteEntry,
     turn_note,
 )
-from editor.document import Document
-from editor.expectations_dialog import ExpectationsDialog
-from editor.flow_layout import wrapping_row
-from editor.session.record import InspectedTurn, inspected_turn
-from editor.suite_run import SuiteRun, TurnComparison
-from editor.variant_compare import (
+from editor.model.document import Document
+from editor.services.suite_run import SuiteRun, TurnComparison
+from editor.services.variant_compare import (
     VariantComparison,
     VariantPanel,
     VariantRequest,
     divergence_opening,
     pick_variant_file,
 )
+from editor.session.record import InspectedTurn, inspected_turn
+from editor.widgets.flow_layout import wrapping_row
 from runtime.asset.model import Asset
 from runtime.suites.file import LoadedSuite, SuiteBeside
 from runtime.suites.kept import asset_changes, blamed_node

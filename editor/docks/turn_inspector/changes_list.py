@@ -8,7 +8,7 @@ import json
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QTreeWidget, QTreeWidgetItem, QWidget
 
-from editor.suite_run import TurnComparison
+from editor.services.suite_run import TurnComparison
 
 
 class ChangesList(QTreeWidget):

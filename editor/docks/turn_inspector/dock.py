@@ -22,14 +22,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.backend_choice import EMBEDDED_LABEL
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.docks.turn_inspector.changes_list import ChangesList
 from editor.docks.turn_inspector.node_text import STYLE, html_text, prompt_html, stats_html
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
+from editor.services.backend_choice import EMBEDDED_LABEL
+from editor.services.suite_run import TurnComparison
 from editor.session.record import SNAPSHOT_MEANING, InspectedTurn
 from editor.session.view import SessionView
-from editor.suite_run import TurnComparison
 from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
 from runtime.names import NAMESPACE_SEP

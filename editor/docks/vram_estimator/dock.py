@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.backend_choice import EMBEDDED_LABEL, BackendChoice
+from editor.services.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.session.view import SessionView
 from editor.settings import snapshot_budget_mib
 from runtime.asset.estimate import Estimate, estimate_asset

@@ -8,8 +8,14 @@ import pytest
 from PySide6.QtCore import QPoint
 
 from editor.canvas import END_KEY, START_KEY, Canvas, node_type_mime
-from editor.commands import RenameNodeCommand, SetExitCommand, SetNodeFieldCommand, add_nodes, remove_nodes
-from editor.document import Document
+from editor.model.commands import (
+    RenameNodeCommand,
+    SetExitCommand,
+    SetNodeFieldCommand,
+    add_nodes,
+    remove_nodes,
+)
+from editor.model.document import Document
 from runtime.asset.model import END, Asset, new_node
 from runtime.asset.validation import validate_asset
 

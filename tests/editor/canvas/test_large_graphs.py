@@ -10,11 +10,11 @@ import pytest
 
 import editor.canvas.drawing as drawing_module
 from editor.canvas import END_KEY, Canvas
-from editor.commands import MoveCommand, SetNodeFieldCommand, remove_nodes
+from editor.canvas.node_types import SUMMARY_WIDTH, view_of
 from editor.docks.properties import field_editors
 from editor.docks.properties.dock import PropertiesDock
-from editor.document import Document
-from editor.node_types import SUMMARY_WIDTH, view_of
+from editor.model.commands import MoveCommand, SetNodeFieldCommand, remove_nodes
+from editor.model.document import Document
 from runtime.asset.model import Asset, new_node
 from runtime.problems import Problem
 

@@ -14,11 +14,11 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QApplication
 
 from editor import settings as app_settings
-from editor.attach_dialog import ADDRESS_KEY
+from editor.dialogs.attach import ADDRESS_KEY
 from editor.docks.raw_json.dock import RawJsonDock
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.session.follow import server_address
-from editor.theme import apply_theme
+from editor.widgets.theme import apply_theme
 from runtime.backends.scripted import ScriptedBackend
 from runtime.diagnostics import TurnDiagnostics
 from runtime.resources import examples_dir

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QThread
 
-from editor.commands import set_node_field
 from editor.docks.conversation.dock import ConversationDock
+from editor.model.commands import set_node_field
 from editor.session.local import LiveConversation, held_edits
-from editor.thread_job import threads_left_running
+from editor.threads.thread_job import threads_left_running
 from runtime.dialogue.history import ToolExchange
 from runtime.events import Token
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model, talk

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from editor.commands import remove_nodes
+from editor.model.commands import remove_nodes
 from tests.editor.live import example, sample_model, talk
 
 pytestmark = pytest.mark.model

@@ -74,7 +74,7 @@ NODE_CLASSES = r"\b(Generate|GenerateAndSpeak|ToolCall|Summarize|ClassifyIntent|
 
 
 def test_no_type_checks_over_node_types_outside_the_registry() -> None:
-    """What a type does lives in its module (runtime/nodes/) and its NodeView (editor/node_types.py)."""
+    """What a type does lives in its module (runtime/nodes/) and its NodeView (editor/canvas/node_types.py)."""
     allowed = {ROOT / "editor" / "node_types.py"}
     offenders = []
     for path in [*(ROOT / "runtime").rglob("*.py"), *(ROOT / "editor").rglob("*.py")]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QUrl
 
-from editor.commands import SetNodeFieldCommand
 from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.model.commands import SetNodeFieldCommand
 from tests.editor.live import TURN_TIMEOUT_MS, example, sample_model
 
 pytestmark = pytest.mark.model

@@ -6,6 +6,7 @@ import typing
 
 import pytest
 
+from editor.canvas.node_types import view_of
 from editor.docks.properties.dock import PropertiesDock
 from editor.docks.properties.field_editors import (
     BoolEditor,
@@ -18,8 +19,7 @@ from editor.docks.properties.field_editors import (
 )
 from editor.docks.properties.list_editor import ModelListEditor
 from editor.docks.properties.mustache import MustacheHighlighter, mustache_tags
-from editor.document import Document
-from editor.node_types import view_of
+from editor.model.document import Document
 from runtime.asset.model import NODE_TYPES, Asset, new_node
 
 

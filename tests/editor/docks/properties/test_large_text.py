@@ -8,7 +8,7 @@ import pytest
 
 from editor.docks.properties import field_editors
 from editor.docks.properties.dock import PropertiesDock
-from editor.document import Document
+from editor.model.document import Document
 from runtime.asset.file import load_asset, save_asset
 from runtime.asset.model import Asset, new_node
 

@@ -7,7 +7,7 @@ import json
 
 from PySide6.QtWidgets import QApplication
 
-from editor.document import EDITOR_METADATA_KEY
+from editor.model.document import EDITOR_METADATA_KEY
 from runtime.asset.model import Asset, new_node
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from editor.docks.properties.dock import PropertiesDock
 from editor.docks.properties.field_editors import FloatEditor
-from editor.document import Document
+from editor.model.document import Document
 from runtime.asset.model import Asset, new_node
 from tests.runtime.tiny_gguf import write_tiny_gguf
 

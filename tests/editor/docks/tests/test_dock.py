@@ -285,7 +285,7 @@ def test_saving_a_test_case_needs_a_saved_asset(window, qtbot):
 
 
 def test_the_save_button_asks_for_a_name(dock, qtbot, window, suites):
-    from editor.expectations_dialog import ExpectationsDialog
+    from editor.dialogs.expectations import ExpectationsDialog
 
     window.conversation.worker._make_backend = ScriptedBackend
     with qtbot.waitSignal(window.conversation.turn_finished, timeout=10_000):

@@ -61,12 +61,12 @@ def test_a_deeply_nested_suite_shows_where_it_goes_too_deep(window, qtbot, tmp_p
 
 
 def test_suites_are_read_off_the_ui_thread_and_the_newest_read_wins(window, qtbot, tmp_path, monkeypatch):
-    import editor.suite_run
+    import editor.services.suite_run
 
     (tmp_path / "router.json").write_text(json.dumps(ASSET), encoding="utf-8")
     suite = tmp_path / "router.suite.yaml"
     suite.write_text(SUITE, encoding="utf-8")
-    real = editor.suite_run.suites_beside
+    real = editor.services.suite_run.suites_beside
     threads: list[threading.Thread] = []
     release = threading.Event()
 
@@ -75,7 +75,7 @@ def test_suites_are_read_off_the_ui_thread_and_the_newest_read_wins(window, qtbo
         release.wait(20)  # a large suite, still parsing
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(editor.suite_run, "suites_beside", slow)
+    monkeypatch.setattr(editor.services.suite_run, "suites_beside", slow)
     dock = window.dock(TestsDock)
     emitted: list[int] = []
     dock.suites_listed.connect(lambda: emitted.append(len(dock.entries)))
@@ -91,19 +91,19 @@ def test_suites_are_read_off_the_ui_thread_and_the_newest_read_wins(window, qtbo
 
 
 def test_closing_the_window_mid_read_stops_the_reading_thread(make_window, qtbot, tmp_path, monkeypatch):
-    import editor.suite_run
+    import editor.services.suite_run
 
     (tmp_path / "router.json").write_text(json.dumps(ASSET), encoding="utf-8")
     (tmp_path / "router.suite.yaml").write_text(SUITE, encoding="utf-8")
     started, release = threading.Event(), threading.Event()
-    real = editor.suite_run.suites_beside
+    real = editor.services.suite_run.suites_beside
 
     def slow(*args, **kwargs):
         started.set()
         release.wait(20)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(editor.suite_run, "suites_beside", slow)
+    monkeypatch.setattr(editor.services.suite_run, "suites_beside", slow)
     window = make_window()
     assert window.open_path(str(tmp_path / "router.json"))
     assert started.wait(20)

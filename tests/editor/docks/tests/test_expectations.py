@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
+from editor.dialogs.expectations import ExpectationsDialog, parse_exits, parse_nodes
 from editor.docks.tests.dock import TestsDock
-from editor.expectations_dialog import ExpectationsDialog, parse_exits, parse_nodes
 from runtime.backends.scripted import ScriptedBackend
 from runtime.suites.file import load_suite
 from tests.editor.docks.tests.listing import listed, open_listed

@@ -14,8 +14,8 @@ from editor.docks.turn_inspector.side_by_side import (
     marked_pair,
     side_by_side_html,
 )
+from editor.services.suite_run import TurnComparison
 from editor.session.record import InspectedTurn
-from editor.suite_run import TurnComparison
 from runtime.asset.model import Asset
 from runtime.diagnostics import NodeDiagnostics, NodeInput, PromptMessage, TurnDiagnostics
 from runtime.suites.kept import AssetChange

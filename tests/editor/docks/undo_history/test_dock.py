@@ -6,8 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QStyleOptionViewItem
 
-from editor.commands import SetNodeFieldCommand
 from editor.docks.undo_history.dock import UNDONE_COLOUR, UndoHistoryDock
+from editor.model.commands import SetNodeFieldCommand
 from runtime.asset.model import Asset, new_node
 
 LONG = "innkeeper_answers_the_traveller_who_came_in_from_the_coast_road"  # a node id: entries name it

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from editor.commands import set_node_field
 from editor.docks.vram_estimator.dock import VramEstimatorDock
+from editor.model.commands import set_node_field
 from runtime.asset.estimate import estimate_asset
 from runtime.models.context_settings import FLASH_ATTN
 from runtime.models.folder import resolve_model

@@ -1,0 +1,1 @@
+"""The asset document (the single source of truth) and its undo commands."""

@@ -1,0 +1,1 @@
+"""Running work off the UI thread: ``ThreadJob`` (one job) and ``ThreadService`` (a long-lived worker)."""

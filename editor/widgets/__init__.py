@@ -1,0 +1,1 @@
+"""Small widgets and the look the rest of the editor shares."""
