@@ -331,7 +331,7 @@ def view_of(type_name: str) -> NodeView:
     try:
         view = getattr(importlib.import_module(module), attribute)
         if not isinstance(view, NodeView):
-            raise TypeError(f"{entry.editor} is a {type(view).__name__}, not an editor.canvas.node_types.NodeView")
+            raise TypeError(f"{entry.editor} is a {type(view).__name__}, not an editor.node_types.NodeView")
         if view.type != type_name or not all(isinstance(v, str) for v in (view.label, view.category, view.help)):
             raise TypeError(f"{entry.editor} describes {view.type!r}, or its label, category or help is not text")
     # A broken plugin view must not stop the editor (SystemExit included); Ctrl+C on the main

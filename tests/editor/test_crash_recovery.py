@@ -231,6 +231,7 @@ def test_a_killed_session_says_it_ended_without_shutting_down(window, monkeypatc
 # Conversation dock; the second turn hands llama.cpp a NULL context, a real SIGSEGV inside it.
 CRASHING_EDITOR = """
 import sys
+import editor  # first, as when the app starts (it loads pydantic before PySide6's import hook)
 from runtime.backends.llama import LlamaNodeSession
 
 generate = LlamaNodeSession.generate

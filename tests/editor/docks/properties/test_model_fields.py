@@ -49,7 +49,7 @@ def test_model_picker_lists_the_models_folder(models, window):
     assert isinstance(editor, ModelEditor)
 
     editor.fill_models_menu()
-    entries = {a.text().split("\t")[0]: a for a in editor.window.models_menu.actions() if not a.isSeparator()}
+    entries = {a.text().split("\t")[0]: a for a in editor.models_menu.actions() if not a.isSeparator()}
     listed = [m.file_name for m in list_models()]
     assert listed == ["Alpha.gguf", "Beta.gguf", "Broken.gguf"]
     assert all(name in entries for name in listed), "the picker lists what `parley models list` lists"
@@ -59,7 +59,7 @@ def test_model_picker_lists_the_models_folder(models, window):
     assert window.document.node(node).model_name == "Beta.gguf"
 
     editor.fill_models_menu()
-    default = next(a for a in editor.window.models_menu.actions() if a.text() == editor.empty_label)
+    default = next(a for a in editor.models_menu.actions() if a.text() == editor.empty_label)
     default.trigger()
     assert window.document.node(node).model_name == "", "the first entry goes back to the agent's model"
 
