@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runtime.asset.behaviours import expand, has_behaviours
 from runtime.asset.model import Asset
+from runtime.asset.validation import as_run
 from runtime.models.gguf import GGUFError, read_gguf
 from runtime.models.memory import (
     ContextCost,
@@ -165,13 +165,10 @@ def estimate_asset(
     context_overrides = context_overrides or {}
     model_overrides = model_overrides or {}
     problems: list[Problem] = []
-    if has_behaviours(asset):
-        if asset_dir is None and asset_file:
-            asset_dir = Path(asset_file).parent
-        try:
-            asset = expand(asset, asset_dir, asset_file)
-        except InputError as exc:
-            problems.extend(exc.problems)
+    if asset_dir is None and asset_file:
+        asset_dir = Path(asset_file).parent
+    asset, refused = as_run(asset, asset_dir, asset_file)
+    problems.extend(refused)
     resolved: dict[str, tuple[Path, ModelShape] | None] = {}
     nodes: list[NodeEstimate] = []
     by_model: dict[Path, list[str]] = {}

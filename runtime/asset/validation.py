@@ -71,6 +71,20 @@ class ModelFiles:
         return None
 
 
+def as_run(asset: Asset, asset_dir: str | os.PathLike[str] | None, source: str = "") -> tuple[Asset, list[Problem]]:
+    """``asset`` as an agent runs it, for a reader of the whole graph (validation, the memory
+    estimate): its behaviours, read from ``asset_dir``, expanded into namespaced nodes
+    (``guard/classify``), and no problems; or, when a behaviour cannot be expanded, the asset as it is
+    and why. With the session's, the one way a graph's behaviours are read, so a new reader cannot
+    skip them by forgetting a call."""
+    if not has_behaviours(asset):
+        return asset, []
+    try:
+        return expand(asset, asset_dir, source), []
+    except AssetError as exc:
+        return asset, list(exc.problems)
+
+
 def validate_asset(asset: Asset, *args: Any, **options: Any) -> list[Problem]:
     """Every graph-level error and warning, in node order: ``Validator.validate`` (and its
     parameters) on a fresh validator."""
@@ -130,11 +144,8 @@ class Validator:
         if not has_behaviours(asset):
             return self._validate(asset, source, asset_dir, count_tokens, model_context, models)
         found = behaviour_problems(asset, asset_dir, source)
-        try:
-            if any(p.field == "behaviour" for p in found):
-                raise AssetError(found)
-            flat = expand(asset, asset_dir, source)
-        except AssetError:  # a behaviour cannot be expanded (or a Subgraph node has none yet)
+        flat, refused = (asset, found) if any(p.field == "behaviour" for p in found) else as_run(asset, asset_dir, source)
+        if refused:  # a behaviour cannot be expanded (or a Subgraph node has none yet)
             return self._validate(asset, source, asset_dir, count_tokens, model_context, models) + found
         checked = self._validate(flat, source, asset_dir, count_tokens, model_context, models, node_folders(flat))
         return _at_source_nodes(flat, checked) + found
