@@ -103,8 +103,10 @@ def parley_serve(backend: str, assets: Path, log: Path, marks: Path | None = Non
     start = parley_command() if marks is None else [
         sys.executable, "-c",
         "import sys; sys.path.insert(0, 'bench'); import bench_serve; sys.exit(bench_serve.probed_main())"]
+    # a store of its own beside the log (the default's, as a game runs it, but never the user's sessions)
+    store = log.with_name(f"{log.stem}-{time.monotonic_ns()}.sqlite3")
     command = start + ["serve", "--port", "0", "--backend", backend, "--assets", str(assets),
-                                  ]
+                       "--store", f"sqlite:{store}"]
     err = open(log, "wb")  # noqa: SIM115 - open for the child's whole life
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1", **({MARKS_ENV: str(marks)} if marks else {})},

@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where the server keeps its crash report while it runs; the next server on the same folder "
                    f"tells a crash in its log and in /v1/health (default: ${STATE_ENV}, else 'serve' in the user's "
                    "data folder)")
+    p.add_argument("--store", default="", metavar="none|sqlite:PATH",
+                   help="where sessions are kept so a restart or a crash loses none: each finished turn is saved "
+                   "before the game hears of it, and the next server serves every session again (default: "
+                   "sessions.sqlite3 in the state folder; none: nothing is kept)")
     p.set_defaults(func=run)
 
 
@@ -71,8 +75,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from runtime.crashes import CrashWatch
     from runtime.serve.crash_reports import WATCH_NAME, state_dir, tell_earlier_crashes
+    from runtime.serve.store import StoreError, open_store
 
     folder = state_dir(args.state_dir)
+    try:
+        store = open_store(args.store, folder)
+    except StoreError as exc:
+        print(f"parley serve: {exc}", file=sys.stderr)
+        backend.close()
+        return 2
+    logging.getLogger("parley.serve").info("sessions are kept in %s", store.label)
     previous_crash = tell_earlier_crashes(folder)
     watch = CrashWatch(folder, WATCH_NAME)
     if watch.start():
@@ -81,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     # before the ``finally`` below: then the next start would take this clean exit for a crash.
     default_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        serve_forever(config, backend, crash_watch=watch, previous_crash=previous_crash)
+        serve_forever(config, backend, crash_watch=watch, previous_crash=previous_crash, store=store)
     except OSError as exc:
         print(f"parley serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
@@ -89,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, default_sigterm)
         backend.close()
         watch.stop()
+        store.close()
     return 0
 
 

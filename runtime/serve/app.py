@@ -233,7 +233,8 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
 
     @app.get(f"{PREFIX}/health", response_model=Health, responses=ERRORS)
     async def health() -> Health:
-        return Health(backend=npcs.backend.label, sessions=len(npcs.sessions), previous_crash=previous_crash)
+        return Health(backend=npcs.backend.label, sessions=len(npcs.sessions), store=npcs.store.label,
+                      not_restored=npcs.not_restored, previous_crash=previous_crash)
 
     @app.get(f"{PREFIX}/assets", response_model=Assets, responses=ERRORS)
     async def assets() -> Assets:

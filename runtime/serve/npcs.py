@@ -28,6 +28,7 @@ from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
 from runtime.events import Event, TurnFinished
 from runtime.problems import InputError, Problem
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
+from runtime.serve.store import NoStore, SessionStore, StoredSession, StoreError
 from runtime.session.failures import Failure, ToolTimeout, failure_of
 from runtime.session.record import TurnRecord
 from runtime.session.session import Session
@@ -125,8 +126,10 @@ class NPCs:
     ``turn`` starts a turn on a worker thread."""
 
     def __init__(self, backend: Backend, asset_dirs: list[Path], limits: Limits, workers: int = 8,
-                 crash_watch: CrashWatch | None = None) -> None:
+                 crash_watch: CrashWatch | None = None, store: SessionStore | None = None) -> None:
         self.backend = backend
+        # Every session is written here after each change, a turn before its turn_finished is sent
+        self.store: SessionStore = store if store is not None else NoStore()
         # Notes the turns in flight, and which node each runs: a native crash's report then names them.
         self.crash_watch = crash_watch
         self.asset_dirs = [d.resolve() for d in asset_dirs]
@@ -139,6 +142,8 @@ class NPCs:
         self._computing = threading.BoundedSemaphore(workers)
         self._threads: set[threading.Thread] = set()
         self._ids = itertools.count(1)
+        # What the store holds but could not be served again (its asset gone or changed): kept there
+        self.not_restored: dict[str, str] = {}
 
     def close(self, seconds: float = 30.0) -> None:
         for npc in list(self.sessions.values()):
@@ -206,8 +211,48 @@ class NPCs:
                 raise ServeError("exists", f"a session {session_id!r} exists already")
             session = Session(loaded, self.backend, path.parent, session_id=session_id, variables=variables)
             npc = self.sessions[session_id] = NPC(session_id, str(asset), session)
+        try:
+            self.persist(npc)
+        except ServeError:
+            with self._lock:
+                self.sessions.pop(session_id, None)
+            raise
         log.info("session %s: %s", session_id, asset)
         return npc
+
+    def persist(self, npc: NPC) -> None:
+        """Write the session to the store (what it holds now). Raises ServeError ``store_error``."""
+        try:
+            self.store.save(StoredSession(npc.id, npc.asset_path, history_to_dict(npc.agent.export_dialog())))
+        except StoreError as exc:
+            log.error("session %s: %s", npc.id, exc)
+            raise ServeError("store_error", f"the session could not be saved: {exc}") from None
+
+    def restore(self) -> int:
+        """Serve again every session the store holds (at start): each continues where it stopped. A
+        session that cannot be (its asset gone or changed so its history no longer fits) is logged
+        at ERROR with why, listed in ``not_restored``, and left in the store. Returns how many came back."""
+        count = 0
+        for stored in self.store.load():
+            try:
+                if stored.history is None:
+                    raise InputError([Problem("error", "the stored history is not JSON", stored.id)])
+                path = self.resolve_asset(stored.asset)
+                source = f"session {stored.id} in {self.store.label}"
+                saved = history_from_dict(stored.history, source)
+                session = Session(load_asset(path), self.backend, path.parent, session_id=stored.id)
+                session.agent.import_dialog(saved, source)
+            except (InputError, ServeError) as exc:
+                why = "; ".join(str(p) for p in exc.problems[:3]) if isinstance(exc, InputError) else exc.message
+                self.not_restored[stored.id] = why
+                log.error("session %s (%s) is in the store but cannot be served again: %s", stored.id,
+                          stored.asset, why)
+                continue
+            self.sessions[stored.id] = NPC(stored.id, stored.asset, session)
+            count += 1
+        if count or self.not_restored:
+            log.info("%d session(s) back from %s", count, self.store.label)
+        return count
 
     def get(self, session_id: str) -> NPC:
         npc = self.sessions.get(session_id)
@@ -230,6 +275,10 @@ class NPCs:
         for queue in list(npc.watchers):
             queue.put_nowait(None)
         npc.watchers.clear()
+        try:
+            self.store.delete(session_id)
+        except StoreError as exc:
+            log.error("session %s: %s", session_id, exc)
         # its node caches: the server names them "SESSION/NODE"
         release = getattr(self.backend, "release", None)
         sessions = getattr(self.backend, "sessions", None)
@@ -245,6 +294,7 @@ class NPCs:
             raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r}")
         for name, value in variables.items():
             npc.agent.set_variable(name, value)
+        self.persist(npc)
         return npc
 
     def change_params(self, session_id: str, nodes: dict[str, dict[str, Any]]) -> NPC:
@@ -264,6 +314,7 @@ class NPCs:
             if isinstance(exc, ValueError):
                 raise ServeError("bad_request", str(exc)) from None
             raise
+        self.persist(npc)  # a changed system prompt is part of the dialog; sampling is not kept
         return npc
 
     def export_history(self, session_id: str) -> dict[str, Any]:
@@ -277,6 +328,7 @@ class NPCs:
         except InputError as exc:
             raise ServeError("bad_history", "the history does not fit this session's asset", exc.problems) from None
         npc.details.clear()
+        self.persist(npc)
         return npc
 
     def rewind(self, session_id: str, turns: int) -> NPC:
@@ -285,6 +337,7 @@ class NPCs:
             npc.agent.rewind(turns)
         except IndexError as exc:
             raise ServeError("bad_request", str(exc)) from None
+        self.persist(npc)
         return npc
 
     # --- turns --------------------------------------------------------------------------------
@@ -357,11 +410,17 @@ class NPCs:
             of = f"session {npc.id} ({npc.asset_path})"
             noted = self.crash_watch.running(turn_note(index + 1, of))
             run["on_event"] = noting_nodes(npc.agent, noted, of, on_event)
+        before = npc.agent.export_dialog() if not isinstance(self.store, NoStore) else None
         try:
             if regenerate is not None:
                 result = npc.agent.regenerate(regenerate, **run)
             else:
                 result = npc.agent.run_turn(line, **run)
+            self.persist(npc)  # before the game hears of the turn: a turn it heard of is a stored turn
+        except ServeError as exc:  # the store refused it: the turn is taken back, as a failed turn is
+            if before is not None:
+                npc.agent.import_dialog(before)
+            last = Item("turn_failed", {"error": Failure("store_error", exc.message).to_json()})
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
             last = Item("turn_failed", {"error": self._failure(exc, stream)})
         else:

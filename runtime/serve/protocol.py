@@ -47,6 +47,7 @@ ERROR_STATUS: dict[str, int] = {
     "bad_history": 422,
     "limit_reached": 429,
     "internal": 500,
+    "store_error": 503,
 }
 # What ends a failed turn's stream (``turn_failed``'s code): the session's failure table.
 TURN_FAILURES = tuple(FAILURE_CODES)
@@ -160,6 +161,11 @@ class Health(BaseModel):
     api: str = API_VERSION
     backend: str
     sessions: int
+    store: str = Field("none", description="Where sessions are kept across restarts (--store): none, or "
+                       "sqlite:PATH")
+    not_restored: dict[str, str] = Field(default_factory=dict, description="Sessions the store holds that this "
+                                         "server could not serve again as it started (id -> why); they stay in the "
+                                         "store.")
     previous_crash: PreviousCrash | None = Field(None, description="The latest crash of an earlier server on this "
                                                  "server's state folder (--state-dir), found as it started; null "
                                                  "when there was none.")

@@ -23,6 +23,7 @@ from runtime.crashes import CrashWatch
 from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, Guard, create_app
 from runtime.serve.npcs import Limits, NPCs
 from runtime.serve.protocol import PreviousCrash
+from runtime.serve.store import SessionStore
 
 log = logging.getLogger("parley.serve")
 
@@ -125,11 +126,14 @@ class _HeaderDeadline(H11Protocol):
 
 
 def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch | None = None,
-                previous_crash: PreviousCrash | None = None) -> tuple[uvicorn.Server, NPCs]:
+                previous_crash: PreviousCrash | None = None,
+                store: SessionStore | None = None) -> tuple[uvicorn.Server, NPCs]:
     """The server and its sessions; ``crash_watch`` notes each turn in flight (``runtime.crashes``), and
-    ``GET /v1/health`` tells ``previous_crash``."""
+    ``GET /v1/health`` tells ``previous_crash``. The sessions ``store`` holds are served again."""
     check_config(config)
-    npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers, crash_watch=crash_watch)
+    npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers, crash_watch=crash_watch,
+                store=store)
+    npcs.restore()
     app = create_app(npcs, config.token, previous_crash)
     if isinstance(app, Guard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
@@ -153,12 +157,13 @@ def url_of(sock: socket.socket) -> str:
 def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, token: str | None = None,
                    limits: Limits | None = None, host: str = "127.0.0.1", port: int = 0,
                    workers: int = 8, start_seconds: float = 30.0, header_seconds: float = HEADER_SECONDS,
-                   body_seconds: float = BODY_SECONDS, max_requests: int = MAX_REQUESTS) -> Iterator[str]:
+                   body_seconds: float = BODY_SECONDS, max_requests: int = MAX_REQUESTS,
+                   store: SessionStore | None = None) -> Iterator[str]:
     """Serve in a thread of this process; yields the base URL once it accepts connections. The
     backend stays the caller's (not closed here)."""
     config = ServeConfig(host, port, [Path(d) for d in asset_dirs], token, limits or Limits(), workers,
                          header_seconds, body_seconds, max_requests)
-    server, npcs = make_server(config, backend)
+    server, npcs = make_server(config, backend, store=store)
     sock = bind(host, port)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="parley-serve", daemon=True)
     thread.start()
@@ -177,8 +182,8 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
 
 
 def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_watch: CrashWatch | None = None,
-                  previous_crash: PreviousCrash | None = None) -> None:
-    server, npcs = make_server(config, backend, crash_watch, previous_crash)
+                  previous_crash: PreviousCrash | None = None, store: SessionStore | None = None) -> None:
+    server, npcs = make_server(config, backend, crash_watch, previous_crash, store)
     sock = bind(config.host, config.port)
 
     startup = server.startup

@@ -22,6 +22,7 @@ FAILURE_CODES: dict[str, str] = {
     "bad_input": "a file or value the turn read is wrong (a history, a template); the message says where",
     "turn_error": "a node failed or took an exit it does not have; `node` and `field` say where",
     "stream_limit": "the turn's stream passed its event limit and was stopped (parley serve)",
+    "store_error": "the turn ran but could not be saved to the session store, so it was taken back (parley serve)",
 }
 CANCELLED_MESSAGE = "Stopped: the turn was cancelled, and the conversation is as it was before it."
 

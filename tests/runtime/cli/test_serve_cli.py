@@ -16,6 +16,9 @@ from runtime.resources import examples_dir
     (["--assets", str(examples_dir()), "--backend", "scripted", "--kv-budget", "1"],
      "--kv-budget sizes the embedded backend's caches"),
     (["--assets", str(examples_dir()), "--backend", "no-such-profile-or-url"], "no backend named 'no-such-profile"),
+    (["--assets", str(examples_dir()), "--backend", "scripted", "--store", "redis://cache"],
+     "--store 'redis://cache': use none, sqlite:PATH"),
+    (["--assets", str(examples_dir()), "--backend", "scripted", "--store", "sqlite:"], "give the file's path"),
 ])
 def test_bad_flags_are_refused_before_anything_starts(argv, said, capsys, monkeypatch):
     monkeypatch.delenv("PARLEY_SERVE_TOKEN", raising=False)

@@ -116,3 +116,33 @@ def test_a_model_the_folder_lacks_fails_the_turn_as_model_missing_naming_it(asse
         assert (failed.value.code, failed.value.model) == ("model_missing", "Innkeeper-7B.Q4_K_M.gguf")
         assert "Innkeeper-7B.Q4_K_M.gguf" in failed.value.message and "not found" in failed.value.message
         assert client.export_history("ghost")["turns"] == []
+
+
+def test_a_restarted_server_goes_on_with_the_stored_conversation_on_the_model(assets, tmp_path):
+    """A session kept in the store comes back on a new server (a new backend: cold caches) with its
+    turns, and the next turn's prompt holds them as the model is shown them."""
+    from runtime.backends.llama import LlamaBackend
+    from runtime.serve.store import SQLiteStore
+
+    path = tmp_path / "sessions.sqlite3"
+    first_backend = LlamaBackend(asset_dir=assets)
+    try:
+        with running_server(first_backend, [assets], store=SQLiteStore(path)) as url, \
+                ParleyClient(url, timeout=WAIT) as client:
+            client.create_session("chat.json", id="innkeeper")
+            said = client.turn("innkeeper", LINES[0]).reply
+    finally:
+        first_backend.close()
+    second_backend = LlamaBackend(asset_dir=assets)
+    try:
+        with running_server(second_backend, [assets], store=SQLiteStore(path)) as url, \
+                ParleyClient(url, timeout=WAIT) as client:
+            assert client.session("innkeeper").turns == 1
+            end = client.turn("innkeeper", LINES[1])
+    finally:
+        second_backend.close()
+    assert said.strip() and end.reply.strip()
+    (node,) = [n for n in end.diagnostics.nodes if n.node == "reply"]
+    shown = [(m.role, m.content) for m in node.input.prompt]
+    assert ("user", LINES[0]) in shown and any(role == "assistant" and said.strip() in text for role, text in shown)
+    assert shown[-1][0] == "user" and shown[-1][1].endswith(LINES[1])  # framed by the asset's template
