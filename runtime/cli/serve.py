@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where the server keeps its crash report while it runs; the next server on the same folder "
                    f"tells a crash in its log and in /v1/health (default: ${STATE_ENV}, else 'serve' in the user's "
                    "data folder)")
+    p.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="the log on standard error: plain lines, or one JSON object a line with the session and "
+                   "turn each is about (for a log system)")
     p.add_argument("--store", default="", metavar="none|sqlite:PATH",
                    help="where sessions are kept so a restart or a crash loses none: each finished turn is saved "
                    "before the game hears of it, and the next server serves every session again (default: "
@@ -53,10 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from runtime.serve.logs import configure
     from runtime.serve.npcs import Limits
     from runtime.serve.server import ServeConfig, ServeConfigError, check_config, serve_forever, token_from
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure(args.log_format)
     for name in ("max_body", "max_line", "max_sessions", "max_stream_events", "workers"):
         if getattr(args, name) < 1:
             print(f"parley serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)

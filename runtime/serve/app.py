@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtime.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.serve.npcs import NPCs, Stream
 from runtime.serve.protocol import (
     API_VERSION,
@@ -31,9 +32,11 @@ from runtime.serve.protocol import (
     CancelOut,
     ErrorOut,
     Health,
+    Live,
     NewSession,
     ParamsIn,
     PreviousCrash,
+    Ready,
     RegenerateIn,
     RewindIn,
     ServeError,
@@ -235,6 +238,24 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
     async def health() -> Health:
         return Health(backend=npcs.backend.label, sessions=len(npcs.sessions), store=npcs.store.label,
                       not_restored=npcs.not_restored, previous_crash=previous_crash)
+
+    @app.get(f"{PREFIX}/health/live", response_model=Live, responses=ERRORS)
+    async def live() -> Live:
+        """The process answers (a liveness probe: restart it when this fails)."""
+        return Live()
+
+    @app.get(f"{PREFIX}/health/ready", response_model=Ready, responses=ERRORS)
+    async def ready() -> Response:
+        """The server takes turns: its sessions are back from the store and it is not shutting down
+        (a readiness probe: send no players here while this answers 503)."""
+        if npcs.closing:
+            return error_response(ServeError("shutting_down", "the server is shutting down: its turns are ending"))
+        return JSONResponse(Ready(sessions=len(npcs.sessions), store=npcs.store.label).model_dump())
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus' text format (runtime/serve/metrics.py says what is counted)."""
+        return Response(npcs.metrics.text(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get(f"{PREFIX}/assets", response_model=Assets, responses=ERRORS)
     async def assets() -> Assets:

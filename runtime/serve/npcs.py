@@ -13,6 +13,7 @@ import itertools
 import logging
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -25,8 +26,10 @@ from runtime.asset.validation import validate_asset
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch, turn_note
 from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
-from runtime.events import Event, TurnFinished
+from runtime.events import Event, Token, TurnFinished
 from runtime.problems import InputError, Problem
+from runtime.serve.logs import about_turn
+from runtime.serve.metrics import Metrics
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
 from runtime.serve.store import NoStore, SessionStore, StoredSession, StoreError
 from runtime.session.failures import Failure, ToolTimeout, failure_of
@@ -130,6 +133,7 @@ class NPCs:
         self.backend = backend
         # Every session is written here after each change, a turn before its turn_finished is sent
         self.store: SessionStore = store if store is not None else NoStore()
+        self.metrics = Metrics(lambda: len(self.sessions), backend)
         # Notes the turns in flight, and which node each runs: a native crash's report then names them.
         self.crash_watch = crash_watch
         self.asset_dirs = [d.resolve() for d in asset_dirs]
@@ -144,8 +148,10 @@ class NPCs:
         self._ids = itertools.count(1)
         # What the store holds but could not be served again (its asset gone or changed): kept there
         self.not_restored: dict[str, str] = {}
+        self.closing = False  # shutting down: /v1/health/ready answers 503
 
     def close(self, seconds: float = 30.0) -> None:
+        self.closing = True
         for npc in list(self.sessions.values()):
             if npc.running is not None:
                 self.stop(npc.running)
@@ -217,13 +223,16 @@ class NPCs:
             with self._lock:
                 self.sessions.pop(session_id, None)
             raise
-        log.info("session %s: %s", session_id, asset)
+        log.info("session %s: %s", session_id, asset, extra={"session": session_id})
         return npc
 
     def persist(self, npc: NPC) -> None:
         """Write the session to the store (what it holds now). Raises ServeError ``store_error``."""
         try:
+            start = time.perf_counter()
             self.store.save(StoredSession(npc.id, npc.asset_path, history_to_dict(npc.agent.export_dialog())))
+            if not isinstance(self.store, NoStore):
+                self.metrics.store_write.observe(time.perf_counter() - start)
         except StoreError as exc:
             log.error("session %s: %s", npc.id, exc)
             raise ServeError("store_error", f"the session could not be saved: {exc}") from None
@@ -285,7 +294,7 @@ class NPCs:
         if callable(release) and callable(sessions):
             for key in [k for k in sessions() if k.startswith(f"{session_id}/")]:
                 release(key)
-        log.info("session %s deleted", session_id)
+        log.info("session %s deleted", session_id, extra={"session": session_id})
 
     def set_variables(self, session_id: str, variables: dict[str, Any]) -> NPC:
         npc = self.idle(session_id)
@@ -374,9 +383,16 @@ class NPCs:
 
     def _run(self, npc: NPC, running: RunningTurn, stream: Stream, line: str, instructions: str,
              mock_tools: bool, regenerate: int | None) -> None:
+        started = time.perf_counter()
+        first_token: list[float] = []
+        about_turn(npc.id, regenerate if regenerate is not None else len(npc.agent.history.turns))
+
         def on_event(event: Event) -> None:
             if isinstance(event, TurnFinished):
                 return  # the stream's own turn_finished follows, with the turn's id and diagnostics
+            if isinstance(event, Token) and not first_token:
+                first_token.append(time.perf_counter() - started)
+                self.metrics.first_token.observe(first_token[0])
             stream.put(Item(event.kind, event_data(event)))
             if stream.overflowed:
                 running.cancel.set()
@@ -403,7 +419,10 @@ class NPCs:
 
         run = {"instructions": instructions, "on_event": on_event, "cancel": running.cancel,
                "tool_result": tool_result, "mock_tools": mock_tools}
+        self.metrics.waiting.inc()
         self._computing.acquire()
+        self.metrics.waiting.dec()
+        self.metrics.running.inc()
         noted = None
         if self.crash_watch is not None:
             index = regenerate if regenerate is not None else len(npc.agent.history.turns)
@@ -429,10 +448,20 @@ class NPCs:
         finally:
             if noted is not None:
                 noted.done()
+            self.metrics.running.dec()
             self._computing.release()
             with self._lock:
                 npc.running = None  # idle before the client hears the turn ended: its next request is not refused
                 self._threads.discard(threading.current_thread())
+        seconds = time.perf_counter() - started
+        if last.kind == "turn_finished":
+            self.metrics.turns.inc()
+            self.metrics.turn_seconds.observe(seconds)
+            log.info("turn finished in %.0f ms", seconds * 1000)
+        else:
+            code = last.data["error"]["code"]
+            self.metrics.failures.labels(code).inc()
+            log.info("turn failed (%s) in %.0f ms", code, seconds * 1000)
         stream.put(last, last=True)
         stream.close()
 

@@ -48,6 +48,7 @@ ERROR_STATUS: dict[str, int] = {
     "limit_reached": 429,
     "internal": 500,
     "store_error": 503,
+    "shutting_down": 503,
 }
 # What ends a failed turn's stream (``turn_failed``'s code): the session's failure table.
 TURN_FAILURES = tuple(FAILURE_CODES)
@@ -169,6 +170,16 @@ class Health(BaseModel):
     previous_crash: PreviousCrash | None = Field(None, description="The latest crash of an earlier server on this "
                                                  "server's state folder (--state-dir), found as it started; null "
                                                  "when there was none.")
+
+
+class Live(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Ready(BaseModel):
+    status: Literal["ready"] = "ready"
+    sessions: int
+    store: str
 
 
 class AssetOut(BaseModel):

@@ -193,6 +193,13 @@ def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_w
         announce(f"parley serve: listening on {url_of(sock)}", flush=True)
 
     server.startup = announced_startup  # type: ignore[method-assign]
+    shutdown = server.shutdown
+
+    async def marked_shutdown(sockets=None):
+        npcs.closing = True  # not ready from the first moment of a shutdown
+        await shutdown(sockets)
+
+    server.shutdown = marked_shutdown  # type: ignore[method-assign]
     try:
         server.run(sockets=[sock])
     finally:

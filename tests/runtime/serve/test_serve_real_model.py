@@ -146,3 +146,19 @@ def test_a_restarted_server_goes_on_with_the_stored_conversation_on_the_model(as
     shown = [(m.role, m.content) for m in node.input.prompt]
     assert ("user", LINES[0]) in shown and any(role == "assistant" and said.strip() in text for role, text in shown)
     assert shown[-1][0] == "user" and shown[-1][1].endswith(LINES[1])  # framed by the asset's template
+
+
+def test_metrics_show_the_engines_contexts_and_first_tokens_on_the_model(assets, backend):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with running_server(backend, [assets]) as url, ParleyClient(url, timeout=WAIT) as client:
+        client.create_session("chat.json", id="metered")
+        client.turn("metered", LINES[0])
+        text = httpx.get(f"{url}/metrics").text
+    seen = {(s.name, tuple(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+    assert seen[("parley_kv_contexts", (("state", "live"),))] >= 1
+    assert seen[("parley_kv_mib", (("state", "live"),))] > 0
+    assert seen[("parley_time_to_first_token_seconds_count", ())] == 1
+    assert 0 < seen[("parley_time_to_first_token_seconds_sum", ())] <= seen[("parley_turn_seconds_sum", ())]
