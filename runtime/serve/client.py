@@ -27,7 +27,7 @@ from httpx_sse import SSEError, connect_sse
 from runtime.diagnostics import TurnDiagnostics
 from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnLine
 from runtime.session.failures import Failure
-from runtime.session.record import TurnRecord
+from runtime.session.record import HoldsRecord, TurnRecord
 
 DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
 
@@ -68,7 +68,7 @@ class ToolRequest:
 
 
 @dataclass
-class TurnEnd:
+class TurnEnd(HoldsRecord):
     """A finished turn: its record (what ``turn_finished`` says) and every event its stream sent."""
 
     record: TurnRecord
@@ -81,14 +81,6 @@ class TurnEnd:
     @property
     def turn_id(self) -> int:
         return self.record.turn_id
-
-    @property
-    def reply(self) -> str:
-        return self.record.reply
-
-    @property
-    def path(self) -> list[str]:
-        return self.record.path
 
     @property
     def diagnostics(self) -> TurnDiagnostics | None:

@@ -65,3 +65,19 @@ class TurnRecord:
 @cache
 def _adapter() -> TypeAdapter[TurnRecord]:
     return TypeAdapter(TurnRecord)
+
+
+class HoldsRecord:
+    """A turn kept by a door that adds its own facts (a suite's checks, a kept run, a simulated
+    player's steer, a variant's trace) to the runtime's ``record``: its reply and path are the
+    record's, never copies. ``record`` is None when the turn failed."""
+
+    record: TurnRecord | None
+
+    @property
+    def reply(self) -> str:
+        return self.record.reply if self.record is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return self.record.path if self.record is not None else []

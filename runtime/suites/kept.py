@@ -27,7 +27,7 @@ from runtime.diagnostics import TurnDiagnostics
 from runtime.files.writing import atomic_write_text
 from runtime.names import NAMESPACE_SEP
 from runtime.prompting.prompt import PromptPart
-from runtime.session.record import TurnRecord
+from runtime.session.record import HoldsRecord, TurnRecord
 from runtime.suites.checks import Check
 from runtime.suites.report import CaseResult
 
@@ -49,7 +49,7 @@ def kept_runs_folder() -> Path:
 
 
 @dataclass
-class KeptTurn:
+class KeptTurn(HoldsRecord):
     """One turn of a kept run: what the Tests dock and the Turn Inspector show of it."""
 
     number: int  # from 1
@@ -58,14 +58,6 @@ class KeptTurn:
     checks: list[Check] = field(default_factory=list)
     error: str = ""
     record: TurnRecord | None = None  # None: the turn failed (``error``)
-
-    @property
-    def reply(self) -> str:
-        return self.record.reply if self.record is not None else ""
-
-    @property
-    def path(self) -> list[str]:
-        return self.record.path if self.record is not None else []
 
     @property
     def diagnostics(self) -> TurnDiagnostics | None:

@@ -17,12 +17,12 @@ from runtime.agent import TurnResult
 from runtime.asset.model import Asset
 from runtime.files.reading import file_kind
 from runtime.files.writing import atomic_write_text
-from runtime.session.record import TurnRecord
+from runtime.session.record import HoldsRecord, TurnRecord
 from runtime.suites.checks import Check
 
 
 @dataclass
-class TurnOutcome:
+class TurnOutcome(HoldsRecord):
     """A scripted turn of a case: the turn's record (None when it failed: ``error`` says why) and the
     checks it was held to."""
 
@@ -35,14 +35,6 @@ class TurnOutcome:
     @property
     def passed(self) -> bool:
         return not self.error and all(c.passed for c in self.checks)
-
-    @property
-    def reply(self) -> str:
-        return self.record.reply if self.record is not None else ""
-
-    @property
-    def path(self) -> list[str]:
-        return self.record.path if self.record is not None else []
 
     @property
     def result(self) -> TurnResult | None:

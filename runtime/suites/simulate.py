@@ -39,7 +39,7 @@ from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.problems import InputError, Problem
 from runtime.session.failures import failure_of
-from runtime.session.record import TurnRecord
+from runtime.session.record import HoldsRecord, TurnRecord
 from runtime.session.session import Session
 from runtime.session.tools import scripted_answers
 from runtime.suites.file import LoadedSuite, Persona, SuiteError, load_suite, read_suite_yaml, save_cases
@@ -173,7 +173,7 @@ def clean_line(text: str) -> str:
 
 
 @dataclass
-class SimulatedTurn:
+class SimulatedTurn(HoldsRecord):
     number: int  # from 1
     line: str
     # what the turn said and did, without its diagnostics and prompts (None: it failed, or none was said)
@@ -184,14 +184,6 @@ class SimulatedTurn:
     tried: list[str] = field(default_factory=list)  # guided: the lines said and taken back before this one
     prompt: list[ChatMessage] = field(default_factory=list)  # what the player model read
     error: str = ""
-
-    @property
-    def reply(self) -> str:
-        return self.record.reply if self.record is not None else ""
-
-    @property
-    def path(self) -> list[str]:
-        return self.record.path if self.record is not None else []
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.asset.model import Asset
 from runtime.problems import InputError, Problem
+from runtime.session.record import HoldsRecord
 from runtime.session.session import graph_of
 
 if TYPE_CHECKING:
@@ -172,20 +173,12 @@ class _NodeTrace:
 
 
 @dataclass
-class _TurnTrace:
+class _TurnTrace(HoldsRecord):
     """What one turn did, kept once the turn's full result is dropped: enough to compare and to show."""
 
     record: TurnRecord | None  # without its diagnostics and prompts (None: the turn failed)
     error: str
     nodes: list[_NodeTrace]
-
-    @property
-    def reply(self) -> str:
-        return self.record.reply if self.record is not None else ""
-
-    @property
-    def path(self) -> list[str]:
-        return self.record.path if self.record is not None else []
 
     def same_as(self, other: _TurnTrace) -> bool:
         return (self.reply, self.path, self.error, [(n.node, n.prompt, n.output) for n in self.nodes]) == (
