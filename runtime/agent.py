@@ -305,6 +305,16 @@ class Agent:
         self._go_to(turn_id)
         return turn_id
 
+    def keep_cut_turn(self, line: str, entries: list[Entry]) -> int:
+        """Add a turn that did not run to its end (the player spoke over the reply): ``line`` and what
+        was said of the reply, after the current turn, with the agent's state unchanged (no node read
+        it). It is marked edited, as no model wrote it so. Returns its id."""
+        turn = Turn(line, list(entries))
+        self.history.turns.append(turn)
+        turn_id = self.tree.add(self.tree.current, turn, self._state(), edited=True)
+        self.tree.select(turn_id)
+        return turn_id
+
     def recorded_lines(self, start: int) -> list[tuple[str, str]]:
         """The player lines (and the replies they got) of the current branch from turn ``start`` on:
         what ``replay`` sends again."""

@@ -55,6 +55,7 @@ from runtime.nodes import (
 
 ASSET_VERSION = 2  # 2: comments (backdrops and notes) and bypassed nodes
 _help = field_help
+DoubleText = Literal["queue", "reject", "latest_wins", "interrupt"]
 
 
 def _node_union() -> Any:
@@ -113,6 +114,11 @@ class Asset(Strict):
     variables: dict[str, VariableValue] = Field(default_factory=dict, **_help("Agent variables and their initial values; templates read them as {{vars.NAME}}."))
     enable_diagnostics: bool = Field(True, **_help("Record each turn's diagnostics (prompts, budgets, trims, timings)."))
     max_steps_per_turn: int = Field(32, ge=1, le=10_000, **_help("Node runs allowed in one turn before it stops with an error (catches runaway loops)."))
+    double_text: DoubleText = Field("queue", **_help(
+        "When the player speaks again while the NPC is still answering (parley serve): queue answers each line in "
+        "turn; reject refuses the new line (409 busy); latest_wins stops the reply and drops it with its line, then "
+        "answers the new line; interrupt stops the reply, keeps the line and what was said of the reply (cut off), "
+        "then answers the new line.", "Serving"))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
     comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))

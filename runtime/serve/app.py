@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtime.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from runtime.serve.npcs import NPCs, Stream
+from runtime.serve.npcs import Item, NPCs, Stream
 from runtime.serve.protocol import (
     API_VERSION,
     PREFIX,
@@ -306,11 +306,28 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
 
     @app.post(f"{PREFIX}/sessions/{{session_id}}/turns", responses={**SSE, **ERRORS})
     async def turn(session_id: str, body: TurnIn) -> StreamingResponse:
-        return _events(npcs, npcs.turn(session_id, body.line, body.instructions, body.mock_tools))
+        return _events(npcs, npcs.turn(session_id, body.line, body.instructions, body.mock_tools,
+                                       cancel_on_disconnect=body.cancel_on_disconnect))
 
     @app.post(f"{PREFIX}/sessions/{{session_id}}/regenerate", responses={**SSE, **ERRORS})
     async def regenerate(session_id: str, body: RegenerateIn) -> StreamingResponse:
-        return _events(npcs, npcs.turn(session_id, "", body.instructions, body.mock_tools, body.turn))
+        return _events(npcs, npcs.turn(session_id, "", body.instructions, body.mock_tools, body.turn,
+                                       body.cancel_on_disconnect))
+
+    @app.get(f"{PREFIX}/sessions/{{session_id}}/runs/{{run}}/events", responses={**SSE, **ERRORS})
+    async def resume(session_id: str, run: str, request: Request, after: int | None = None) -> StreamingResponse:
+        """The rest of a turn's events, for a client whose stream dropped: give the id of the last event
+        it got as the Last-Event-ID header (``RUN.N``; or ``?after=N``). The turn runs on whether or not
+        anyone reads it. Each turn's events are kept until the session's next turn begins."""
+        seen = after if after is not None else _seen(request.headers.get("last-event-id", ""), run)
+        found = npcs.resume(session_id, run)
+        if isinstance(found, Item):  # finished on a server that stopped since: the store kept its end
+            kept = npcs.get(session_id).last_run or {}
+            number = int(str(kept.get("id", "0")).rpartition(".")[2] or 0)
+            frames = [_frame(found.kind, found.data, kept.get("id"))] if number > seen else []
+            return StreamingResponse(iter(frames), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-store"})
+        return _events(npcs, found, seen, resumed=True)
 
     @app.post(f"{PREFIX}/sessions/{{session_id}}/cancel", response_model=CancelOut, responses=ERRORS)
     async def cancel(session_id: str) -> CancelOut:
@@ -387,26 +404,35 @@ def _invalid_message(request: Request, error: RequestValidationError) -> str:
     return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
 
 
-def _frame(kind: str, data: dict[str, Any]) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+def _frame(kind: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
 
 
-def _events(npcs: NPCs, stream: Stream) -> StreamingResponse:
+def _seen(last_event_id: str, run: str) -> int:
+    """How many of run ``run``'s events a client has, from its Last-Event-ID (``RUN.N``)."""
+    head, _, number = last_event_id.strip().rpartition(".")
+    if not last_event_id.strip():
+        return 0
+    if head != run or not number.isdigit():
+        raise ServeError("bad_request", f"Last-Event-ID: {last_event_id[:80]!r} is not an event of run {run[:40]!r} "
+                         "(ids are RUN.N)")
+    return int(number)
+
+
+def _events(npcs: NPCs, stream: Stream, after: int = 0, resumed: bool = False) -> StreamingResponse:
     async def events() -> AsyncIterator[bytes]:
         finished = False
         try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(stream.queue.get(), KEEP_ALIVE_SECONDS)
-                except TimeoutError:
+            async for got in stream.follow(after, KEEP_ALIVE_SECONDS):
+                if got is None:
                     yield b": keep-alive\n\n"
                     continue
-                if item is None:
-                    finished = True
-                    return
-                yield _frame(item.kind, item.data)
+                number, item = got
+                yield _frame(item.kind, item.data, stream.event_id(number))
+            finished = True
         finally:
-            if not finished and stream.running is not None:
-                npcs.stop(stream.running)  # the client went away mid-turn: cancelled, the session as it was
+            if not finished and stream.cancel_on_disconnect and not resumed:
+                npcs.stop(stream.running)  # the client went away mid-turn and asked for that: cancelled
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

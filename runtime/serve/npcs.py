@@ -2,8 +2,13 @@
 their turns on worker threads, each turn's events handed to the event loop as they happen.
 
 A session runs one turn at a time; anything that changes it (variables, parameters, history, rewind)
-is refused with ``busy`` while a turn runs. A turn that fails or is cancelled leaves the session
-exactly as it was (``Agent.run_turn`` rolls back), and its stream ends with ``turn_failed``.
+is refused with ``busy`` while a turn runs. A line said while a turn runs follows the asset's
+``double_text`` (queue, reject, latest_wins, interrupt). A turn that fails or is cancelled leaves the
+session exactly as it was (``Agent.run_turn`` rolls back), and its stream ends with ``turn_failed``.
+
+Every turn is a *run* with an id of its own; its events are kept until the session's next run
+begins, so a client whose connection dropped reconnects and gets the rest (``Stream.follow``). A
+dropped connection cancels the turn only when the client asked for that (``cancel_on_disconnect``).
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,13 +31,14 @@ from runtime.asset.validation import validate_asset
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch, turn_note
 from runtime.dialogue.dialog_file import history_from_dict, history_to_dict
+from runtime.dialogue.history import Entry, Reply
 from runtime.events import Event, Token, TurnFinished
 from runtime.problems import InputError, Problem
 from runtime.serve.logs import about_turn
 from runtime.serve.metrics import Metrics
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
 from runtime.serve.store import NoStore, SessionStore, StoredSession, StoreError
-from runtime.session.failures import Failure, ToolTimeout, failure_of
+from runtime.session.failures import CANCELLED_MESSAGE, Failure, ToolTimeout, failure_of
 from runtime.session.record import TurnRecord
 from runtime.session.session import Session
 
@@ -40,6 +46,8 @@ log = logging.getLogger("parley.serve")
 
 KEPT_TURN_DETAILS = 64  # per session: the diagnostics and prompts of its latest turns, for an attached editor
 WATCH_QUEUE = 4096  # events an observer may fall behind by before it is dropped
+MAX_QUEUED = 8  # lines a session may hold waiting behind its running turn (double_text: queue)
+CUT = "…"  # ends a reply the player spoke over (double_text: interrupt)
 
 
 @dataclass
@@ -61,31 +69,81 @@ class Item:
 
 
 class Stream:
-    """A running turn's events, from the worker thread to the event loop. The worker never blocks on
-    a slow client: past ``limit`` events the turn is cancelled and the stream ends with stream_limit."""
+    """One run's events, from the worker thread to the event loop, all kept (up to ``limit``) so that
+    any number of readers follow it from any point: the request that started the turn, and clients
+    that reconnect after their connection dropped. Event ``n`` (from 1) has the SSE id ``RUN.n``.
+    The worker never blocks on a slow client: past ``limit`` events the turn is cancelled and the
+    stream ends with stream_limit."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, on_item: Callable[[Item], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, on_item: Callable[[Item], None], line: str,
+                 cancel_on_disconnect: bool = False) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue[Item | None] = asyncio.Queue()
+        self.run = secrets.token_hex(8)
+        self.line = line  # the player's line, handed back by turn_failed
+        self.cancel_on_disconnect = cancel_on_disconnect
+        self.items: list[Item] = []  # delivered (the loop's thread only)
+        self.ended = False
         self.limit = limit
-        self.count = 0
+        self.count = 0  # put
+        self.sent = 0  # put and not dropped: the last one's number
         self.overflowed = False
-        self.running: RunningTurn | None = None  # the turn whose events these are
+        self.running = RunningTurn()  # the turn whose events these are (it may wait in the queue first)
         self._on_item = on_item
+        self._more = asyncio.Event()
 
-    def put(self, item: Item, last: bool = False) -> None:  # any thread
+    def event_id(self, number: int) -> str:
+        return f"{self.run}.{number}"
+
+    def put(self, item: Item, last: bool = False) -> None:  # one thread at a time: the loop's, then the turn's
         self.count += 1
         if self.count > self.limit and not last:
             self.overflowed = True
             return
+        self.sent += 1
         self.loop.call_soon_threadsafe(self._deliver, item)
 
-    def _deliver(self, item: Item) -> None:  # the loop
-        self.queue.put_nowait(item)
-        self._on_item(item)
-
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+        self.loop.call_soon_threadsafe(self._end)
+
+    def _deliver(self, item: Item) -> None:  # the loop
+        self.items.append(item)
+        self._on_item(item)
+        self._wake()
+
+    def _end(self) -> None:  # the loop
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._more.set()
+        self._more = asyncio.Event()
+
+    async def follow(self, after: int, keep_alive: float) -> AsyncIterator[tuple[int, Item] | None]:
+        """Its events after the ``after``-th, each with its number, as they come, until the last; None
+        when ``keep_alive`` seconds pass with nothing new (a keep-alive comment's turn)."""
+        seen = after
+        while True:
+            while seen < len(self.items):
+                seen += 1
+                yield seen, self.items[seen - 1]
+            if self.ended:
+                return
+            more = self._more
+            try:
+                await asyncio.wait_for(more.wait(), keep_alive)
+            except TimeoutError:
+                yield None
+
+
+@dataclass
+class Job:
+    """A turn asked for: it runs at once, or waits behind the running one (double_text: queue)."""
+
+    stream: Stream
+    line: str
+    instructions: str
+    mock_tools: bool
+    regenerate: int | None
 
 
 @dataclass
@@ -93,6 +151,7 @@ class RunningTurn:
     cancel: threading.Event = field(default_factory=threading.Event)
     calls: dict[str, tuple[threading.Event, list[str]]] = field(default_factory=dict)  # call id -> (answered, result)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spoken_over: str = ""  # why the player's next line stopped it: superseded or interrupted (double_text)
 
 
 class NPC:
@@ -103,6 +162,9 @@ class NPC:
         self.asset_path = asset_path
         self.session = session
         self.running: RunningTurn | None = None
+        self.queued: deque[Job] = deque()  # lines waiting behind the running turn
+        self.stream: Stream | None = None  # the latest run's events: kept until the next run begins
+        self.last_run: dict[str, Any] | None = None  # the latest finished run's turn_finished, as the store keeps it
         self.watchers: set[asyncio.Queue[Item | None]] = set()
         self.details: OrderedDict[int, TurnRecord] = OrderedDict()
 
@@ -153,8 +215,7 @@ class NPCs:
     def close(self, seconds: float = 30.0) -> None:
         self.closing = True
         for npc in list(self.sessions.values()):
-            if npc.running is not None:
-                self.stop(npc.running)
+            self._stop_all(npc, "cancelled")
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
@@ -226,8 +287,10 @@ class NPCs:
         log.info("session %s: %s", session_id, asset, extra={"session": session_id})
         return npc
 
-    def persist(self, npc: NPC) -> None:
-        """Write the session to the store (what it holds now). Raises ServeError ``store_error``."""
+    def persist(self, npc: NPC, last_run: dict[str, Any] | None = None) -> None:
+        """Write the session to the store (what it holds now; ``last_run``: the turn_finished of the
+        run that just finished). Raises ServeError ``store_error``."""
+        npc.last_run = last_run
         try:
             start = time.perf_counter()
             self.store.save(StoredSession(npc.id, npc.asset_path, history_to_dict(npc.agent.export_dialog())))
@@ -279,8 +342,7 @@ class NPCs:
         npc = self.get(session_id)
         with self._lock:
             self.sessions.pop(session_id, None)
-        if npc.running is not None:
-            self.stop(npc.running)
+            self._stop_all(npc, "cancelled")
         for queue in list(npc.watchers):
             queue.put_nowait(None)
         npc.watchers.clear()
@@ -358,34 +420,78 @@ class NPCs:
                                  "(--max-line)")
 
     def turn(self, session_id: str, line: str, instructions: str, mock_tools: bool,
-             regenerate: int | None = None) -> Stream:
-        """Start a turn; its events arrive on the returned stream, the last one turn_finished or turn_failed."""
+             regenerate: int | None = None, cancel_on_disconnect: bool = False) -> Stream:
+        """Start a turn, or queue it behind the running one (the asset's ``double_text``); its events
+        arrive on the returned stream, the last one turn_finished or turn_failed."""
         self.check_line(line, instructions)
-        with self._lock:
-            npc = self.idle(session_id)
-            if regenerate is not None and not 0 <= regenerate < len(npc.agent.history.turns):
-                raise ServeError("unknown_turn", f"turn {regenerate}: the session has {len(npc.agent.history.turns)} "
-                                 "turns (they count from 0)")
-            running = npc.running = RunningTurn()
         loop = asyncio.get_running_loop()
-        stream = Stream(loop, self.limits.max_stream_events, npc.notify)
-        stream.running = running
-        index = regenerate if regenerate is not None else len(npc.agent.history.turns)
-        if regenerate is not None:
-            line = npc.agent.history.turns[regenerate].player
-        stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": line}))
-        thread = threading.Thread(target=self._run, args=(npc, running, stream, line, instructions, mock_tools,
-                                                           regenerate), name=f"parley-turn-{npc.id}", daemon=True)
+        with self._lock:
+            npc = self.get(session_id)
+            turns = len(npc.agent.history.turns)
+            if npc.running is None and regenerate is not None and not 0 <= regenerate < turns:
+                raise ServeError("unknown_turn", f"turn {regenerate}: the session has {turns} turns (they count "
+                                 "from 0)")
+            if npc.running is not None:
+                self._spoken_over(npc, regenerate)
+            if regenerate is not None and npc.running is None:
+                line = npc.agent.history.turns[regenerate].player
+            job = Job(Stream(loop, self.limits.max_stream_events, npc.notify, line, cancel_on_disconnect), line,
+                      instructions, mock_tools, regenerate)
+            if npc.running is None:
+                npc.running = job.stream.running
+            else:
+                npc.queued.append(job)
+                job.stream.put(Item("turn_queued", {"session": npc.id, "line": line, "run": job.stream.run,
+                                                    "position": len(npc.queued)}))
+                return job.stream
+        self._begin(npc, job)
+        return job.stream
+
+    def _spoken_over(self, npc: NPC, regenerate: int | None) -> None:
+        """The player speaks while ``npc`` answers: refuse the line, or make way for it (called with the lock)."""
+        policy = "reject" if regenerate is not None else npc.agent.asset.double_text
+        if policy == "reject":
+            raise ServeError("busy", f"session {npc.id!r} is running a turn; wait for it or cancel it (its asset's "
+                             f"double_text is {npc.agent.asset.double_text})")
+        if len(npc.queued) >= MAX_QUEUED:
+            raise ServeError("busy", f"session {npc.id!r} has {MAX_QUEUED} lines waiting already, its limit")
+        if policy in ("latest_wins", "interrupt"):
+            self._drop_queued(npc, "superseded")
+            assert npc.running is not None
+            npc.running.spoken_over = "superseded" if policy == "latest_wins" else "interrupted"
+            self.stop(npc.running)
+
+    def _drop_queued(self, npc: NPC, code: str) -> None:
+        """End every line waiting in ``npc``'s queue with turn_failed ``code``, unrun."""
+        while npc.queued:
+            job = npc.queued.popleft()
+            self.stop(job.stream.running)
+            message = CANCELLED_MESSAGE if code == "cancelled" else "the player spoke again before this line's turn began"
+            job.stream.put(Item("turn_failed", {"line": job.line, "error": Failure(code, message).to_json()}), last=True)
+            job.stream.close()
+
+    def _stop_all(self, npc: NPC, code: str) -> None:
+        self._drop_queued(npc, code)
+        if npc.running is not None:
+            self.stop(npc.running)
+
+    def _begin(self, npc: NPC, job: Job) -> None:
+        """Run ``job`` on a thread of its own (``npc.running`` is already its turn)."""
+        stream = job.stream
+        npc.stream = stream  # the run before it can no longer be resumed
+        index = job.regenerate if job.regenerate is not None else len(npc.agent.history.turns)
+        stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": job.line, "run": stream.run}))
+        thread = threading.Thread(target=self._run, args=(npc, job), name=f"parley-turn-{npc.id}", daemon=True)
         with self._lock:
             self._threads.add(thread)
         thread.start()
-        return stream
 
-    def _run(self, npc: NPC, running: RunningTurn, stream: Stream, line: str, instructions: str,
-             mock_tools: bool, regenerate: int | None) -> None:
+    def _run(self, npc: NPC, job: Job) -> None:
+        stream, running, line, regenerate = job.stream, job.stream.running, job.line, job.regenerate
         started = time.perf_counter()
         first_token: list[float] = []
         about_turn(npc.id, regenerate if regenerate is not None else len(npc.agent.history.turns))
+        heard: dict[str, list[str]] = {}  # node -> what the player has heard of its reply so far
 
         def on_event(event: Event) -> None:
             if isinstance(event, TurnFinished):
@@ -393,6 +499,8 @@ class NPCs:
             if isinstance(event, Token) and not first_token:
                 first_token.append(time.perf_counter() - started)
                 self.metrics.first_token.observe(first_token[0])
+            if isinstance(event, Token):
+                heard.setdefault(event.node, []).append(event.text)
             stream.put(Item(event.kind, event_data(event)))
             if stream.overflowed:
                 running.cancel.set()
@@ -417,8 +525,8 @@ class NPCs:
                 raise TurnCancelled("the turn was cancelled", node)
             return result[0]
 
-        run = {"instructions": instructions, "on_event": on_event, "cancel": running.cancel,
-               "tool_result": tool_result, "mock_tools": mock_tools}
+        run = {"instructions": job.instructions, "on_event": on_event, "cancel": running.cancel,
+               "tool_result": tool_result, "mock_tools": job.mock_tools}
         self.metrics.waiting.inc()
         self._computing.acquire()
         self.metrics.waiting.dec()
@@ -435,23 +543,28 @@ class NPCs:
                 result = npc.agent.regenerate(regenerate, **run)
             else:
                 result = npc.agent.run_turn(line, **run)
-            self.persist(npc)  # before the game hears of the turn: a turn it heard of is a stored turn
+            record = self._record(npc, line, result)
+            last = Item("turn_finished", {"turn": record.index, **record.to_json()})
+            # before the game hears of the turn: a turn it heard of is a stored turn
+            self.persist(npc, self._last_run(stream, last, record))
         except ServeError as exc:  # the store refused it: the turn is taken back, as a failed turn is
             if before is not None:
                 npc.agent.import_dialog(before)
-            last = Item("turn_failed", {"error": Failure("store_error", exc.message).to_json()})
+            last = Item("turn_failed", {"line": line, "error": Failure("store_error", exc.message).to_json()})
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
-            last = Item("turn_failed", {"error": self._failure(exc, stream)})
-        else:
-            record = self._record(npc, line, result)
-            last = Item("turn_finished", {"turn": record.index, **record.to_json()})
+            last = Item("turn_failed", {"line": line, "error": self._failure(exc, stream)})
+            if running.spoken_over == "interrupted" and regenerate is None and last.data["error"]["code"] == "cancelled":
+                last = self._keep_cut(npc, line, heard, before)
         finally:
             if noted is not None:
                 noted.done()
             self.metrics.running.dec()
             self._computing.release()
             with self._lock:
-                npc.running = None  # idle before the client hears the turn ended: its next request is not refused
+                # idle before the client hears the turn ended (its next request is not refused), or
+                # busy with the next line in the queue
+                following = npc.queued.popleft() if npc.queued and npc.id in self.sessions else None
+                npc.running = following.stream.running if following is not None else None
                 self._threads.discard(threading.current_thread())
         seconds = time.perf_counter() - started
         if last.kind == "turn_finished":
@@ -464,9 +577,41 @@ class NPCs:
             log.info("turn failed (%s) in %.0f ms", code, seconds * 1000)
         stream.put(last, last=True)
         stream.close()
+        if following is not None:
+            self._begin(npc, following)
+
+    def _keep_cut(self, npc: NPC, line: str, heard: dict[str, list[str]], before: Any) -> Item:
+        """The player spoke over the reply (double_text: interrupt): the line stays in the history
+        with what was heard of the reply, cut off, and the stream ends with turn_failed ``interrupted``."""
+        entries: list[Entry] = []
+        for node_id, pieces in heard.items():
+            node = npc.agent.asset.node(node_id) if node_id in npc.agent.asset.node_ids() else None
+            text = "".join(pieces).strip()
+            if node is not None and node.PLAYER_FACING and text:
+                entries.append(Reply(node_id, text + CUT))
+        npc.agent.keep_cut_turn(line, entries)
+        message = ("the player spoke again: the line stays in the history, with what was said of the reply "
+                   f"({sum(len(p) for pieces in heard.values() for p in pieces)} characters) cut off with {CUT!r}")
+        try:
+            self.persist(npc)
+        except ServeError as exc:
+            if before is not None:
+                npc.agent.import_dialog(before)
+            return Item("turn_failed", {"line": line, "error": Failure("store_error", exc.message).to_json()})
+        return Item("turn_failed", {"line": line, "error": Failure("interrupted", message).to_json()})
+
+    @staticmethod
+    def _last_run(stream: Stream, last: Item, record: TurnRecord) -> dict[str, Any]:
+        """What the store keeps of a finished run, for a client that resumes it on another server: its
+        turn_finished, with the record as ``GET turns/{id}`` gives a turn this server did not run."""
+        lean = TurnRecord(record.turn_id, record.index, record.line, record.reply)
+        return {"run": stream.run, "id": stream.event_id(stream.sent + 1), "kind": last.kind,
+                "data": {"turn": record.index, **lean.to_json()}}
 
     @staticmethod
     def _failure(exc: BaseException, stream: Stream) -> dict[str, str]:
+        if stream.running.spoken_over == "superseded" and isinstance(exc, TurnCancelled):
+            return Failure("superseded", "the player spoke again: this turn and its line were dropped").to_json()
         if stream.overflowed:
             return Failure("stream_limit", f"the turn's stream passed {stream.limit} events (--max-stream-events) "
                            "and was stopped").to_json()
@@ -484,11 +629,26 @@ class NPCs:
         return record
 
     def cancel(self, session_id: str) -> bool:
-        running = self.get(session_id).running
-        if running is None:
-            return False
-        self.stop(running)
-        return True
+        """Stop the running turn and every line waiting behind it. False: none was running."""
+        npc = self.get(session_id)
+        with self._lock:
+            running = npc.running
+            self._stop_all(npc, "cancelled")
+        return running is not None
+
+    def resume(self, session_id: str, run: str) -> Stream | Item:
+        """The run ``run`` of a session, to follow again: its stream while this server keeps it, else
+        its turn_finished as the store kept it (the run finished on a server that has stopped since)."""
+        npc = self.get(session_id)
+        for stream in [npc.stream, *(job.stream for job in npc.queued)]:
+            if stream is not None and stream.run == run:
+                return stream
+        kept = npc.last_run
+        if kept is not None and kept.get("run") == run:
+            return Item(kept["kind"], kept["data"])
+        raise ServeError("unknown_run", f"session {session_id!r} has no run {run[:40]!r} to resume: the server that "
+                         "ran it stopped before the turn finished, or a later turn began since; a turn that did not "
+                         "finish was not kept, so say its line again")
 
     @staticmethod
     def stop(running: RunningTurn) -> None:

@@ -37,6 +37,7 @@ ERROR_STATUS: dict[str, int] = {
     "unknown_call": 404,
     "unknown_node": 404,
     "unknown_asset": 404,
+    "unknown_run": 404,
     "not_found": 404,
     "method_not_allowed": 405,
     "busy": 409,
@@ -113,12 +114,16 @@ class TurnIn(_Request):
     instructions: str = Field("", description="This turn's instructions ({{instructions}} in templates).")
     mock_tools: bool = Field(False, description="Answer tools that have a mock_result with it; by default the "
                              "client answers every tool call (tool_request events).")
+    cancel_on_disconnect: bool = Field(False, description="Cancel the turn when this request's stream closes. By "
+                                       "default the turn runs on, and a client that reconnects to GET /v1/sessions/"
+                                       "{id}/runs/{run}/events with Last-Event-ID gets the rest of its events.")
 
 
 class RegenerateIn(_Request):
     turn: int = Field(ge=0, description="The turn to run again (turns count from 0); later turns stay on the old branch.")
     instructions: str = ""
     mock_tools: bool = False
+    cancel_on_disconnect: bool = False
 
 
 class ToolResultIn(_Request):
@@ -222,7 +227,7 @@ class TurnLines(BaseModel):
 
 # --- events -------------------------------------------------------------------------------------
 
-EVENT_KINDS = ("watching", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
+EVENT_KINDS = ("watching", "turn_queued", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
                "warning", "node_finished", "turn_finished", "turn_failed")
 
 
@@ -240,7 +245,7 @@ _EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, dict: dict, list
 
 def event_from_data(kind: str, data: dict[str, Any]) -> NodeEvent | None:
     """The runtime event ``event_data`` made an SSE event of: its inverse, for a node's events (None for
-    the server's own kinds: watching, turn_started, tool_request, turn_finished, turn_failed). A field
+    the server's own kinds: watching, turn_queued, turn_started, tool_request, turn_finished, turn_failed). A field
     the data lacks is empty (a server of another version); one that does not fit raises ValueError."""
     cls = NODE_EVENTS.get(kind)
     if cls is None:

@@ -23,6 +23,12 @@ FAILURE_CODES: dict[str, str] = {
     "turn_error": "a node failed or took an exit it does not have; `node` and `field` say where",
     "stream_limit": "the turn's stream passed its event limit and was stopped (parley serve)",
     "store_error": "the turn ran but could not be saved to the session store, so it was taken back (parley serve)",
+    "superseded": "the player spoke again and the asset's double_text is latest_wins: the turn and its line were "
+                  "dropped (parley serve)",
+    "interrupted": "the player spoke again and the asset's double_text is interrupt: the line stays in the history "
+                   "with the reply cut where it stopped (parley serve)",
+    "turn_lost": "the server running the turn stopped before the turn finished, so nothing of it was kept: say the "
+                 "line again (a client resuming a stream)",
 }
 CANCELLED_MESSAGE = "Stopped: the turn was cancelled, and the conversation is as it was before it."
 

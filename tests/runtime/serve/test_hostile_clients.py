@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -595,8 +596,10 @@ class Observer:
 
 
 def post_turn(url: str, session: str, line: str) -> socket.socket:
+    """A turn asked for on a raw socket, by a client that wants it cancelled when it goes (the tests
+    here are of such clients; by default a turn runs on: tests/runtime/serve/test_resume.py)."""
     sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=DEADLINE)
-    body = json.dumps({"line": line}).encode()
+    body = json.dumps({"line": line, "cancel_on_disconnect": True}).encode()
     sock.sendall(b"POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (session.encode(), len(body), body))
     return sock
@@ -715,8 +718,11 @@ def test_clients_that_never_answer_their_tools_do_not_starve_other_sessions(back
     assert not starved, "a well-behaved client's turn waited behind clients that never answer their tools"
 
 
-def test_a_busy_session_refuses_a_second_turn_as_busy_json(url: str) -> None:
-    with ParleyClient(url) as client:
+def test_a_busy_session_whose_asset_rejects_double_texts_refuses_a_second_turn_as_busy_json(
+        backend: ScriptedBackend, tmp_path: Path) -> None:
+    asset = json.loads((examples_dir() / "tool_calling.json").read_text(encoding="utf-8"))
+    (tmp_path / "tool_calling.json").write_text(json.dumps({**asset, "double_text": "reject"}), encoding="utf-8")
+    with running_server(backend, [tmp_path]) as url, ParleyClient(url) as client:
         npc = client.create_session("tool_calling.json")
         sock = post_turn(url, npc.id, TOOL_LINE)
         try:
@@ -772,7 +778,8 @@ def test_on_the_sample_model_a_client_gone_mid_generation_leaves_its_session_as_
             typed_error(httpx.get(f"{url}/v1/sessions", timeout=MODEL_WAIT), "unauthorized", 401)
             gone, fresh = client.create_session("chat.json").id, client.create_session("chat.json").id
             sock = socket.create_connection(("127.0.0.1", port_of(url)), timeout=MODEL_WAIT)
-            body = json.dumps({"line": "Tell me everything about the inn and the village."}).encode()
+            body = json.dumps({"line": "Tell me everything about the inn and the village.",
+                               "cancel_on_disconnect": True}).encode()
             sock.sendall(b"POST /v1/sessions/%s/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (gone.encode(), token.encode(), len(body), body))

@@ -74,8 +74,7 @@ def test_a_busy_session_refuses_every_change_with_a_typed_error(server):
         lambda: server.change_params(npc.id, {"reply": {"temperature": 0.2}}),
         lambda: server.rewind(npc.id, 0),
         lambda: server.export_history(npc.id),
-        lambda: server.turn(npc.id, "again"),
-    ]
+    ]  # a second line waits in the queue (double_text: tests/runtime/serve/test_double_text.py)
     for refuse in refusals:
         with pytest.raises(ParleyError) as error:
             refuse()
