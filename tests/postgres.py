@@ -51,7 +51,7 @@ def running_postgres() -> Iterator[str]:
     prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
 
     def run(*command: str) -> None:
-        done = subprocess.run([*prefix, *command], capture_output=True, text=True)
+        done = subprocess.run([*prefix, *command], check=False, capture_output=True, text=True)
         if done.returncode:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}{tail}")
