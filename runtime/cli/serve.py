@@ -48,10 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=["text", "json"], default="text",
                    help="the log on standard error: plain lines, or one JSON object a line with the session and "
                    "turn each is about (for a log system)")
-    p.add_argument("--store", default="", metavar="none|sqlite:PATH",
+    p.add_argument("--store", default="", metavar="none|sqlite:PATH|postgresql://...",
                    help="where sessions are kept so a restart or a crash loses none: each finished turn is saved "
                    "before the game hears of it, and the next server serves every session again (default: "
-                   "sessions.sqlite3 in the state folder; none: nothing is kept)")
+                   "sessions.sqlite3 in the state folder; none: nothing is kept; postgresql://USER:PASSWORD@HOST"
+                   ":PORT/DB: one store for several replicas, each reading a session as it is asked for)")
     p.set_defaults(func=run)
 
 

@@ -37,7 +37,7 @@ from runtime.problems import InputError, Problem
 from runtime.serve.logs import about_turn
 from runtime.serve.metrics import Metrics
 from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
-from runtime.serve.store import NoStore, SessionStore, StoredSession, StoreError
+from runtime.serve.store import NoStore, SessionStore, StoreConflict, StoredSession, StoreError
 from runtime.session.failures import CANCELLED_MESSAGE, Failure, ToolTimeout, failure_of
 from runtime.session.record import TurnRecord
 from runtime.session.session import Session
@@ -164,9 +164,10 @@ class NPC:
         self.running: RunningTurn | None = None
         self.queued: deque[Job] = deque()  # lines waiting behind the running turn
         self.stream: Stream | None = None  # the latest run's events: kept until the next run begins
-        self.last_run: dict[str, Any] | None = None  # the latest finished run's turn_finished, as the store keeps it
         self.watchers: set[asyncio.Queue[Item | None]] = set()
         self.details: OrderedDict[int, TurnRecord] = OrderedDict()
+        self.revision = 0  # the store's revision of the session as this server last wrote or read it
+        self.last_run: dict[str, Any] | None = None  # the final event of its latest turn stream, as stored
 
     @property
     def agent(self) -> Agent:
@@ -288,14 +289,21 @@ class NPCs:
         return npc
 
     def persist(self, npc: NPC, last_run: dict[str, Any] | None = None) -> None:
-        """Write the session to the store (what it holds now; ``last_run``: the turn_finished of the
-        run that just finished). Raises ServeError ``store_error``."""
-        npc.last_run = last_run
+        """Write the session to the store (what it holds now), over the revision this server last saw;
+        ``last_run`` (the final event of its turn stream) is stored with it, None keeping the stored one.
+        Raises ServeError ``store_conflict`` when another server changed it meanwhile, else ``store_error``."""
         try:
             start = time.perf_counter()
-            self.store.save(StoredSession(npc.id, npc.asset_path, history_to_dict(npc.agent.export_dialog())))
+            npc.revision = self.store.save(StoredSession(npc.id, npc.asset_path,
+                                                         history_to_dict(npc.agent.export_dialog()),
+                                                         revision=npc.revision, last_run=last_run))
+            if last_run is not None:
+                npc.last_run = last_run
             if not isinstance(self.store, NoStore):
                 self.metrics.store_write.observe(time.perf_counter() - start)
+        except StoreConflict as exc:
+            log.warning("session %s: %s", npc.id, exc)
+            raise ServeError("store_conflict", f"the session could not be saved: {exc}") from None
         except StoreError as exc:
             log.error("session %s: %s", npc.id, exc)
             raise ServeError("store_error", f"the session could not be saved: {exc}") from None
@@ -303,34 +311,82 @@ class NPCs:
     def restore(self) -> int:
         """Serve again every session the store holds (at start): each continues where it stopped. A
         session that cannot be (its asset gone or changed so its history no longer fits) is logged
-        at ERROR with why, listed in ``not_restored``, and left in the store. Returns how many came back."""
+        at ERROR with why, listed in ``not_restored``, and left in the store. Returns how many came back.
+        A shared store's sessions are not loaded here (every replica would hold all of them): ``get``
+        loads each as it is asked for."""
+        if self.store.shared:
+            log.info("sessions are read from %s as they are asked for", self.store.label)
+            return 0
         count = 0
         for stored in self.store.load():
-            try:
-                if stored.history is None:
-                    raise InputError([Problem("error", "the stored history is not JSON", stored.id)])
-                path = self.resolve_asset(stored.asset)
-                source = f"session {stored.id} in {self.store.label}"
-                saved = history_from_dict(stored.history, source)
-                session = Session(load_asset(path), self.backend, path.parent, session_id=stored.id)
-                session.agent.import_dialog(saved, source)
-            except (InputError, ServeError) as exc:
-                why = "; ".join(str(p) for p in exc.problems[:3]) if isinstance(exc, InputError) else exc.message
-                self.not_restored[stored.id] = why
-                log.error("session %s (%s) is in the store but cannot be served again: %s", stored.id,
-                          stored.asset, why)
-                continue
-            self.sessions[stored.id] = NPC(stored.id, stored.asset, session)
-            count += 1
+            npc = self._served_again(stored)
+            if npc is not None:
+                self.sessions[stored.id] = npc
+                count += 1
         if count or self.not_restored:
             log.info("%d session(s) back from %s", count, self.store.label)
         return count
 
+    def _served_again(self, stored: StoredSession) -> NPC | None:
+        """The session ``stored`` holds, as it stopped; None if it cannot be served (its asset gone or
+        changed so its history no longer fits), which is logged at ERROR and listed in ``not_restored``."""
+        try:
+            if stored.history is None:
+                raise InputError([Problem("error", "the stored history is not JSON", stored.id)])
+            path = self.resolve_asset(stored.asset)
+            source = f"session {stored.id} in {self.store.label}"
+            saved = history_from_dict(stored.history, source)
+            session = Session(load_asset(path), self.backend, path.parent, session_id=stored.id)
+            session.agent.import_dialog(saved, source)
+        except (InputError, ServeError) as exc:
+            why = "; ".join(str(p) for p in exc.problems[:3]) if isinstance(exc, InputError) else exc.message
+            self.not_restored[stored.id] = why
+            log.error("session %s (%s) is in the store but cannot be served again: %s", stored.id, stored.asset, why)
+            return None
+        self.not_restored.pop(stored.id, None)
+        npc = NPC(stored.id, stored.asset, session)
+        npc.revision, npc.last_run = stored.revision, stored.last_run
+        return npc
+
     def get(self, session_id: str) -> NPC:
         npc = self.sessions.get(session_id)
+        if self.store.shared:
+            npc = self._as_stored(session_id, npc)
         if npc is None:
             raise ServeError("unknown_session", f"no session {session_id[:80]!r} (GET /v1/sessions lists them)")
         return npc
+
+    def _as_stored(self, session_id: str, npc: NPC | None) -> NPC | None:
+        """With a shared store, the session as the store has it now: another replica may have made it,
+        moved it on (it was served there while this one was away) or deleted it. One indexed SELECT
+        when nothing changed; the whole session is read only when its revision moved."""
+        if npc is not None and npc.running is not None:
+            return npc  # its own turn is writing it (a write over another's would be refused)
+        if not SESSION_ID.fullmatch(session_id):
+            return npc
+        try:
+            revision = self.store.revision_of(session_id)
+            if npc is not None and revision == npc.revision:
+                return npc
+            stored = self.store.load_one(session_id) if revision is not None else None
+        except StoreError as exc:
+            log.error("session %s: %s", session_id, exc)
+            raise ServeError("store_error", f"the session could not be read: {exc}") from None
+        fresh = self._served_again(stored) if stored is not None else None
+        if fresh is None and stored is not None:
+            raise ServeError("unknown_session", f"session {session_id!r} is in {self.store.label} but cannot be "
+                             f"served: {self.not_restored.get(session_id, '')}")
+        # No self._lock: turn() holds it around this call, and sessions change only on the event loop
+        if fresh is None:
+            self.sessions.pop(session_id, None)  # deleted by another replica
+        else:
+            if npc is not None:
+                fresh.watchers = npc.watchers  # observers here keep watching the session
+            self.sessions[session_id] = fresh
+        if fresh is not None:
+            log.info("session %s: read from %s at revision %d", session_id, self.store.label, fresh.revision,
+                     extra={"session": session_id})
+        return fresh
 
     def idle(self, session_id: str) -> NPC:
         npc = self.get(session_id)
@@ -550,7 +606,7 @@ class NPCs:
         except ServeError as exc:  # the store refused it: the turn is taken back, as a failed turn is
             if before is not None:
                 npc.agent.import_dialog(before)
-            last = Item("turn_failed", {"line": line, "error": Failure("store_error", exc.message).to_json()})
+            last = Item("turn_failed", {"line": line, "error": Failure(exc.code, exc.message).to_json()})
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
             last = Item("turn_failed", {"line": line, "error": self._failure(exc, stream)})
             if running.spoken_over == "interrupted" and regenerate is None and last.data["error"]["code"] == "cancelled":
@@ -597,7 +653,7 @@ class NPCs:
         except ServeError as exc:
             if before is not None:
                 npc.agent.import_dialog(before)
-            return Item("turn_failed", {"line": line, "error": Failure("store_error", exc.message).to_json()})
+            return Item("turn_failed", {"line": line, "error": Failure(exc.code, exc.message).to_json()})
         return Item("turn_failed", {"line": line, "error": Failure("interrupted", message).to_json()})
 
     @staticmethod

@@ -43,6 +43,7 @@ ERROR_STATUS: dict[str, int] = {
     "busy": 409,
     "structural_change": 409,
     "exists": 409,
+    "store_conflict": 409,
     "too_large": 413,
     "bad_asset": 422,
     "bad_history": 422,
@@ -167,11 +168,11 @@ class Health(BaseModel):
     api: str = API_VERSION
     backend: str
     sessions: int
-    store: str = Field("none", description="Where sessions are kept across restarts (--store): none, or "
-                       "sqlite:PATH")
+    store: str = Field("none", description="Where sessions are kept across restarts (--store): none, "
+                       "sqlite:PATH, or postgresql://USER@HOST:PORT/DB (never a password)")
     not_restored: dict[str, str] = Field(default_factory=dict, description="Sessions the store holds that this "
-                                         "server could not serve again as it started (id -> why); they stay in the "
-                                         "store.")
+                                         "server could not serve again (id -> why): as it started, or, with a "
+                                         "shared store, as one was asked for; they stay in the store.")
     previous_crash: PreviousCrash | None = Field(None, description="The latest crash of an earlier server on this "
                                                  "server's state folder (--state-dir), found as it started; null "
                                                  "when there was none.")

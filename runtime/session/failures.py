@@ -23,6 +23,8 @@ FAILURE_CODES: dict[str, str] = {
     "turn_error": "a node failed or took an exit it does not have; `node` and `field` say where",
     "stream_limit": "the turn's stream passed its event limit and was stopped (parley serve)",
     "store_error": "the turn ran but could not be saved to the session store, so it was taken back (parley serve)",
+    "store_conflict": "another server changed the session while this turn ran, so the turn was taken back "
+                      "(parley serve replicas on one store)",
     "superseded": "the player spoke again and the asset's double_text is latest_wins: the turn and its line were "
                   "dropped (parley serve)",
     "interrupted": "the player spoke again and the asset's double_text is interrupt: the line stays in the history "
