@@ -55,7 +55,7 @@ PLUGIN_CATEGORY = "Plugins"
 PLUGIN_COLOUR: Colour = (92, 96, 104)
 # Properties dock sections, in order; a group a view does not list comes after these.
 GROUP_ORDER = ("General", "Prompt", "Model", "Sampling", "History", "Tools", "Intents", "Attributes",
-               "Knowledge", "Folding", "Exits", "Layout")
+               "Knowledge", "Folding", "Exits", "Serving", "Layout")
 
 
 def _no_summary(_node: NodeBase, _asset: Asset) -> list[str]:

@@ -9,6 +9,12 @@ Every error the server answers is raised as ``ParleyError`` with its ``code`` (`
 ``busy``, ...); a turn that fails raises ``TurnFailed`` (a ``ParleyError``) with the code its
 ``turn_failed`` event gave (``cancelled``, ``tool_timeout``, ...). One client may be used from
 several threads: each turn's stream has a connection of its own.
+
+A turn's stream that breaks (a dropped connection, a server behind a load balancer that died) is
+resumed by itself: the client asks for the rest of the turn's events after the last one it got
+(``Last-Event-ID``), a few times over a few seconds, and no event is given twice. When no server
+has the turn any more (it stopped before the turn finished), the turn fails with ``turn_lost`` and
+the player's line handed back (``TurnFailed.line``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -30,6 +37,8 @@ from runtime.session.failures import Failure
 from runtime.session.record import HoldsRecord, TurnRecord
 
 DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
+RESUME_WAITS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0)  # seconds before each try to resume a broken stream
+FINAL = ("turn_finished", "turn_failed")
 
 
 class ParleyError(Exception):
@@ -45,9 +54,11 @@ class TurnFailed(ParleyError):
     """A turn ended with ``turn_failed``; the session is as it was before it. ``node`` and ``field``
     name where it failed, when the server said."""
 
-    def __init__(self, code: str, message: str, node: str = "", field: str = "", model: str = "") -> None:
+    def __init__(self, code: str, message: str, node: str = "", field: str = "", model: str = "",
+                 line: str = "") -> None:
         super().__init__(code, message)
         self.node, self.field, self.model = node, field, model  # model: the name model_missing could not find
+        self.line = line  # the player's line, handed back: the game may offer it again
 
 
 @dataclass(frozen=True)
@@ -141,9 +152,10 @@ class Watch:
 
 class ParleyClient:
     def __init__(self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, resume_waits: tuple[float, ...] = RESUME_WAITS) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
+        self.resume_waits = resume_waits  # () never resumes: a broken stream raises unavailable
 
     def close(self) -> None:
         self.http.close()
@@ -221,15 +233,20 @@ class ParleyClient:
     # --- turns --------------------------------------------------------------------------------
 
     def stream_turn(self, session_id: str, line: str, instructions: str = "", tools: ToolFunction | None = None,
-                    mock_tools: bool = False) -> Iterator[ServerEvent]:
-        """The turn's events as they come; tool requests are answered with ``tools`` when given."""
-        body = {"line": line, "instructions": instructions, "mock_tools": mock_tools}
+                    mock_tools: bool = False, cancel_on_disconnect: bool = False) -> Iterator[ServerEvent]:
+        """The turn's events as they come; tool requests are answered with ``tools`` when given.
+        ``cancel_on_disconnect``: a broken stream cancels the turn (and is not resumed)."""
+        body = {"line": line, "instructions": instructions, "mock_tools": mock_tools,
+                "cancel_on_disconnect": cancel_on_disconnect}
         return self._stream(session_id, "turns", body, tools)
 
     def turn(self, session_id: str, line: str, instructions: str = "", tools: ToolFunction | None = None,
-             on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnEnd:
-        """Run a turn to its end. Raises ``TurnFailed`` when it fails (the session is as it was)."""
-        return _outcome(self.stream_turn(session_id, line, instructions, tools, mock_tools), on_event)
+             on_event: EventFunction | None = None, mock_tools: bool = False,
+             cancel_on_disconnect: bool = False) -> TurnEnd:
+        """Run a turn to its end. Raises ``TurnFailed`` when it fails (the session is as it was, or,
+        for ``interrupted``, has the line with the reply cut off)."""
+        events = self.stream_turn(session_id, line, instructions, tools, mock_tools, cancel_on_disconnect)
+        return _outcome(events, on_event)
 
     def regenerate(self, session_id: str, turn: int, tools: ToolFunction | None = None,
                    on_event: EventFunction | None = None, mock_tools: bool = False) -> TurnEnd:
@@ -243,22 +260,58 @@ class ParleyClient:
 
     def _stream(self, session_id: str, route: str, body: dict[str, Any], tools: ToolFunction | None
                 ) -> Iterator[ServerEvent]:
+        line, run, last_id = str(body.get("line", "")), "", ""
+        unanswered: tuple[str, str] | None = None  # a tool result the break kept from the server
+        waits = iter(() if body.get("cancel_on_disconnect") else self.resume_waits)
+        request: dict[str, Any] = {"method": "POST", "url": f"{PREFIX}/sessions/{session_id}/{route}", "json": body}
+        while True:
+            try:
+                with connect_sse(self.http, **request) as source:
+                    _raise_for(source.response)
+                    if unanswered is not None:
+                        self._answer(session_id, *unanswered)
+                        unanswered = None
+                    for sse in source.iter_sse():
+                        last_id = sse.id or last_id
+                        event = ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
+                        run = str(event.data.get("run") or run) if event.kind in ("turn_queued", "turn_started") else run
+                        line = str(event.data.get("line", line)) if event.kind == "turn_started" else line
+                        yield event
+                        if event.kind in FINAL:
+                            return
+                        if event.kind == "tool_request" and tools is not None:
+                            d = event.data
+                            result = str(tools(ToolRequest(session_id, d["node"], d["tool"], d["arguments"],
+                                                           d["call_id"])))
+                            unanswered = (d["call_id"], result)
+                            self._answer(session_id, *unanswered)
+                            unanswered = None
+                broke = "the stream ended before the turn did"
+            except httpx.HTTPError as exc:
+                broke = str(exc) or type(exc).__name__
+            except ParleyError as exc:
+                if request["method"] == "POST" and exc.code != "unavailable":
+                    raise  # refused: the turn never began
+                if exc.code == "unknown_run":
+                    raise TurnFailed("turn_lost", "the server running the turn stopped before the turn finished, so "
+                                     "nothing of it was kept: say the line again", line=line) from None
+                broke = exc.message
+            wait = next(waits, None)
+            if not run or wait is None:
+                if run:
+                    raise TurnFailed("turn_lost", f"the turn's stream broke and could not be resumed ({broke}): say "
+                                     "the line again", line=line)
+                raise ParleyError("unavailable", f"{self.http.base_url}: {broke}")
+            time.sleep(wait)  # a moment for the server, or the balancer's next one, before asking again
+            request = {"method": "GET", "url": f"{PREFIX}/sessions/{session_id}/runs/{run}/events",
+                       "headers": {"Last-Event-ID": last_id} if last_id else {}}
+
+    def _answer(self, session_id: str, call_id: str, result: str) -> None:
         try:
-            with connect_sse(self.http, "POST", f"{PREFIX}/sessions/{session_id}/{route}", json=body) as source:
-                _raise_for(source.response)
-                for sse in source.iter_sse():
-                    event = ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
-                    yield event
-                    if event.kind == "tool_request" and tools is not None:
-                        d = event.data
-                        result = tools(ToolRequest(session_id, d["node"], d["tool"], d["arguments"], d["call_id"]))
-                        try:
-                            self.tool_result(session_id, d["call_id"], str(result))
-                        except ParleyError as exc:
-                            if exc.code != "unknown_call":  # the turn stopped waiting meanwhile (cancelled)
-                                raise
-        except httpx.HTTPError as exc:
-            raise ParleyError("unavailable", f"{self.http.base_url}: {exc}") from None
+            self.tool_result(session_id, call_id, result)
+        except ParleyError as exc:
+            if exc.code != "unknown_call":  # the turn stopped waiting meanwhile (cancelled)
+                raise
 
 
 def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> TurnEnd:
@@ -274,7 +327,7 @@ def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> T
                 raise ParleyError("bad_answer", f"turn_finished did not fit: {exc}") from None
         if event.kind == "turn_failed":
             e = Failure.from_json(event.data["error"])
-            raise TurnFailed(e.code, e.message, e.node, e.field, e.model)
+            raise TurnFailed(e.code, e.message, e.node, e.field, e.model, str(event.data.get("line", "")))
     raise ParleyError("truncated", "the turn's stream ended before turn_finished or turn_failed")
 
 

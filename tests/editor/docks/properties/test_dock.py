@@ -177,3 +177,18 @@ def test_id_edit_renames(dock):
 def test_mustache_tags():
     assert mustache_tags("Hi {{vars.name}} {{#knowledge}}{{text}}{{/knowledge}}") == [
         "vars.name", "#knowledge", "text", "/knowledge"]
+
+
+def test_the_agent_chooses_what_parley_serve_does_with_a_line_said_over_a_reply(dock):
+    doc = dock.document
+    dock.show_selection([])
+    policy = dock.form.editors["double_text"]
+    assert isinstance(policy, ChoiceEditor) and "Serving" in dock.form.sections
+    choices = [policy.combo.itemData(i) or policy.combo.itemText(i) for i in range(policy.combo.count())]
+    assert choices == ["queue", "reject", "latest_wins", "interrupt"] and policy.value() == "queue"
+    assert "409 busy" in policy.toolTip() or "409 busy" in policy.combo.toolTip()
+    policy.combo.setCurrentIndex(choices.index("interrupt"))
+    policy.combo.activated.emit(policy.combo.currentIndex())
+    assert doc.asset.double_text == "interrupt"
+    doc.undo_stack.undo()
+    assert doc.asset.double_text == "queue" and policy.value() == "queue"
