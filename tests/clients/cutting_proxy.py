@@ -52,6 +52,10 @@ class CuttingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.closed = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone would not, on Linux)
+        except OSError:
+            pass
         self.listener.close()
         self.thread.join(SECONDS)
 
