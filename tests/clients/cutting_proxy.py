@@ -22,6 +22,7 @@ import re
 import socket
 import threading
 from collections import Counter
+from typing import Self
 from urllib.parse import unquote, urlsplit
 
 SESSION = re.compile(rb"^[A-Z]+ /v1/sessions/([^/ ?]+)(/[^ ?]*)?")
@@ -46,7 +47,7 @@ class CuttingProxy:
         self.closed = False
         self.thread = threading.Thread(target=self._accept, name="cutting-proxy", daemon=True)
 
-    def __enter__(self) -> CuttingProxy:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -104,10 +105,14 @@ class CuttingProxy:
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        """The rest of the request (its body) to the server."""
+        """The rest of the request (its body) to the server; when the client goes, the server sees it go."""
         try:
             while chunk := source.recv(65536):
                 sink.sendall(chunk)
+        except OSError:
+            pass
+        try:
+            sink.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
