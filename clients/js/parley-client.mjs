@@ -510,11 +510,21 @@ export class ParleyClient {
         if (end?.kind === "turn_finished" || end?.kind === "turn_failed") break;
         if (toolError) throw toolError;
         if (signal?.aborted) throw await this.stopped(id, cancelOnDisconnect, signal, line, broke);
-        if (broke instanceof ParleyError) throw broke; // handler_error or bad_answer: nothing to resume
+        if (broke instanceof ParleyError || (run === null && !cancelOnDisconnect)) {
+          // handler_error or bad_answer, or a break before any event said which run it is: nothing to
+          // resume, and the turn runs on at the server unless it is told to stop
+          if (!cancelOnDisconnect) await this.cancel(id).catch(() => {});
+        }
+        if (broke instanceof ParleyError) {
+          broke.line ||= line;
+          throw broke;
+        }
         if (cancelOnDisconnect || run === null) {
           // asked not to resume (the server cancels the turn), or no event came to say which run it is
-          if (broke !== null) throw failure(broke, signal, response.status);
-          throw postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status, line });
+          const error = broke !== null ? failure(broke, signal, response.status)
+            : postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
+          error.line ||= line;
+          throw error;
         }
         if (fresh) attempt = 0;
         fresh = false;
