@@ -33,11 +33,16 @@ namespace Parley
         /// <summary>For turn_failed: the node and field it names ("" when none), and for model_missing the
         /// model name the server's models folder has no file for.</summary>
         public readonly string Node, Field, Model;
+        /// <summary>For a turn that failed (turn_failed, turn_lost, stream_ended): the player's line, handed back
+        /// to say again; "" otherwise.</summary>
+        public readonly string Line;
 
         public ParleyException(string code, string message, int status, List<object> problems = null,
-                               string node = "", string field = "", Exception inner = null, string model = "")
+                               string node = "", string field = "", Exception inner = null, string model = "",
+                               string line = "")
             : base(code + ": " + message, inner)
         {
+            Line = line ?? "";
             Code = code;
             Status = status;
             Problems = problems ?? new List<object>();
@@ -47,7 +52,7 @@ namespace Parley
         }
     }
 
-    /// <summary>One event of a turn's stream: its kind (turn_started, node_started, token, speak, tool_request,
+    /// <summary>One event of a turn's stream: its kind (turn_started, turn_queued, node_started, token, speak, tool_request,
     /// tool_call, summarized, warning, node_finished, turn_finished, turn_failed) and its data.</summary>
     public sealed class TurnEvent
     {
@@ -55,12 +60,15 @@ namespace Parley
         public readonly Dictionary<string, object> Data;
         /// <summary>The data as the server sent it (one line of JSON), for JsonUtility and logs.</summary>
         public readonly string RawData;
+        /// <summary>The event's SSE id, RUN.N ("" when the server gave none).</summary>
+        public readonly string Id;
 
-        public TurnEvent(string kind, Dictionary<string, object> data, string rawData)
+        public TurnEvent(string kind, Dictionary<string, object> data, string rawData, string id = "")
         {
             Kind = kind;
             Data = data;
             RawData = rawData;
+            Id = id ?? "";
         }
 
         /// <summary>A string field of the data ("" when it is missing or not a string), e.g. e.Text("text").</summary>
@@ -266,38 +274,83 @@ namespace Parley
 
         /// <summary>Runs one turn: streams its events to onEvent, answers each tool_request with tools (when
         /// given; else answer with ToolResult yourself), and returns what turn_finished says. A failed turn
-        /// throws ParleyException with turn_failed's code (cancelled, tool_timeout, turn_error, ...); the session
-        /// is then as it was before. Cancelling the token stops the turn on the server and throws
-        /// OperationCanceledException. A tool that throws stops the turn too, and its exception comes out.</summary>
+        /// throws ParleyException with turn_failed's code (cancelled, tool_timeout, turn_error, ...) and the
+        /// player's line in Line; the session is then as it was before. Cancelling the token stops the turn on
+        /// the server and throws OperationCanceledException. A tool that throws stops the turn too, and its
+        /// exception comes out.
+        /// A stream that breaks mid-turn (connection reset, the server's replica gone, a stream silent for
+        /// StreamIdleTimeout) is resumed from the last event seen, on the resume route, up to ResumeTries
+        /// times: the events go on to onEvent with none twice. When the turn cannot be resumed (the server
+        /// that ran it stopped before it finished) Turn throws ParleyException "turn_lost", its Line the
+        /// player's line to say again. cancelOnDisconnect: the server cancels the turn when its stream drops,
+        /// and the client does not resume.</summary>
         public Task<TurnResult> Turn(string sessionId, string line, Func<ToolRequest, string> tools = null,
                                      Action<TurnEvent> onEvent = null,
-                                     CancellationToken cancel = default(CancellationToken), string instructions = "")
+                                     CancellationToken cancel = default(CancellationToken), string instructions = "",
+                                     bool cancelOnDisconnect = false)
         {
             var body = new Dictionary<string, object> { { "line", line }, { "instructions", instructions ?? "" } };
-            return Stream(sessionId, "/turns", Json.Write(body), tools, onEvent, cancel);
+            if (cancelOnDisconnect) body["cancel_on_disconnect"] = true;
+            return Stream(sessionId, "/turns", Json.Write(body), new RunState { Line = line ?? "", NoResume = cancelOnDisconnect },
+                          tools, onEvent, cancel);
         }
 
         /// <summary>Runs turn <paramref name="turn"/> (from 0) again on a new branch; otherwise like Turn.</summary>
         public Task<TurnResult> Regenerate(string sessionId, int turn, Func<ToolRequest, string> tools = null,
                                            Action<TurnEvent> onEvent = null,
-                                           CancellationToken cancel = default(CancellationToken))
+                                           CancellationToken cancel = default(CancellationToken),
+                                           bool cancelOnDisconnect = false)
         {
             var body = new Dictionary<string, object> { { "turn", turn } };
-            return Stream(sessionId, "/regenerate", Json.Write(body), tools, onEvent, cancel);
+            if (cancelOnDisconnect) body["cancel_on_disconnect"] = true;
+            return Stream(sessionId, "/regenerate", Json.Write(body), new RunState { NoResume = cancelOnDisconnect },
+                          tools, onEvent, cancel);
         }
 
         // --- the turn's stream -----------------------------------------------------------------------------
 
-        async Task<TurnResult> Stream(string sessionId, string route, string body, Func<ToolRequest, string> tools,
-                                      Action<TurnEvent> onEvent, CancellationToken cancel)
+        /// <summary>Attempts to reach the resume route after a turn's stream broke, counted from the last event
+        /// that arrived: the first at once, then after ResumeDelay, doubling (0.3, 0.6, 1.2, 2.4 s: about 4.5 s).</summary>
+        public int ResumeTries = 5;
+        public TimeSpan ResumeDelay = TimeSpan.FromMilliseconds(300);
+        /// <summary>A turn's stream that sends nothing this long (the server sends a keep-alive every 15 s) is
+        /// taken as broken, and resumed.</summary>
+        public TimeSpan StreamIdleTimeout = TimeSpan.FromSeconds(45);
+
+        // What one turn's stream has seen, across the connections that carry it.
+        sealed class RunState
         {
-            cancel.ThrowIfCancellationRequested();
-            var request = new HttpRequestMessage(HttpMethod.Post, baseUrl + S(sessionId) + route);
-            request.Content = new StringContent(body, Encoding.UTF8, "application/json");
+            public string Line = ""; // the player's line (regenerate: turn_started's), handed back on failure
+            public bool NoResume; // cancel_on_disconnect: the server cancels the turn when its stream drops
+            public string Run; // from turn_started or turn_queued (or the first event's id)
+            public long Seen; // N of the last event delivered (its id RUN.N)
+            public int Attempts; // resume attempts since an event last arrived
+            public bool Ended; // turn_finished or turn_failed was read: nothing is left running
+            public HttpResponseMessage Current; // the connection being read
+        }
+
+        // The stream broke (EOF before the turn's end, a read error, silence): what a resume is for.
+        sealed class StreamBroke : Exception
+        {
+            public StreamBroke(string message, Exception inner = null) : base(message, inner) { }
+        }
+
+        static HttpRequestMessage StreamRequest(HttpMethod method, string url)
+        {
+            var request = new HttpRequestMessage(method, url);
             request.Headers.Accept.ParseAdd("text/event-stream");
             // Its own connection, closed after: a stream left mid-turn must not go back to the pool half
             // read (Mono 6.8's handler reused one, and the next request read the rest of the stream).
             request.Headers.ConnectionClose = true;
+            return request;
+        }
+
+        async Task<TurnResult> Stream(string sessionId, string route, string body, RunState state,
+                                      Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, CancellationToken cancel)
+        {
+            cancel.ThrowIfCancellationRequested();
+            var request = StreamRequest(HttpMethod.Post, baseUrl + S(sessionId) + route);
+            request.Content = new StringContent(body, Encoding.UTF8, "application/json");
             HttpResponseMessage response;
             try
             {
@@ -307,91 +360,182 @@ namespace Parley
             {
                 throw Unreachable(e);
             }
+            if (!response.IsSuccessStatusCode)
+            {
+                using (response) throw Failure((int)response.StatusCode, await response.Content.ReadAsStringAsync());
+            }
+            state.Current = response;
             var answers = new List<Task>();
-            var ended = new bool[1]; // turn_finished or turn_failed was read: nothing is left running
             var stopped = new TaskCompletionSource<bool>(); // the token's cancel has its answer
             int fired = 0;
             TurnResult result = null;
             Exception failure = null;
-            using (response)
+            // A cancelled token asks the server to stop the turn, whose stream then ends with turn_failed;
+            // closing the stream after the answer ends the read even if the server says no more.
+            // (Closing it first would be slower: the handler first drains the response for 2 s.)
+            using (cancel.Register(() =>
             {
-                if (!response.IsSuccessStatusCode)
-                    throw Failure((int)response.StatusCode, await response.Content.ReadAsStringAsync());
-                // A cancelled token asks the server to stop the turn, whose stream then ends with turn_failed;
-                // closing the stream after the answer ends the read even if the server says no more.
-                // (Closing it first would be slower: the handler first drains the response for 2 s.)
-                using (cancel.Register(() =>
+                Interlocked.Exchange(ref fired, 1);
+                Cancel(sessionId).ContinueWith(t =>
                 {
-                    Interlocked.Exchange(ref fired, 1);
-                    Cancel(sessionId).ContinueWith(t =>
-                    {
-                        var ignored = t.Exception;
-                        stopped.TrySetResult(true);
-                        response.Dispose();
-                    });
-                }))
+                    var ignored = t.Exception;
+                    stopped.TrySetResult(true);
+                    var current = Volatile.Read(ref state.Current);
+                    if (current != null) current.Dispose();
+                });
+            }))
+            {
+                try
                 {
-                    try
+                    while (true)
                     {
-                        result = await Read(response, sessionId, tools, onEvent, answers, ended);
+                        using (response)
+                        {
+                            try
+                            {
+                                result = await Read(response, sessionId, state, tools, onEvent, answers);
+                                break;
+                            }
+                            catch (StreamBroke e)
+                            {
+                                if (Volatile.Read(ref fired) == 1 || state.NoResume || state.Run == null) throw;
+                                failure = e;
+                            }
+                        }
+                        // Not ConfigureAwait(false): the callbacks go on running on the caller's context.
+                        response = await Resume(sessionId, state, cancel, (StreamBroke)failure);
+                        Volatile.Write(ref state.Current, response);
+                        failure = null;
                     }
-                    catch (Exception e)
-                    {
-                        failure = e;
-                    }
-                    finally
-                    {
-                        foreach (var t in answers) Observe(t);
-                    }
-                } // (disposing the registration waits for a callback that is running)
-                if (Volatile.Read(ref fired) == 1)
-                {
-                    // Wait for the cancel's answer, so that it cannot stop the caller's next turn.
-                    await stopped.Task;
-                    if (result != null) return result; // the turn had finished before the cancel came
-                    throw new OperationCanceledException("the turn was cancelled", failure, cancel);
                 }
-                if (result != null) return result;
-                if (!ended[0])
+                catch (Exception e)
                 {
-                    // The turn may still run (a callback threw, the stream broke): stop it, and wait for the
-                    // answer, so that a late cancel cannot stop the caller's next turn.
+                    failure = e;
+                }
+                finally
+                {
+                    foreach (var t in answers) Observe(t);
+                }
+            } // (disposing the registration waits for a callback that is running)
+            if (Volatile.Read(ref fired) == 1)
+            {
+                // Wait for the cancel's answer, so that it cannot stop the caller's next turn.
+                await stopped.Task;
+                if (result != null) return result; // the turn had finished before the cancel came
+                throw new OperationCanceledException("the turn was cancelled", failure, cancel);
+            }
+            if (result != null) return result;
+            if (!state.Ended && !(failure is ParleyException && ((ParleyException)failure).Code == "turn_lost"))
+            {
+                // The turn may still run (a callback threw, the stream broke and is not resumed): stop it, and
+                // wait for the answer, so that a late cancel cannot stop the caller's next turn.
+                if (!state.NoResume || !(failure is StreamBroke))
+                {
                     try
                     {
                         await Cancel(sessionId);
                     }
                     catch (ParleyException) { } // the server is gone or the session with it: nothing to stop
-                    if (failure is IOException)
-                        throw new ParleyException("stream_ended", "the turn's stream broke: " + failure.Message, 0, null,
-                                                  "", "", failure);
                 }
+                if (failure is StreamBroke)
+                    throw new ParleyException("stream_ended", "the turn's stream broke: " + failure.Message, 0, null,
+                                              "", "", failure, "", state.Line);
             }
             System.Runtime.ExceptionServices.ExceptionDispatchInfo.Capture(failure).Throw();
             throw failure; // not reached
         }
 
-        async Task<TurnResult> Read(HttpResponseMessage response, string sessionId, Func<ToolRequest, string> tools,
-                                    Action<TurnEvent> onEvent, List<Task> answers, bool[] ended)
+        // The rest of the run after its event state.Seen, from the resume route; tried again after a short,
+        // doubling delay while no server answers (or one answers 5xx). turn_lost when the server does not know
+        // the run (the one that ran it stopped before the turn finished) or none answers.
+        async Task<HttpResponseMessage> Resume(string sessionId, RunState state, CancellationToken cancel, StreamBroke broke)
         {
-            var reader = new StreamReader(await response.Content.ReadAsStreamAsync(), new UTF8Encoding(false));
-            string kind = "message";
+            int tries = Math.Max(1, ResumeTries);
+            string why = broke.Message;
+            while (true)
+            {
+                int attempt = state.Attempts++;
+                if (attempt >= tries)
+                    throw Lost(state, "no server answered " + tries + " tries to resume it: " + why, null);
+                if (attempt > 0)
+                    await Task.Delay(TimeSpan.FromMilliseconds(ResumeDelay.TotalMilliseconds * (1 << Math.Min(attempt - 1, 16))),
+                                     cancel);
+                var request = StreamRequest(HttpMethod.Get, baseUrl + S(sessionId) + "/runs/" + Uri.EscapeDataString(state.Run)
+                                            + "/events");
+                request.Headers.TryAddWithoutValidation("Last-Event-ID", state.Run + "." + state.Seen);
+                HttpResponseMessage response;
+                using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancel))
+                {
+                    timeout.CancelAfter(RequestTimeout);
+                    try
+                    {
+                        response = await http.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, timeout.Token);
+                    }
+                    catch (Exception e) when (!cancel.IsCancellationRequested)
+                    {
+                        why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
+                        continue; // no answer (refused, reset, timed out): try again
+                    }
+                }
+                if (response.IsSuccessStatusCode) return response;
+                int status = (int)response.StatusCode;
+                string text;
+                using (response) text = await response.Content.ReadAsStringAsync();
+                var error = Failure(status, text);
+                if (error.Code == "unknown_run") throw Lost(state, "the server does not know it any more", error);
+                why = error.Message;
+                if (status >= 500 || status == 429 || error.Code.StartsWith("http_", StringComparison.Ordinal)) continue;
+                throw new ParleyException(error.Code, error.Message.Substring(error.Code.Length + 2), status, error.Problems,
+                                          "", "", null, "", state.Line);
+            }
+        }
+
+        static ParleyException Lost(RunState state, string why, Exception inner)
+        {
+            return new ParleyException("turn_lost", "the server stopped before the turn finished (" + why
+                                       + "); say the line again", 0, null, "", "", inner, "", state.Line);
+        }
+
+        // Reads one connection's events to the turn's end (the result, or turn_failed's exception); StreamBroke
+        // when the stream breaks first. Events whose id was seen before are skipped.
+        async Task<TurnResult> Read(HttpResponseMessage response, string sessionId, RunState state,
+                                    Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, List<Task> answers)
+        {
+            StreamReader reader;
+            try
+            {
+                reader = new StreamReader(await response.Content.ReadAsStreamAsync(), new UTF8Encoding(false));
+            }
+            catch (Exception e) when (e is IOException || e is HttpRequestException || e is ObjectDisposedException
+                                      || e is WebException)
+            {
+                throw new StreamBroke(e.Message, e);
+            }
+            string kind = "message", id = "";
             var data = new StringBuilder();
             bool hasData = false;
             while (true)
             {
                 // No ConfigureAwait(false): the callbacks run on the caller's context (Unity's main thread).
-                string line = await reader.ReadLineAsync();
+                string line;
+                try
+                {
+                    line = await ReadLine(reader, response);
+                }
+                catch (Exception e) when (!(e is StreamBroke))
+                {
+                    throw new StreamBroke(e.Message, e); // reset, aborted, disposed: the connection is gone
+                }
                 if (line == null)
-                    throw new ParleyException("stream_ended", "the turn's stream ended before turn_finished or "
-                                              + "turn_failed (did the server stop?)", 0);
+                    throw new StreamBroke("the turn's stream ended before turn_finished or turn_failed (did the server stop?)");
                 if (line.Length == 0)
                 {
-                    if (hasData)
+                    if (hasData && Fresh(state, id))
                     {
-                        ended[0] = kind == "turn_finished" || kind == "turn_failed";
-                        var result = Dispatch(sessionId, kind, data.ToString(), tools, onEvent, answers);
+                        state.Ended = kind == "turn_finished" || kind == "turn_failed";
+                        var result = Dispatch(sessionId, kind, data.ToString(), id, state, tools, onEvent, answers);
                         if (result != null) return result;
-                        if (ended[0]) throw new ParleyException("stream_ended", kind + " had no result", 0);
+                        if (state.Ended) throw new ParleyException("stream_ended", kind + " had no result", 0);
                     }
                     kind = "message";
                     data.Length = 0;
@@ -404,6 +548,7 @@ namespace Parley
                 string value = colon < 0 ? "" : line.Substring(colon + 1);
                 if (value.StartsWith(" ", StringComparison.Ordinal)) value = value.Substring(1);
                 if (field == "event") kind = value;
+                else if (field == "id" && value.IndexOf('\0') < 0) id = value;
                 else if (field == "data")
                 {
                     if (hasData) data.Append('\n');
@@ -413,9 +558,45 @@ namespace Parley
             }
         }
 
+        // The next line, or StreamBroke when none comes within StreamIdleTimeout.
+        async Task<string> ReadLine(StreamReader reader, HttpResponseMessage response)
+        {
+            var next = reader.ReadLineAsync();
+            if (next.IsCompleted || StreamIdleTimeout <= TimeSpan.Zero || StreamIdleTimeout == Timeout.InfiniteTimeSpan)
+                return await next;
+            using (var quiet = new CancellationTokenSource())
+            {
+                var silence = Task.Delay(StreamIdleTimeout, quiet.Token);
+                if (await Task.WhenAny(next, silence) != next)
+                {
+                    Observe(next);
+                    response.Dispose(); // the read in flight ends with it
+                    throw new StreamBroke("the stream sent nothing for " + StreamIdleTimeout.TotalSeconds + " s");
+                }
+                quiet.Cancel();
+            }
+            return await next;
+        }
+
+        // Whether the event with SSE id `id` is new (ids are RUN.N); it then counts as seen.
+        static bool Fresh(RunState state, string id)
+        {
+            int dot = id.LastIndexOf('.');
+            long number;
+            if (dot <= 0 || !long.TryParse(id.Substring(dot + 1), NumberStyles.None, CultureInfo.InvariantCulture, out number))
+                return true;
+            string run = id.Substring(0, dot);
+            if (state.Run == null) state.Run = run;
+            if (run != state.Run) return true;
+            if (number <= state.Seen) return false; // had it before the stream broke: never delivered twice
+            state.Seen = number;
+            state.Attempts = 0;
+            return true;
+        }
+
         // One whole event: to onEvent, then a tool answered or the turn's end. Returns the result on turn_finished.
-        TurnResult Dispatch(string sessionId, string kind, string raw, Func<ToolRequest, string> tools,
-                            Action<TurnEvent> onEvent, List<Task> answers)
+        TurnResult Dispatch(string sessionId, string kind, string raw, string id, RunState state,
+                            Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, List<Task> answers)
         {
             Dictionary<string, object> data;
             try
@@ -425,9 +606,15 @@ namespace Parley
             catch (FormatException e)
             {
                 throw new ParleyException("bad_response", "event " + kind + " has data that is not a JSON object: "
-                                          + e.Message, 0, null, "", "", e);
+                                          + e.Message, 0, null, "", "", e, "", state.Line);
             }
-            var ev = new TurnEvent(kind, data, raw);
+            if (kind == "turn_started" || kind == "turn_queued")
+            {
+                var run = Json.Get(data, "run") as string;
+                if (state.Run == null && !string.IsNullOrEmpty(run)) state.Run = run;
+                if (state.Line.Length == 0) state.Line = Json.Str(data, "line");
+            }
+            var ev = new TurnEvent(kind, data, raw, id);
             if (onEvent != null) onEvent(ev);
             if (kind == "tool_request" && tools != null)
             {
@@ -454,9 +641,10 @@ namespace Parley
             else if (kind == "turn_failed")
             {
                 var error = Json.Get(data, "error") as Dictionary<string, object> ?? new Dictionary<string, object>();
+                var line = Json.Get(data, "line") as string;
                 throw new ParleyException(Json.Str(error, "code"), Json.Str(error, "message"), 0, null,
                                           Json.Str(error, "node"), Json.Str(error, "field"), null,
-                                          Json.Str(error, "model"));
+                                          Json.Str(error, "model"), line ?? state.Line);
             }
             return null;
         }
@@ -470,7 +658,25 @@ namespace Parley
         }
 
         // One ordinary request: its JSON answer (null for 204), or a ParleyException with the server's code.
+        // A GET, PUT or DELETE (idempotent: sent twice, it does what it did once) that could not be sent is sent
+        // once more, on a new connection: the first may have gone out on a kept-alive one the server had just
+        // closed. A POST or PATCH is never sent twice.
         async Task<object> Send(string method, string path, string jsonBody)
+        {
+            bool idempotent = method == "GET" || method == "PUT" || method == "DELETE";
+            for (int attempt = 1; ; attempt++)
+            {
+                try
+                {
+                    return await SendOnce(method, path, jsonBody).ConfigureAwait(false);
+                }
+                catch (ParleyException e) when (idempotent && attempt == 1 && e.Code == "unreachable")
+                {
+                }
+            }
+        }
+
+        async Task<object> SendOnce(string method, string path, string jsonBody)
         {
             var request = new HttpRequestMessage(new HttpMethod(method), baseUrl + path);
             if (jsonBody != null) request.Content = new StringContent(jsonBody, Encoding.UTF8, "application/json");

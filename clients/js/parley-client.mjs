@@ -13,8 +13,9 @@
  * @typedef {{node: string, tool: string, arguments: Record<string, unknown>, call_id: string}} ToolRequest
  * @typedef {{turn: number, turn_id: number, reply: string, path: string[],
  *   diagnostics: Record<string, unknown>|null}} TurnFinished
- * @typedef {{kind: string, data: any}} ParleyEvent  kind: turn_started, node_started, token, speak,
- *   tool_request, tool_call, summarized, warning, node_finished, turn_finished, turn_failed
+ * @typedef {{kind: string, data: any, id?: string}} ParleyEvent  kind: turn_started, turn_queued,
+ *   node_started, token, speak, tool_request, tool_call, summarized, warning, node_finished, turn_finished,
+ *   turn_failed; id: the event's SSE id (RUN.N) when the server gave one
  * @typedef {{turn_id: number, index: number, line: string, reply: string}} TurnLine
  * @typedef {{system_prompt?: string, temperature?: number, top_p?: number, max_tokens?: number,
  *   seed?: number}} NodeParams
@@ -24,9 +25,16 @@
  *   tools?: (request: ToolRequest) => string | Promise<string>,
  *   onEvent?: (event: ParleyEvent) => void,
  *   signal?: AbortSignal,
+ *   cancelOnDisconnect?: boolean,
  * }} TurnOptions
  *   tools answers each tool_request (its result is POSTed while the stream goes on); without it the
- *   caller answers from onEvent with toolResult(). signal stops the turn (the server cancels it).
+ *   caller answers from onEvent with toolResult(). signal stops the turn (the client asks the server to
+ *   cancel it). A stream that breaks mid-turn is resumed (see ResumeOptions); cancelOnDisconnect asks the
+ *   server to cancel the turn when its connection drops instead, and the client does not resume.
+ * @typedef {{tries?: number, delayMs?: number, idleMs?: number}} ResumeOptions
+ *   tries: attempts to reach the resume route after a break (default 5), the first at once and then
+ *   after delayMs, doubling (default 300: 0.3, 0.6, 1.2, 2.4 s, about 4.5 s in all); idleMs: a turn's
+ *   stream silent this long counts as broken (default 45000; the server sends a keep-alive every 15 s).
  */
 
 /** Every failure the client reports: an error JSON answer, a failed turn, a lost connection. */
@@ -36,11 +44,14 @@ export class ParleyError extends Error {
    *   field?: string, model?: string, cause?: unknown}} details
    *   code: the server's error code (unknown_session, busy, ...) or a failed turn's (cancelled,
    *   tool_timeout, ...); the client's own: network, aborted, bad_answer, stream_ended, tool_error,
-   *   handler_error (onEvent threw).
+   *   handler_error (onEvent threw), turn_lost (the stream broke and the turn could not be resumed: the
+   *   server that ran it stopped before the turn finished).
    *   status: the HTTP status (200 for a turn that failed mid-stream, 0 when no answer came).
    *   model: for model_missing, the model name the server's models folder has no file for.
+   *   line: for a turn that failed, the player's line handed back (to say again or put back in the
+   *   input box); "" otherwise.
    */
-  constructor({ code, message, status = 0, problems = [], node = "", field = "", model = "", cause }) {
+  constructor({ code, message, status = 0, problems = [], node = "", field = "", model = "", line = "", cause }) {
     super(`${code}: ${message}`, cause === undefined ? undefined : { cause });
     this.name = "ParleyError";
     this.code = code;
@@ -49,6 +60,7 @@ export class ParleyError extends Error {
     this.node = node;
     this.field = field;
     this.model = model;
+    this.line = line;
   }
 }
 
@@ -62,6 +74,7 @@ export class EventStreamParser {
     this.buffer = "";
     /** @type {string} */ this.kind = "";
     /** @type {string[]} */ this.data = [];
+    /** @type {string} */ this.id = ""; // the last event id seen (it carries over, as the spec says)
   }
 
   /** @param {string} text @returns {ParleyEvent[]} */
@@ -113,12 +126,13 @@ export class EventStreamParser {
       this.kind = "";
       this.data = [];
       let data;
+      const id = this.id;
       try {
         data = JSON.parse(raw);
       } catch (cause) {
         throw new ParleyError({ code: "bad_answer", message: `event ${kind}: its data is not JSON`, status: 200, cause });
       }
-      return { kind, data };
+      return id ? { kind, data, id } : { kind, data };
     }
     if (line.startsWith(":")) return null;
     const colon = line.indexOf(":");
@@ -127,28 +141,40 @@ export class EventStreamParser {
     if (value.startsWith(" ")) value = value.slice(1);
     if (field === "event") this.kind = value;
     else if (field === "data") this.data.push(value);
-    return null; // id and retry mean nothing here: a turn's stream is never resumed
+    else if (field === "id" && !value.includes("\0")) this.id = value;
+    return null; // retry means nothing here: the client resumes a turn's stream by its own rules
   }
 }
 
 /**
- * Reads an SSE response body to its end, handing each event to onEvent (awaited in order).
+ * Reads an SSE response body to its end, handing each event to onEvent (awaited in order). With
+ * idleMs, a body that sends nothing (not even a keep-alive) for that long fails as a network error.
  * @param {ReadableStream<Uint8Array>} body
  * @param {(event: ParleyEvent) => Promise<void>|void} onEvent
+ * @param {number} [idleMs]
  */
-async function readEvents(body, onEvent) {
+async function readEvents(body, onEvent, idleMs = 0) {
   const reader = body.getReader();
   const decoder = new TextDecoder("utf-8");
   const parser = new EventStreamParser();
+  /** @type {ReturnType<typeof setTimeout>|undefined} */
+  let timer;
+  const read = () => {
+    if (!idleMs) return reader.read();
+    const silent = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the stream sent nothing for ${idleMs} ms`)), idleMs);
+    });
+    return Promise.race([reader.read(), silent]).finally(() => clearTimeout(timer));
+  };
   try {
     for (;;) {
-      const { value, done } = await reader.read();
+      const { value, done } = /** @type {ReadableStreamReadResult<Uint8Array>} */ (await read());
       if (done) break;
       for (const event of parser.feed(decoder.decode(value, { stream: true }))) await onEvent(event);
     }
     for (const event of [...parser.feed(decoder.decode()), ...parser.end()]) await onEvent(event);
   } catch (error) {
-    // stop reading for good: the connection closes, and the server cancels a turn it was running
+    // stop reading for good: the connection closes (the turn runs on unless it was asked with cancelOnDisconnect)
     await reader.cancel().catch(() => {});
     throw error;
   } finally {
@@ -180,6 +206,38 @@ function failure(cause, signal, status = 0) {
   return new ParleyError({ code: "network", message: `no answer from the server: ${message}`, status, cause });
 }
 
+/**
+ * A turn whose stream broke and could not be resumed: turn_lost, the player's line handed back.
+ * @param {string} line @param {string} why @param {unknown} [cause]
+ */
+function lost(line, why, cause) {
+  return new ParleyError({
+    code: "turn_lost",
+    message: `the server stopped before the turn finished (${why}); say the line again`,
+    line,
+    cause,
+  });
+}
+
+/**
+ * Waits `ms`, or rejects as soon as `signal` aborts.
+ * @param {number} ms @param {AbortSignal|undefined} signal @returns {Promise<void>}
+ */
+function pause(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", stop);
+      resolve();
+    }, ms);
+    const stop = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", stop, { once: true });
+  });
+}
+
 /** @param {Response} response @returns {Promise<ParleyError>} */
 async function errorFrom(response) {
   const text = await response.text().catch(() => "");
@@ -209,12 +267,15 @@ async function errorFrom(response) {
 export class ParleyClient {
   /**
    * @param {string} baseUrl the server's address, e.g. "http://127.0.0.1:8765" (what it prints)
-   * @param {{token?: string, fetch?: typeof fetch}} [options] token: sent as "Authorization: Bearer"
+   * @param {{token?: string, fetch?: typeof fetch, resume?: ResumeOptions}} [options] token: sent as
+   *   "Authorization: Bearer"; resume: how a turn whose stream broke is resumed
    */
-  constructor(baseUrl, { token, fetch: fetchImpl } = {}) {
+  constructor(baseUrl, { token, fetch: fetchImpl, resume = {} } = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.token = token;
     this.fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+    /** @type {ResumeOptions} */
+    this.resumeOptions = resume;
   }
 
   /** @param {string} id */
@@ -225,12 +286,12 @@ export class ParleyClient {
   /**
    * One request; its answer when it succeeds (an error JSON answer rejects).
    * @param {string} method @param {string} path @param {unknown} [body]
-   * @param {{signal?: AbortSignal, accept?: string}} [options]
+   * @param {{signal?: AbortSignal, accept?: string, headers?: Record<string, string>}} [options]
    * @returns {Promise<Response>}
    */
-  async request(method, path, body, { signal, accept = "application/json" } = {}) {
+  async request(method, path, body, { signal, accept = "application/json", headers: extra = {} } = {}) {
     /** @type {Record<string, string>} */
-    const headers = { accept };
+    const headers = { ...extra, accept };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     if (body !== undefined) headers["content-type"] = "application/json";
     let response;
@@ -353,7 +414,7 @@ export class ParleyClient {
    * @returns {Promise<TurnFinished>}
    */
   turn(id, line, { instructions = "", mockTools = false, ...options } = {}) {
-    return this.stream(`${ParleyClient.path(id)}/turns`, { line, instructions, mock_tools: mockTools }, id, options);
+    return this.stream(`${ParleyClient.path(id)}/turns`, { line, instructions, mock_tools: mockTools }, id, line, options);
   }
 
   /**
@@ -361,17 +422,19 @@ export class ParleyClient {
    * @param {string} id @param {number} turn @param {TurnOptions} [options] @returns {Promise<TurnFinished>}
    */
   regenerate(id, turn, { instructions = "", mockTools = false, ...options } = {}) {
-    return this.stream(`${ParleyClient.path(id)}/regenerate`, { turn, instructions, mock_tools: mockTools }, id, options);
+    return this.stream(`${ParleyClient.path(id)}/regenerate`, { turn, instructions, mock_tools: mockTools }, id, "", options);
   }
 
   /**
-   * @param {string} path @param {unknown} body @param {string} id
+   * @param {string} path @param {Record<string, unknown>} body @param {string} id
+   * @param {string} line the player's line, handed back when the turn fails ("" for regenerate: then
+   *   turn_started's line)
    * @param {TurnOptions} options
    * @returns {Promise<TurnFinished>}
    */
-  async stream(path, body, id, { tools, onEvent, signal }) {
-    const response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
-    if (!response.body) throw new ParleyError({ code: "bad_answer", message: "the turn's answer has no body", status: response.status });
+  async stream(path, body, id, line, { tools, onEvent, signal, cancelOnDisconnect = false }) {
+    if (cancelOnDisconnect) body = { ...body, cancel_on_disconnect: true };
+    let response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
     /** @type {ParleyError|null} */
     let toolError = null; // the caller's tools threw: that, not the cancel it causes, is the turn's error
     /** @type {ParleyError|null} */
@@ -379,6 +442,10 @@ export class ParleyClient {
     /** @type {ParleyEvent|null} */
     let last = null;
     let ended = false; // once the stream has ended, a tool that throws must not cancel the session's next turn
+    /** @type {string|null} */
+    let run = null; // the turn's run, from turn_started or turn_queued: what a broken stream resumes
+    let seen = 0; // the number N of the last event delivered (its id is RUN.N)
+    let fresh = false; // an event arrived since the last break: the resume tries start again
 
     // Answers run beside the stream and never reject. The turn does not wait for one still running
     // when the stream ends: the stream's last event has settled the turn by then.
@@ -393,6 +460,7 @@ export class ParleyClient {
           code: "tool_error",
           message: `tool ${request.tool} failed: ${cause instanceof Error ? cause.message : String(cause)}`,
           node: request.node,
+          line,
           cause,
         });
         if (!ended) await this.cancel(id).catch(() => {});
@@ -405,32 +473,125 @@ export class ParleyClient {
       }
     };
 
+    /** @param {ParleyEvent} event */
+    const deliver = (event) => {
+      const dot = event.id?.lastIndexOf(".") ?? -1;
+      if (dot > 0) {
+        const number = Number(event.id?.slice(dot + 1));
+        if (run === null) run = event.id?.slice(0, dot) ?? null;
+        if (event.id?.slice(0, dot) === run && Number.isInteger(number)) {
+          if (number <= seen) return; // had it before the break: never delivered twice
+          seen = number;
+        }
+      }
+      if ((event.kind === "turn_started" || event.kind === "turn_queued") && typeof event.data?.run === "string") {
+        run ??= event.data.run;
+        if (typeof event.data.line === "string" && event.data.line) line ||= event.data.line;
+      }
+      fresh = true;
+      last = event;
+      handOn(onEvent, event);
+      if (event.kind === "tool_request" && tools) void answer(event.data);
+    };
+
+    const tries = Math.max(1, this.resumeOptions.tries ?? 5);
+    let attempt = 0; // resume attempts since an event last arrived
     try {
-      await readEvents(response.body, (event) => {
-        last = event;
-        handOn(onEvent, event);
-        if (event.kind === "tool_request" && tools) void answer(event.data);
-      });
-    } catch (cause) {
-      throw toolError ?? failure(cause, signal, response.status);
+      for (;;) {
+        if (!response.body) throw new ParleyError({ code: "bad_answer", message: "the turn's answer has no body", status: response.status, line });
+        /** @type {unknown} */
+        let broke = null;
+        try {
+          await readEvents(response.body, deliver, this.resumeOptions.idleMs ?? 45000);
+        } catch (cause) {
+          broke = cause;
+        }
+        const end = /** @type {ParleyEvent|null} */ (last); // set in the callback, which the checker cannot see
+        if (end?.kind === "turn_finished" || end?.kind === "turn_failed") break;
+        if (toolError) throw toolError;
+        if (signal?.aborted) throw await this.stopped(id, cancelOnDisconnect, signal, line, broke);
+        if (broke instanceof ParleyError || (run === null && !cancelOnDisconnect)) {
+          // handler_error or bad_answer, or a break before any event said which run it is: nothing to
+          // resume, and the turn runs on at the server unless it is told to stop
+          if (!cancelOnDisconnect) await this.cancel(id).catch(() => {});
+        }
+        if (broke instanceof ParleyError) {
+          broke.line ||= line;
+          throw broke;
+        }
+        if (cancelOnDisconnect || run === null) {
+          // asked not to resume (the server cancels the turn), or no event came to say which run it is
+          const error = broke !== null ? failure(broke, signal, response.status)
+            : postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
+          error.line ||= line;
+          throw error;
+        }
+        if (fresh) attempt = 0;
+        fresh = false;
+        response = await this.resume(id, run, seen, line, signal, cancelOnDisconnect, tries, () => attempt++);
+      }
     } finally {
       ended = true;
     }
     if (toolError) throw toolError;
-    const end = /** @type {ParleyEvent|null} */ (last); // set in the callback, which the checker cannot see
-    if (end?.kind === "turn_finished") return end.data;
-    if (end?.kind === "turn_failed") {
-      const error = end.data?.error ?? {};
-      throw new ParleyError({
-        code: String(error.code ?? "turn_error"),
-        message: String(error.message ?? ""),
-        status: response.status,
-        node: error.node ?? "",
-        field: error.field ?? "",
-        model: error.model ?? "",
-      });
+    const end = /** @type {ParleyEvent} */ (/** @type {unknown} */ (last));
+    if (end.kind === "turn_finished") return end.data;
+    const error = end.data?.error ?? {};
+    throw new ParleyError({
+      code: String(error.code ?? "turn_error"),
+      message: String(error.message ?? ""),
+      status: response.status,
+      node: error.node ?? "",
+      field: error.field ?? "",
+      model: error.model ?? "",
+      line: typeof end.data?.line === "string" ? end.data.line : line,
+    });
+  }
+
+  /**
+   * The rest of run `run` after its event `seen`, from the resume route: tried again after a short,
+   * doubling delay while no server answers (or one answers 5xx), up to `tries` attempts since the
+   * last event arrived (`next` counts them); turn_lost when the server does not know the run or none answers.
+   * @param {string} id @param {string} run @param {number} seen @param {string} line
+   * @param {AbortSignal|undefined} signal @param {boolean} cancelOnDisconnect @param {number} tries
+   * @param {() => number} next @returns {Promise<Response>}
+   */
+  async resume(id, run, seen, line, signal, cancelOnDisconnect, tries, next) {
+    const delayMs = this.resumeOptions.delayMs ?? 300;
+    for (;;) {
+      const attempt = next();
+      if (attempt >= tries) throw lost(line, `no server answered ${tries} tries to resume it`);
+      try {
+        if (attempt > 0) await pause(delayMs * 2 ** (attempt - 1), signal);
+        return await this.request("GET", `${ParleyClient.path(id)}/runs/${encodeURIComponent(run)}/events`, undefined, {
+          signal,
+          accept: "text/event-stream",
+          headers: { "last-event-id": `${run}.${seen}` },
+        });
+      } catch (error) {
+        if (signal?.aborted) throw await this.stopped(id, cancelOnDisconnect, signal, line, error);
+        const parley = failure(error, signal);
+        if (parley.code === "unknown_run") throw lost(line, "the server does not know it any more", parley);
+        const again = parley.code === "network" || parley.status >= 500 || parley.status === 429 || parley.code === "bad_answer";
+        if (!again) {
+          parley.line = line;
+          throw parley;
+        }
+      }
     }
-    throw postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
+  }
+
+  /**
+   * The caller's signal stopped a turn: asks the server to cancel it (a dropped connection no longer
+   * does, unless the turn was asked with cancelOnDisconnect) and gives the `aborted` error.
+   * @param {string} id @param {boolean} cancelOnDisconnect @param {AbortSignal} signal @param {string} line
+   * @param {unknown} cause @returns {Promise<ParleyError>}
+   */
+  async stopped(id, cancelOnDisconnect, signal, line, cause) {
+    if (!cancelOnDisconnect) await this.cancel(id).catch(() => {});
+    const error = failure(cause ?? signal.reason, signal);
+    error.line = line;
+    return error;
   }
 
   /**

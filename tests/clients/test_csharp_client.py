@@ -1,8 +1,8 @@
 """The C# client (clients/csharp/ParleyClient.cs) built with Mono's mcs and run with mono against a
 real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, two
 NPCs waiting on tools at once, turns cancelled by POST /cancel, by a token and by a failing tool, history,
-variables, params, typed errors, the token) on both of Mono's HTTP handlers, and one turn on the real
-sample model.
+variables, params, typed errors, the token) on both of Mono's HTTP handlers, turns whose streams a proxy
+breaks mid-turn (resumed, or lost with the line handed back), and one turn on the real sample model.
 
 Mono comes from the package registry: when ``mcs`` or ``mono`` is missing and we are root with apt-get,
 the module installs ``mono-mcs`` (which brings ``mono-runtime``) and ``libmono-system-net-http4.0-cil``
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runtime.resources import examples_dir
+from tests.clients.cutting_proxy import CuttingProxy
 from tests.servers import parley_serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +86,10 @@ def conversation_test(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [mono, "--debug", str(exe)]  # --debug: line numbers in a failure's stack trace
 
 
-def run_program(command: list[str], url: str, mode: str, token: str | None = None, handler: str = "") -> str:
-    """ConversationTest.exe URL MODE; its output, after checking it passed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+def run_program(command: list[str], url: str, mode: str, token: str | None = None, handler: str = "",
+                **more: str) -> str:
+    """ConversationTest.exe URL MODE, with ``more`` added to its environment; its output, after checking it passed."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}, **more}
     if token is not None:
         env["PARLEY_TOKEN"] = token
     if handler:
@@ -114,6 +116,25 @@ def test_csharp_client_runs_a_scripted_conversation_with_a_tool_call_and_a_cance
     assert f"handler: {HANDLERS[handler]}\n" in output, output
     passed = re.findall(r"^ok (.+)$", output, re.MULTILINE)
     assert passed == list(SCRIPTED_CHECKS), output
+
+
+@pytest.mark.parametrize("handler", list(HANDLERS), ids=list(HANDLERS.values()))
+def test_csharp_client_resumes_a_turn_whose_stream_breaks_and_hands_a_lost_turn_line_back(
+        conversation_test: list[str], handler: str) -> None:
+    """The proxy cuts turn streams (after a whole event, and in the middle of one); the client resumes
+    and gets every event once, as an unbroken turn gives them. A resume that reaches the other server,
+    which never ran the turn, ends in turn_lost with the line handed back; cancelOnDisconnect does not resume."""
+    args = ("--backend", "scripted", "--assets", str(examples_dir()))
+    # the other server keeps its sessions apart (--store none), as a replica that never ran the turn
+    with parley_serve(*args, token=TOKEN) as url, parley_serve(*args, "--store", "none", token=TOKEN) as other, \
+            CuttingProxy(url, other) as proxy:
+        output = run_program(conversation_test, proxy.url, "resume", TOKEN, handler, PARLEY_OTHER_URL=other,
+                             PARLEY_SUFFIX=".cs")
+    assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == [
+        "a broken stream resumed", "a turn lost with its server", "cancelOnDisconnect is not resumed"], output
+    assert proxy.cuts == {"cut.tool_request.cs": 1, "half.tool_request.cs": 1, "lost.turn_started.cs": 1,
+                          "cut.tool_request.cancel.cs": 1}, proxy.cuts
+    assert proxy.resumes == {"cut.tool_request.cs": 1, "half.tool_request.cs": 1, "lost.turn_started.cs": 1}
 
 
 @pytest.mark.model

@@ -1,6 +1,7 @@
 """The JavaScript client (clients/js) under node's own test runner, against a real ``parley serve``
 process: a scripted conversation with tool calls, a cancel, errors and a watch on the scripted backend,
-and one turn on the real sample model. Needs node 18+ and nothing from npm."""
+turns whose streams a proxy breaks mid-turn (resumed, or lost), and one turn on the real sample model.
+Needs node 18+ and nothing from npm."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtime.resources import examples_dir
+from tests.clients.cutting_proxy import CuttingProxy
 from tests.servers import parley_serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def summary(output: str) -> dict[str, int]:
 
 
 def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -> None:
-    tests = sorted((JS / "test").glob("*.test.mjs"))
+    tests = sorted(set((JS / "test").glob("*.test.mjs")) - {JS / "test" / "resume.test.mjs"})
     assert JS / "test" / "conversation.test.mjs" in tests
     with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), token=TOKEN) as url:
         output = run_node(*tests, PARLEY_URL=url, PARLEY_TOKEN=TOKEN)
@@ -55,6 +57,22 @@ def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -
         assert re.search(rf"^\s*ok \d+ - {re.escape(name)}$", output, re.MULTILINE), f"{name!r} did not pass:\n{output}"
     counts = summary(output)
     assert counts["skipped"] == 1, output  # only the sample model's test, which needs PARLEY_MODEL_URL
+
+
+def test_js_client_resumes_a_turn_whose_stream_breaks_and_hands_a_lost_turn_line_back() -> None:
+    """The proxy cuts turn streams (after a whole event, and in the middle of one); the client resumes
+    and gets every event once. A resume that reaches the other server, which never ran the turn, ends
+    in turn_lost with the line handed back; cancelOnDisconnect does not resume."""
+    args = ("--backend", "scripted", "--assets", str(examples_dir()))
+    # the other server keeps its sessions apart (--store none), as a replica that never ran the turn
+    with parley_serve(*args, token=TOKEN) as url, parley_serve(*args, "--store", "none", token=TOKEN) as other, \
+            CuttingProxy(url, other) as proxy:
+        output = run_node(JS / "test" / "resume.test.mjs", PARLEY_URL=url, PARLEY_PROXY_URL=proxy.url,
+                          PARLEY_OTHER_URL=other, PARLEY_TOKEN=TOKEN)
+    assert summary(output)["pass"] == 4, output
+    assert proxy.cuts == {"cut.tool_request.js": 1, "half.tool_request.js": 1, "lost.turn_started.js": 1,
+                          "cut.tool_request.cancel.js": 1}, proxy.cuts
+    assert proxy.resumes == {"cut.tool_request.js": 1, "half.tool_request.js": 1, "lost.turn_started.js": 1}
 
 
 @pytest.mark.model

@@ -1,6 +1,8 @@
 // The C# client's test: a whole scripted conversation against a running `parley serve`.
 //   mono ConversationTest.exe URL scripted   (--backend scripted, --assets resources/examples)
 //   mono ConversationTest.exe URL model      (the embedded backend on the sample model)
+//   mono ConversationTest.exe URL resume     (URL: tests/clients/cutting_proxy.py before a scripted server;
+//                                             PARLEY_OTHER_URL: a second one, PARLEY_SUFFIX: ends the session ids)
 // PARLEY_TOKEN: the server's token (PARLEY_SERVE_TOKEN), when it has one.
 // PARLEY_HANDLER=webrequest: HTTP through HttpWebRequest, as .NET Framework and older Monos do (Mono 6.8's
 // HttpClientHandler has that handler inside but picks SocketsHttpHandler).
@@ -23,9 +25,9 @@ static class ConversationTest
 
     static int Main(string[] args)
     {
-        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model"))
+        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume"))
         {
-            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model");
+            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume");
             return 2;
         }
         try
@@ -36,6 +38,8 @@ static class ConversationTest
                 Scripted(args[0]).GetAwaiter().GetResult();
                 MainThread.Run(() => OnMainThread(args[0]));
             }
+            else if (args[1] == "resume")
+                MainThread.Run(() => Resume(args[0], Environment.GetEnvironmentVariable("PARLEY_SUFFIX") ?? ".cs"));
             else Model(args[0]).GetAwaiter().GetResult();
             Console.WriteLine("all passed");
             return 0;
@@ -227,7 +231,8 @@ static class ConversationTest
                 if (e.Kind == "tool_request") waiting.TrySetResult(null);
             });
             await Within(waiting.Task, "tool_request of turn 2");
-            var busy = await Fails(() => client.Turn(id, "and now?"), "a second turn on a busy session");
+            // (a second line would wait in the queue, the asset's double_text; a regenerate is refused)
+            var busy = await Fails(() => client.Regenerate(id, 0), "a regenerate on a busy session");
             Check(busy.Code == "busy" && busy.Status == 409, "busy: " + busy.Code + " " + busy.Status);
             Check(await client.Cancel(id), "cancel says a turn was running");
             var cancelled = await Within(Fails(() => second, "the cancelled turn"), "turn 2");
@@ -343,6 +348,86 @@ static class ConversationTest
         }
         Check(elsewhere.Count == 0, "off the main thread: " + string.Join(", ", elsewhere));
         Ok("callbacks on the caller's thread");
+    }
+
+    // Turns whose streams the test's cutting proxy (tests/clients/cutting_proxy.py) at `url` breaks: sessions
+    // named cut.KIND.* and half.KIND.* have the stream cut after, or in the middle of, its first KIND event;
+    // lost.KIND.* too, and their resume goes to the server at PARLEY_OTHER_URL, which never ran the turn.
+    // Run on a one-thread context, as Unity's main thread: the callbacks stay on it across a resume.
+    static async Task Resume(string url, string suffix)
+    {
+        int main = Thread.CurrentThread.ManagedThreadId;
+        var elsewhere = new List<string>();
+        using (var client = new ParleyClient(url, Token, Handler()))
+        {
+            foreach (var how in new[] { "cut", "half" })
+            {
+                var whole = await client.CreateSession("tool_calling.json", null, "whole." + how + suffix);
+                var wholeEvents = new List<TurnEvent>();
+                var unbroken = await Within(client.Turn(whole.Id, "How many arrows are there?", r => "240",
+                                                        e => wholeEvents.Add(e)), "the unbroken turn");
+                var broken = await client.CreateSession("tool_calling.json", null, how + ".tool_request" + suffix);
+                var events = new List<TurnEvent>();
+                var calls = new List<string>();
+                var resumed = await Within(client.Turn(broken.Id, "How many arrows are there?", r =>
+                {
+                    if (Thread.CurrentThread.ManagedThreadId != main) elsewhere.Add("tools");
+                    calls.Add(r.Tool);
+                    return "240";
+                }, e =>
+                {
+                    if (Thread.CurrentThread.ManagedThreadId != main) elsewhere.Add("onEvent " + e.Kind);
+                    events.Add(e);
+                }), "the broken turn");
+                var run = events[0].Text("run");
+                for (int i = 0; i < events.Count; i++)
+                    Check(events[i].Id == run + "." + (i + 1), how + ": every event once, in order: " + events[i].Id + " at " + i);
+                Check(calls.Count == 1 && calls[0] == "check_stock", how + ": the tool request answered once: " + calls.Count);
+                Func<List<TurnEvent>, string, List<string>> comparable = (list, id) => list.Take(list.Count - 1).Select(e =>
+                {
+                    var data = new Dictionary<string, object>(e.Data);
+                    data.Remove("run");
+                    data.Remove("session");
+                    data.Remove("call_id");
+                    return (e.Kind + " " + Json.Write(data)).Replace(id, "SESSION");
+                }).ToList();
+                var got = comparable(events, broken.Id);
+                var want = comparable(wholeEvents, whole.Id);
+                Check(got.SequenceEqual(want), how + ": the events are the unbroken turn's:\n" + string.Join("\n", got)
+                      + "\n---\n" + string.Join("\n", want));
+                Check(resumed.Reply.Replace(broken.Id, "SESSION") == unbroken.Reply.Replace(whole.Id, "SESSION"),
+                      how + ": the reply is the unbroken turn's: " + resumed.Reply);
+                var said = string.Concat(events.Where(e => e.Kind == "token" && e.Text("node") == "reply").Select(e => e.Text("text")));
+                Check(said == resumed.Reply, how + ": the tokens say the reply, nothing twice: " + said);
+                Check((await client.GetSession(broken.Id)).Turns == 1, how + ": one turn");
+            }
+            Ok("a broken stream resumed");
+
+            var lostId = "lost.turn_started" + suffix;
+            await client.CreateSession("chat.json", null, lostId);
+            using (var other = new ParleyClient(Environment.GetEnvironmentVariable("PARLEY_OTHER_URL"), Token))
+                await other.CreateSession("chat.json", null, lostId); // a replica that did not run the turn
+            var kinds = new List<string>();
+            var lost = await Fails(() => Within(client.Turn(lostId, "Hello, innkeeper", null, e => kinds.Add(e.Kind)), "the lost turn"),
+                                   "a turn whose run the resume's server does not know");
+            Check(lost.Code == "turn_lost" && lost.Line == "Hello, innkeeper", "turn_lost, the line handed back: " + lost.Code
+                  + " " + lost.Line);
+            Check(lost.Message.Contains("server stopped before the turn finished") && lost.Message.Contains("say the line again"),
+                  "turn_lost says what to do: " + lost.Message);
+            Check(kinds.SequenceEqual(new[] { "turn_started" }), "events before the break: " + string.Join(",", kinds));
+            Ok("a turn lost with its server");
+
+            var cancelId = "cut.tool_request.cancel" + suffix;
+            await client.CreateSession("tool_calling.json", null, cancelId);
+            var dropped = await Fails(() => Within(client.Turn(cancelId, "How many arrows are there?", null, null,
+                                                               default(CancellationToken), "", true), "the cancel_on_disconnect turn"),
+                                      "a turn asked with cancelOnDisconnect");
+            Check(dropped.Code == "stream_ended" && dropped.Line == "How many arrows are there?",
+                  "not resumed: " + dropped.Code + " " + dropped.Message);
+            Check((await Idle(client, cancelId)).Turns == 0, "the server cancelled the turn");
+            Ok("cancelOnDisconnect is not resumed");
+        }
+        Check(elsewhere.Count == 0, "off the main thread: " + string.Join(", ", elsewhere));
     }
 
     static async Task Model(string url)

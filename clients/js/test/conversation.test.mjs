@@ -228,7 +228,7 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !S
     assert.equal((await client.getSession(session.id)).turns, 1);
   });
 
-  test("a second turn while one waits for its tool is refused as busy", OPTIONS, async () => {
+  test("regenerating while a turn waits for its tool is refused as busy", OPTIONS, async () => {
     const asked = signalled();
     let answer;
     const first = client.turn(session.id, QUESTION, {
@@ -238,7 +238,8 @@ describe("a conversation with the quartermaster (tool_calling.json)", { skip: !S
       },
     });
     await within(asked.promise, "the first turn's tool_request");
-    const busy = await rejectsWith(() => client.turn(session.id, "Anything else?"), "busy");
+    // (a second line would wait in the queue: the asset's double_text; a regenerate is refused)
+    const busy = await rejectsWith(() => client.regenerate(session.id, 0), "busy");
     assert.equal(busy.status, 409);
     answer("12 arrows");
     assert.match((await first).reply, /12 arrows/);
