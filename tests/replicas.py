@@ -45,12 +45,12 @@ global
 
 defaults
     mode http
-    timeout connect 2s
+    timeout connect 250ms
     timeout client 1h
     timeout server 1h
     timeout tunnel 1h
     timeout http-keep-alive 10s
-    option redispatch
+    option redispatch 1
     retries 3
     no option http-buffer-request
 
@@ -213,9 +213,9 @@ def say(client: ParleyClient, session_id: str, line: str,
     except TurnFailed as exc:
         said.code, said.line = exc.code, getattr(exc, "line", None) or line
     except ParleyError as exc:
-        if not run:  # the replica died before the turn began (502), or none was up (503): not taken
+        if not run:  # the replica died before the turn began (502, a dropped connection), none was up (503)
             said.code = exc.code if exc.code != "http_error" else f"http_{exc.status}"
-            said.broken = exc.status in (502, 504)
+            said.broken = exc.code in ("unavailable", "truncated") or exc.status in (502, 504)
         else:
             said.broken = True
             _resume(client, session_id, run, seen, said)
