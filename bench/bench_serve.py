@@ -26,8 +26,9 @@ of the asset with a smaller ``max_tokens`` in a temporary folder, with ``--max-t
    wraps the serve path's functions to note when each runs, in the server's process, on the clock
    the bench reads too), split into the segments of a turn's critical path (``SEGMENTS``: request
    -> route -> worker thread -> the agent's turn ... its end -> record -> event loop -> SSE frame ->
-   the client). ``--py-spy DIR`` also samples the server with py-spy (collapsed stacks in DIR) and
-   keeps each thread's most frequent functions.
+   the client). On scripted, the same turns also run in-process (an Agent, as ``parley chat`` runs
+   them): ``served_vs_in_process`` has both turn times side by side. ``--py-spy DIR`` also samples
+   the server with py-spy (collapsed stacks in DIR) and keeps each thread's most frequent functions.
 
 The machine's load average is kept at the start and end of each part: on a shared machine a busy
 moment shows in it.
@@ -350,6 +351,31 @@ def overhead_run(spec: str, folder: Path, asset: str, turns: int, log: Path, pro
     }
 
 
+def in_process_run(folder: Path, asset: str, turns: int) -> dict[str, Any]:
+    """The same scripted turns as ``overhead_run`` through the in-process path ``parley chat`` takes
+    (an Agent on the backend, no server): each turn's wall time."""
+    from runtime.agent import Agent
+    from runtime.asset.file import load_asset
+    from runtime.backends.scripted import ScriptedBackend
+
+    backend = ScriptedBackend()
+    wall = []
+
+    def fresh() -> Agent:
+        return Agent(load_asset(folder / asset), backend, str(folder))
+
+    agent = fresh()
+    agent.run_turn("Hello.")  # warm-up, as the served run has
+    agent = fresh()
+    for i, line in enumerate(player_lines(turns, seed=7)):
+        if i and i % 20 == 0:
+            agent = fresh()
+        started = time.perf_counter()
+        agent.run_turn(line)
+        wall.append((time.perf_counter() - started) * 1000)
+    return spread(wall)
+
+
 def overhead(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     folder, about = asset_folder(args.asset, args.max_tokens, scratch)
     out: dict[str, Any] = {**about, "goal_median_ms": GOAL_OVERHEAD_MS, "server": "parley serve subprocess",
@@ -360,6 +386,13 @@ def overhead(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         out[name] = overhead_run(name, folder, args.asset, turns, scratch / f"overhead-{name}.log")
         o = out[name]["overhead_ms"]
         print(f"overhead {name}: median {o['p50']} p95 {o['p95']} ms over {turns} turns", flush=True)
+        if name == "scripted":  # side by side: a turn served (one parley serve, direct) and in-process
+            served, alone = out[name]["wall_ms"], in_process_run(folder, args.asset, turns)
+            out[name]["served_vs_in_process"] = {
+                "served_turn_ms": served, "in_process_turn_ms": alone,
+                "served_minus_in_process_p50_ms": round(served["p50"] - alone["p50"], 2),
+                "within_goal": served["p50"] - alone["p50"] <= GOAL_OVERHEAD_MS}
+            print(f"scripted turn served p50 {served['p50']} ms, in-process p50 {alone['p50']} ms", flush=True)
     for name, turns in (("scripted", args.probe_turns), ("embedded", args.probe_model_turns)):
         if turns < 1:
             continue

@@ -24,13 +24,20 @@ from tests.servers import free_port
 DATABASE = "parley"
 
 
+def apt_install(package: str) -> bool:
+    """Install ``package`` with apt (a fresh CI machine); False where that cannot be done (not root, no apt)."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update"], check=True, capture_output=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", package], check=True, capture_output=True, env=env)
+    return True
+
+
 def postgres_bin() -> Path:
     """The newest installed PostgreSQL's bin folder, installed with apt if there is none (as root)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
-    if not found and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=True, capture_output=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "postgresql"], check=True, capture_output=True, env=env)
+    if not found and apt_install("postgresql"):
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(Path(p).parts[-3]))
     if not found:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql) and cannot be installed here")
