@@ -166,6 +166,7 @@ class NPC:
         self.stream: Stream | None = None  # the latest run's events: kept until the next run begins
         self.watchers: set[asyncio.Queue[Item | None]] = set()
         self.details: OrderedDict[int, TurnRecord] = OrderedDict()
+        self.used = time.monotonic()  # when a request last asked for it
         self.revision = 0  # the store's revision of the session as this server last wrote or read it
         self.last_run: dict[str, Any] | None = None  # the final event of its latest turn stream, as stored
 
@@ -270,6 +271,7 @@ class NPCs:
             raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r} "
                              f"(it has: {', '.join(loaded.variables) or 'none'})")
         with self._lock:
+            self._make_room()
             if len(self.sessions) >= self.limits.max_sessions:
                 raise ServeError("limit_reached", f"the server holds {self.limits.max_sessions} sessions, its "
                                  "limit (--max-sessions); delete one first")
@@ -354,7 +356,24 @@ class NPCs:
             npc = self._as_stored(session_id, npc)
         if npc is None:
             raise ServeError("unknown_session", f"no session {session_id[:80]!r} (GET /v1/sessions lists them)")
+        npc.used = time.monotonic()
         return npc
+
+    def _make_room(self) -> None:
+        """With a shared store, the sessions in memory are a cache of it: past ``max_sessions`` the
+        least recently used idle one nobody watches leaves memory (it stays in the store, and is read
+        again when asked for). Called with the lock, or on the event loop."""
+        if not self.store.shared:
+            return
+        while len(self.sessions) >= self.limits.max_sessions:
+            idle = [npc for npc in self.sessions.values() if npc.running is None and not npc.watchers]
+            if not idle:
+                return
+            oldest = min(idle, key=lambda npc: npc.used)
+            del self.sessions[oldest.id]
+            self._release_caches(oldest.id)
+            log.info("session %s left memory (it stays in %s)", oldest.id, self.store.label,
+                     extra={"session": oldest.id})
 
     def _as_stored(self, session_id: str, npc: NPC | None) -> NPC | None:
         """With a shared store, the session as the store has it now: another replica may have made it,
@@ -382,6 +401,8 @@ class NPCs:
         else:
             if npc is not None:
                 fresh.watchers = npc.watchers  # observers here keep watching the session
+            else:
+                self._make_room()
             self.sessions[session_id] = fresh
         if fresh is not None:
             log.info("session %s: read from %s at revision %d", session_id, self.store.label, fresh.revision,
@@ -406,13 +427,16 @@ class NPCs:
             self.store.delete(session_id)
         except StoreError as exc:
             log.error("session %s: %s", session_id, exc)
-        # its node caches: the server names them "SESSION/NODE"
+        self._release_caches(session_id)
+        log.info("session %s deleted", session_id, extra={"session": session_id})
+
+    def _release_caches(self, session_id: str) -> None:
+        """Free the session's node caches in the backend: the server names them "SESSION/NODE"."""
         release = getattr(self.backend, "release", None)
         sessions = getattr(self.backend, "sessions", None)
         if callable(release) and callable(sessions):
             for key in [k for k in sessions() if k.startswith(f"{session_id}/")]:
                 release(key)
-        log.info("session %s deleted", session_id, extra={"session": session_id})
 
     def set_variables(self, session_id: str, variables: dict[str, Any]) -> NPC:
         npc = self.idle(session_id)

@@ -288,6 +288,18 @@ def test_a_shared_store_serves_a_session_another_replica_made_and_follows_its_re
         store.close()
 
 
+def test_a_replica_on_a_shared_store_keeps_at_most_max_sessions_in_memory_and_reads_the_rest_again(postgres_db):
+    store = PostgresStore(postgres_db)
+    npcs = NPCs(ScriptedBackend(), [examples_dir()], Limits(max_sessions=2), store=store)
+    for name in ("ada", "brom", "cora"):  # past the limit: the least recently used idle one leaves memory
+        npcs.create("chat.json", {"player_name": name}, name)
+    assert sorted(npcs.sessions) == ["brom", "cora"]
+    npcs.get("brom")  # used: cora is now the oldest
+    assert npcs.get("ada").agent.variables["player_name"] == "ada", "read again from the store"
+    assert sorted(npcs.sessions) == ["ada", "brom"]
+    store.close()
+
+
 def test_two_replicas_on_one_postgresql_continue_each_other_byte_for_byte(postgres_db):
     with running_server(ScriptedBackend(whole_prompt), [examples_dir()]) as url, ParleyClient(url) as client:
         client.create_session("chat.json", id="innkeeper", variables={"player_name": "Ada"})
