@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import shutil
 import signal
 import socket
@@ -26,7 +25,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from httpx_sse import SSEError, connect_sse
 
 from runtime.serve.client import ParleyClient, ParleyError, TurnFailed
 from runtime.serve.protocol import PREFIX
@@ -192,73 +190,35 @@ class Said:
 
 def say(client: ParleyClient, session_id: str, line: str,
         on_started: Callable[[str], None] | None = None) -> Said:
-    """Say ``line`` and follow its turn to the end. When the stream breaks after turn_started, reconnect
-    to the run with Last-Event-ID (through the balancer: the session's replica, or the one it moved to)
-    until it ends: turn_finished (the turn was stored before the replica died), turn_failed, or
-    unknown_run, which is code ``turn_lost`` with the line handed back. A client that resumes by
-    itself raises TurnFailed ``turn_lost`` instead; that is the same outcome."""
+    """Say ``line`` and follow its turn to the end. The client resumes a broken stream by itself
+    (through the balancer: the session's replica, or the one it moved to): the turn ends in
+    turn_finished (it was stored before the replica died), turn_failed, or TurnFailed ``turn_lost``
+    with the line handed back (no replica has the turn; or the balancer answered 502 before it began)."""
     said = Said(line, started=time.monotonic())
-    run, seen = "", 0
+    starts, resumes = 0, client.resumes
     try:
         for event in client.stream_turn(session_id, line):
-            seen += 1
             said.events.append(event.kind)
             if event.kind == "turn_started":
-                run = event.data["run"]
-                if on_started is not None:
+                starts += 1
+                if on_started is not None and starts == 1:
                     on_started(session_id)
-            if _ended(said, event.kind, event.data):
-                return said
-        raise ParleyError("truncated", "the stream ended before the turn did")
-    except TurnFailed as exc:
-        said.code, said.line = exc.code, getattr(exc, "line", None) or line
-    except ParleyError as exc:
-        if not run:  # the replica died before the turn began (502, a dropped connection), none was up (503)
-            said.code = exc.code if exc.code != "http_error" else f"http_{exc.status}"
-            said.broken = exc.code in ("unavailable", "truncated") or exc.status in (502, 504)
+            if event.kind == "turn_finished":
+                said.reply = event.data["reply"]
+                break
+            if event.kind == "turn_failed":
+                said.code, said.line = event.data["error"]["code"], event.data.get("line", line)
+                break
         else:
-            said.broken = True
-            _resume(client, session_id, run, seen, said)
+            said.code = "truncated"
+    except TurnFailed as exc:
+        said.code, said.line, said.broken = exc.code, exc.line or line, True
+    except ParleyError as exc:  # the balancer had no replica, or none could be reached
+        said.code, said.broken = exc.code, exc.code == "unavailable"
+    said.resumed = client.resumes > resumes
+    said.broken = said.broken or said.resumed
     said.ended = time.monotonic()
     return said
-
-
-def _ended(said: Said, kind: str, data: dict) -> bool:
-    if kind == "turn_finished":
-        said.reply, said.ended = data["reply"], time.monotonic()
-        return True
-    if kind == "turn_failed":
-        said.code, said.line, said.ended = data["error"]["code"], data.get("line", said.line), time.monotonic()
-        return True
-    return False
-
-
-def _resume(client: ParleyClient, session_id: str, run: str, seen: int, said: Said) -> None:
-    deadline = time.monotonic() + RESUME_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            with connect_sse(client.http, "GET", f"{PREFIX}/sessions/{session_id}/runs/{run}/events",
-                             headers={"Last-Event-ID": f"{run}.{seen}"}) as source:
-                if source.response.status_code >= 400:
-                    source.response.read()
-                    code = _error_code(source.response)
-                    if code == "unknown_run":
-                        said.code = "turn_lost"
-                        return
-                    if code not in ("", "store_error"):  # 502/503 from the balancer: the replica is still going
-                        said.code = code
-                        return
-                else:
-                    for sse in source.iter_sse():
-                        seen += 1
-                        said.events.append(sse.event)
-                        if _ended(said, sse.event, json.loads(sse.data) if sse.data else {}):
-                            said.resumed = True
-                            return
-        except (httpx.HTTPError, SSEError):
-            pass
-        time.sleep(0.05)
-    said.code = "unavailable"
 
 
 def _error_code(response: httpx.Response) -> str:

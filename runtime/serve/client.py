@@ -156,6 +156,7 @@ class ParleyClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
         self.resume_waits = resume_waits  # () never resumes: a broken stream raises unavailable
+        self.resumes = 0  # broken streams this client asked to resume (each try counts)
 
     def close(self) -> None:
         self.http.close()
@@ -262,7 +263,8 @@ class ParleyClient:
                 ) -> Iterator[ServerEvent]:
         line, run, last_id = str(body.get("line", "")), "", ""
         unanswered: tuple[str, str] | None = None  # a tool result the break kept from the server
-        waits = iter(() if body.get("cancel_on_disconnect") else self.resume_waits)
+        resumable = () if body.get("cancel_on_disconnect") else self.resume_waits
+        waits, progressed = iter(resumable), False
         request: dict[str, Any] = {"method": "POST", "url": f"{PREFIX}/sessions/{session_id}/{route}", "json": body}
         while True:
             try:
@@ -274,6 +276,7 @@ class ParleyClient:
                     for sse in source.iter_sse():
                         last_id = sse.id or last_id
                         event = ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
+                        progressed = True
                         run = str(event.data.get("run") or run) if event.kind in ("turn_queued", "turn_started") else run
                         line = str(event.data.get("line", line)) if event.kind == "turn_started" else line
                         yield event
@@ -290,12 +293,18 @@ class ParleyClient:
             except httpx.HTTPError as exc:
                 broke = str(exc) or type(exc).__name__
             except ParleyError as exc:
+                if request["method"] == "POST" and exc.code == "http_error" and exc.status in (502, 503, 504):
+                    # a balancer's answer: the server it chose died before the turn's stream began
+                    raise TurnFailed("turn_lost", f"no server answered the turn (HTTP {exc.status} from the "
+                                     "balancer in front): say the line again", line=line) from None
                 if request["method"] == "POST" and exc.code != "unavailable":
                     raise  # refused: the turn never began
                 if exc.code == "unknown_run":
                     raise TurnFailed("turn_lost", "the server running the turn stopped before the turn finished, so "
                                      "nothing of it was kept: say the line again", line=line) from None
                 broke = exc.message
+            if progressed:  # events came since the last break: its tries start again
+                waits, progressed = iter(resumable), False
             wait = next(waits, None)
             if not run or wait is None:
                 if run:
@@ -303,6 +312,7 @@ class ParleyClient:
                                      "the line again", line=line)
                 raise ParleyError("unavailable", f"{self.http.base_url}: {broke}")
             time.sleep(wait)  # a moment for the server, or the balancer's next one, before asking again
+            self.resumes += 1
             request = {"method": "GET", "url": f"{PREFIX}/sessions/{session_id}/runs/{run}/events",
                        "headers": {"Last-Event-ID": last_id} if last_id else {}}
 
