@@ -5,7 +5,6 @@ Needs node 18+ and nothing from npm."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -16,6 +15,7 @@ import pytest
 
 from runtime.resources import examples_dir
 from tests.clients.cutting_proxy import CuttingProxy
+from tests.samples import example_on_sample_model
 from tests.servers import parley_serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,11 +77,7 @@ def test_js_client_resumes_a_turn_whose_stream_breaks_and_hands_a_lost_turn_line
 
 @pytest.mark.model
 def test_js_client_runs_a_chat_turn_on_the_sample_model(sample_model: Path, tmp_path: Path) -> None:
-    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
-    raw["default_model"] = str(sample_model)
-    for node in raw["nodes"]:
-        node["max_tokens"] = 24  # a short reply: quick on 2 cores
-    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    example_on_sample_model("chat", sample_model, tmp_path, 24)
     with parley_serve("--backend", "embedded", "--assets", str(tmp_path)) as url:
         output = run_node(JS / "test" / "sample_model.test.mjs", PARLEY_MODEL_URL=url)
     counts = summary(output)

@@ -16,6 +16,7 @@ from runtime.backends.scripted import ScriptedBackend
 from runtime.resources import examples_dir
 from runtime.serve.client import ParleyClient, ParleyError, ServerEvent, TurnFailed
 from runtime.serve.server import running_server
+from tests.samples import example_on_sample_model
 
 DEADLINE = 60.0  # seconds: generous for a busy 2-core machine; only a hang reaches it
 FIRST, SECOND = "Tell me about the inn", "Never mind, is there a room?"
@@ -157,12 +158,7 @@ def test_on_the_sample_model_a_line_said_over_the_reply_is_queued_and_both_repli
         sample_model, tmp_path: Path, held) -> None:
     from runtime.backends.llama import LlamaBackend
 
-    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
-    raw["default_model"] = str(sample_model)
-    for node in raw["nodes"]:
-        if "max_tokens" in node:
-            node["max_tokens"] = 24
-    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    example_on_sample_model("chat", sample_model, tmp_path, 24)
     backend = LlamaBackend(asset_dir=tmp_path)
     try:
         with running_server(backend, [tmp_path]) as url, ParleyClient(url, timeout=300) as client:

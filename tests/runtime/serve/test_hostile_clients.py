@@ -23,6 +23,7 @@ from runtime.resources import examples_dir
 from runtime.serve.client import ParleyClient, ParleyError, ServerEvent
 from runtime.serve.npcs import Limits
 from runtime.serve.server import running_server
+from tests.samples import example_on_sample_model
 
 DEADLINE = 60.0  # seconds: generous for a busy 2-core machine; only a hang reaches it
 MODEL_WAIT = 300.0  # the same, for turns on the real sample model
@@ -764,12 +765,7 @@ def test_on_the_sample_model_a_client_gone_mid_generation_leaves_its_session_as_
     monkeypatch.setattr(npcs_module.NPCs, "stop", staticmethod(stop))
     monkeypatch.setattr(npcs_module.Stream, "put", put)
 
-    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
-    raw["default_model"] = str(sample_model)
-    for node in raw["nodes"]:
-        if "max_tokens" in node:
-            node["max_tokens"] = 48
-    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    example_on_sample_model("chat", sample_model, tmp_path, 48)
     token = "real-model-token-0123456789"
     backend = LlamaBackend(asset_dir=tmp_path)
     try:

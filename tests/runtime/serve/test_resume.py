@@ -17,6 +17,7 @@ from runtime.backends.scripted import ScriptedBackend
 from runtime.resources import examples_dir
 from runtime.serve.client import ParleyClient, ServerEvent, TurnFailed
 from runtime.serve.server import running_server
+from tests.samples import example_on_sample_model
 
 DEADLINE = 60.0  # seconds: generous for a busy 2-core machine; only a hang reaches it
 MODEL_WAIT = 300.0
@@ -202,12 +203,7 @@ def test_when_no_server_has_the_turn_the_client_fails_it_as_turn_lost_with_the_l
 def test_on_the_sample_model_a_dropped_stream_is_resumed_and_the_reply_is_whole(sample_model, tmp_path: Path) -> None:
     from runtime.backends.llama import LlamaBackend
 
-    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
-    raw["default_model"] = str(sample_model)
-    for node in raw["nodes"]:
-        if "max_tokens" in node:
-            node["max_tokens"] = 24
-    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    example_on_sample_model("chat", sample_model, tmp_path, 24)
     backend = LlamaBackend(asset_dir=tmp_path)
     transport = Breaking()
     try:

@@ -11,9 +11,9 @@ import pytest
 
 from runtime.agent import Agent
 from runtime.asset.file import load_asset
-from runtime.resources import examples_dir
 from runtime.serve.client import ParleyClient, TurnFailed
 from runtime.serve.server import running_server
+from tests.samples import example_on_sample_model
 
 pytestmark = pytest.mark.model
 WAIT = 300.0  # seconds: a busy 2-core machine; a working run takes a fraction
@@ -25,12 +25,7 @@ def assets(sample_model, tmp_path_factory) -> Path:
     """The chat and intent router examples on the sample model, with short replies (quick on 2 cores)."""
     folder = tmp_path_factory.mktemp("served")
     for name in ("chat", "intent_router"):
-        raw = json.loads((examples_dir() / f"{name}.json").read_text(encoding="utf-8"))
-        raw["default_model"] = str(sample_model)
-        for node in raw["nodes"]:
-            if "max_tokens" in node and node["type"] != "ClassifyIntent":
-                node["max_tokens"] = 16
-        (folder / f"{name}.json").write_text(json.dumps(raw), encoding="utf-8")
+        example_on_sample_model(name, sample_model, folder, 16, keep=("ClassifyIntent",))
     return folder
 
 

@@ -3,14 +3,13 @@ and the next turn's prompt holds the turns before (the model reads them again fr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from runtime.backends.llama import LlamaBackend
-from runtime.resources import examples_dir
 from runtime.session.session import Session, open_graph
+from tests.samples import example_on_sample_model
 
 pytestmark = pytest.mark.model
 LINES = ["Good evening. Is there a room for the night?", "My name is Aldric. What is the soup today?"]
@@ -18,12 +17,7 @@ LINES = ["Good evening. Is there a room for the night?", "My name is Aldric. Wha
 
 @pytest.fixture()
 def chat(sample_model, tmp_path) -> Path:
-    raw = json.loads((examples_dir() / "chat.json").read_text(encoding="utf-8"))
-    raw["default_model"] = str(sample_model)
-    for node in raw["nodes"]:
-        if "max_tokens" in node:
-            node["max_tokens"] = 12
-    (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")
+    example_on_sample_model("chat", sample_model, tmp_path, 12)
     return tmp_path / "chat.json"
 
 
