@@ -7,7 +7,8 @@
   server to its end, and to its first token.
 - ``parley_turns_running`` and ``parley_turns_waiting``: turns computing, and turns waiting for one
   of the ``--workers`` places.
-- ``parley_sessions``: sessions held.
+- ``parley_sessions``: sessions held; ``parley_lines_queued``: players' lines waiting behind their
+  session's running turn (double_text: queue).
 - ``parley_kv_contexts{state}`` and ``parley_kv_mib{state}``: the embedded engine's node contexts,
   live and parked (absent on a backend that keeps no caches here).
 - ``parley_store_write_seconds``: each write to the session store.
@@ -31,11 +32,14 @@ WRITE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 class _Held(Collector):
     """The gauges read when scraped: sessions, and the backend's KV contexts."""
 
-    def __init__(self, sessions: Callable[[], int], kv_stats: Callable[[], Any] | None) -> None:
-        self._sessions, self._kv_stats = sessions, kv_stats
+    def __init__(self, sessions: Callable[[], int], kv_stats: Callable[[], Any] | None,
+                 queued: Callable[[], int]) -> None:
+        self._sessions, self._kv_stats, self._queued = sessions, kv_stats, queued
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily("parley_sessions", "Sessions the server holds", value=self._sessions())
+        yield GaugeMetricFamily("parley_lines_queued", "Lines waiting behind their session's running turn",
+                                value=self._queued())
         if self._kv_stats is None:
             return
         stats = self._kv_stats()
@@ -53,7 +57,7 @@ class _Held(Collector):
 class Metrics:
     """The server's counters, histograms and gauges, in a registry of its own."""
 
-    def __init__(self, sessions: Callable[[], int], backend: object) -> None:
+    def __init__(self, sessions: Callable[[], int], backend: object, queued: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.turns = Counter("parley_turns", "Turns that finished", registry=r)
@@ -69,7 +73,7 @@ class Metrics:
         self.store_write = Histogram("parley_store_write_seconds", "Each write to the session store",
                                      buckets=WRITE_BUCKETS, registry=r)
         kv_stats = getattr(backend, "kv_stats", None)
-        r.register(_Held(sessions, kv_stats if callable(kv_stats) else None))
+        r.register(_Held(sessions, kv_stats if callable(kv_stats) else None, queued))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -197,7 +197,8 @@ class NPCs:
         self.backend = backend
         # Every session is written here after each change, a turn before its turn_finished is sent
         self.store: SessionStore = store if store is not None else NoStore()
-        self.metrics = Metrics(lambda: len(self.sessions), backend)
+        self.metrics = Metrics(lambda: len(self.sessions), backend,
+                               lambda: sum(len(npc.queued) for npc in list(self.sessions.values())))
         # Notes the turns in flight, and which node each runs: a native crash's report then names them.
         self.crash_watch = crash_watch
         self.asset_dirs = [d.resolve() for d in asset_dirs]

@@ -131,6 +131,7 @@ def test_a_cancel_ends_the_running_turn_and_every_line_waiting_behind_it(tmp_pat
                 pass
             waiting = client.stream_turn(npc.id, SECOND)
             assert next(waiting).kind == "turn_queued"
+            assert "parley_lines_queued 1.0" in client.http.get("/metrics").text
             assert client.cancel(npc.id) is True
             held.set()
             with pytest.raises(TurnFailed) as queued:
@@ -177,3 +178,13 @@ def test_on_the_sample_model_a_line_said_over_the_reply_is_queued_and_both_repli
             assert [t.reply for t in client.turns(talked_over)] == expected
     finally:
         backend.close()
+
+
+def test_the_policy_is_saved_only_when_it_is_not_the_default(tmp_path: Path) -> None:
+    from runtime.asset.file import load_asset, save_asset
+
+    asset = load_asset(examples_dir() / "chat.json")
+    save_asset(asset, tmp_path / "queue.json")
+    assert "double_text" not in (tmp_path / "queue.json").read_text(encoding="utf-8")
+    save_asset(asset.model_copy(update={"double_text": "interrupt"}), tmp_path / "interrupt.json")
+    assert load_asset(tmp_path / "interrupt.json").double_text == "interrupt"
