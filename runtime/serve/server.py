@@ -74,12 +74,24 @@ def check_config(config: ServeConfig) -> None:
 
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP (and the
+    # protocol sets it again on each connection, whatever socket it came from)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Send each write at once. uvicorn writes an answer's header and its body apart; with Nagle's
+    algorithm on, the body waits for the client's delayed ACK of the header, about 40 ms on every
+    plain request of a kept-alive connection."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _HeaderDeadline(H11Protocol):
@@ -93,6 +105,7 @@ class _HeaderDeadline(H11Protocol):
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._arm()
 
