@@ -18,18 +18,25 @@ is saved as a llama_state_seq snapshot in RAM and their context freed, or handed
 to the new node when it is of the same model and size. A parked node's next call restores
 its snapshot instead of reading its conversation again, and goes on bit for bit. Only
 contexts whose model lock this thread holds or takes without waiting are parked: one in use on
-another thread is waited for, never touched.
+another thread is waited for, never touched. Parked snapshots have a RAM cap of their own,
+``park_mib`` (``ParkedCaches``): past it the least recently parked are spilled to files, read back
+on their node's next call as they were written; a snapshot the disk refuses is dropped, and its
+node reads its conversation again.
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,6 +106,10 @@ PARTIAL_CHUNK_TOKENS = 32
 # A node waiting for room in the KV budget, while every context in the way is in use on another
 # thread, looks again this often (each call's end wakes it sooner) and for the turn's Stop.
 KV_WAIT_SECONDS = 0.25
+# RAM the caches parked under a KV budget may take together (``ParkedCaches``); past it the least
+# recently parked go to disk. About five 2048-token contexts of the sample model, or a hundred short
+# conversations' caches (~23 KB a token); ``parley serve --park-budget`` sets it.
+PARK_BUDGET_MIB = 512
 
 
 # --- llama.cpp log -> Python logging ---------------------------------------------------
@@ -847,6 +858,11 @@ class KVStats:
     parks: int  # caches parked so far
     restores: int  # parked caches restored so far
     handovers: int  # parked contexts given straight to another node (no allocation)
+    park_budget_mib: float = 0.0  # what parked snapshots may take in RAM (``park_mib``)
+    spilled: int = 0  # parked nodes whose snapshot waits on disk, past the RAM cap
+    spilled_mib: float = 0.0  # those files' bytes
+    spills: int = 0  # snapshots written to disk so far
+    spill_failures: int = 0  # snapshots dropped because the disk refused them (read again on their next call)
 
 
 class TurnSnapshots:
@@ -916,6 +932,200 @@ class TurnSnapshots:
             total -= len(dropped.data)
 
 
+@dataclass(frozen=True)
+class SpilledCache:
+    """A parked cache whose bytes wait in a file (``ParkedCaches``); the journal stays in RAM."""
+
+    journal: DecodeJournal
+    read_start: int
+    path: Path
+    size: int
+    crc: int  # zlib.crc32 of the bytes: a file changed meanwhile is read again, never restored
+
+
+class ParkedCaches:
+    """The caches parked to make room in the KV budget, one per node, until its next call takes it.
+
+    Their bytes stay in RAM up to ``budget`` bytes; past it the least recently parked are written
+    to a file each (llama_state_seq data as is) in a folder made under ``parent`` at the first
+    spill (the system's temporary folder when None) and removed by ``close``. ``take`` reads a
+    spilled one back and deletes its file; ``forget`` deletes it unread. A snapshot the disk
+    refuses (full, no permission) is dropped: its node reads its conversation again, as if never
+    parked. File writes and reads run outside the lock, so other nodes' calls never wait on a disk."""
+
+    def __init__(self, budget: int, parent: str | os.PathLike[str] | None = None) -> None:
+        self.budget = budget
+        self.parent = Path(parent) if parent is not None else None
+        self._lock = threading.Lock()
+        self._in_ram: OrderedDict[str, ParkedCache] = OrderedDict()  # oldest parked first
+        self._ram_bytes = 0
+        self._writing: dict[str, ParkedCache] = {}  # being written: still RAM, still takeable
+        self._on_disk: dict[str, SpilledCache] = {}
+        self._folder: Path | None = None
+        self._files = 0  # numbers each file, so a file being removed never has a new one's name
+        self._warned = False
+        self.spills = self.failures = 0
+
+    # what is parked
+
+    def put(self, parked: ParkedCache) -> None:
+        """Keep ``parked`` (in place of any earlier one of its node), spilling the least recently
+        parked to disk while the RAM ones exceed the budget."""
+        key = parked.snapshot.key
+        with self._lock:
+            stale = self._pop(key)
+            self._in_ram[key] = parked
+            self._ram_bytes += len(parked.snapshot.data)
+            spilling = []
+            while self._in_ram and self._ram_bytes > self.budget:
+                old_key, old = self._in_ram.popitem(last=False)
+                self._ram_bytes -= len(old.snapshot.data)
+                self._writing[old_key] = old
+                spilling.append(old)
+        _remove(stale)
+        for old in spilling:
+            self._spill(old)
+
+    def take(self, key: str) -> ParkedCache | None:
+        """``key``'s parked cache, once (read back from disk if it was spilled); None when it has none,
+        or its file cannot be read back whole."""
+        with self._lock:
+            parked = self._in_ram.pop(key, None)
+            if parked is not None:
+                self._ram_bytes -= len(parked.snapshot.data)
+                return parked
+            parked = self._writing.pop(key, None)  # its writer sees it gone and deletes the file
+            if parked is not None:
+                return parked
+            spilled = self._on_disk.pop(key, None)
+        if spilled is None:
+            return None
+        data = (ctypes.c_uint8 * spilled.size)()
+        try:
+            with open(spilled.path, "rb") as f:
+                n = f.readinto(data)
+                whole = n == spilled.size and not f.read(1) and zlib.crc32(data) == spilled.crc
+        except OSError as e:
+            whole = False
+            log.warning("node %s: its parked cache could not be read back from %s (%s); its next call reads its "
+                        "prompt again", key, spilled.path, e.strerror or e)
+        else:
+            if not whole:
+                log.warning("node %s: its parked cache in %s changed on disk; its next call reads its prompt again",
+                            key, spilled.path)
+        _remove(spilled)
+        return ParkedCache(Snapshot(key, spilled.journal, data), spilled.read_start) if whole else None
+
+    def forget(self, key: str | None = None) -> None:
+        """Drop ``key``'s parked cache, its file too (None: every node's)."""
+        with self._lock:
+            keys = [key] if key is not None else [*self._in_ram, *self._writing, *self._on_disk]
+            stale = [self._pop(k) for k in keys]
+        for spilled in stale:
+            _remove(spilled)
+
+    def items(self) -> list[tuple[str, ParkedCache]]:
+        """The parked caches held in RAM, as (node, cache), the least recently parked first."""
+        with self._lock:
+            return [*self._in_ram.items(), *self._writing.items()]
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """(in RAM, their bytes, on disk, their bytes)."""
+        with self._lock:
+            ram = len(self._in_ram) + len(self._writing)
+            ram_bytes = self._ram_bytes + sum(len(p.snapshot.data) for p in self._writing.values())
+            return ram, ram_bytes, len(self._on_disk), sum(s.size for s in self._on_disk.values())
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._in_ram or key in self._writing or key in self._on_disk
+
+    def close(self) -> None:
+        """Forget every parked cache and remove the spill folder."""
+        self.forget()
+        with self._lock:
+            folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    # the disk
+
+    def _pop(self, key: str) -> SpilledCache | None:
+        """Drop ``key`` from RAM; its spilled record, whose file the caller removes outside the lock."""
+        parked = self._in_ram.pop(key, None)
+        if parked is not None:
+            self._ram_bytes -= len(parked.snapshot.data)
+        self._writing.pop(key, None)
+        return self._on_disk.pop(key, None)
+
+    def _spill(self, parked: ParkedCache) -> None:
+        key = parked.snapshot.key
+        data = parked.snapshot.data
+        path: Path | None = None
+        try:
+            folder = self._spill_folder()
+            with self._lock:
+                self._files += 1
+                path = folder / f"{_file_name(key)}-{self._files}.kv"
+            with open(path, "xb") as f:
+                f.write(memoryview(data).cast("B"))
+        except OSError as e:
+            with self._lock:
+                dropped = self._writing.get(key) is parked
+                if dropped:
+                    del self._writing[key]
+                    self.failures += 1
+                warn, self._warned = not self._warned, True
+            if path is not None:
+                _unlink(path)
+            if dropped:
+                (log.warning if warn else log.debug)(
+                    "node %s: its parked cache could not be written to %s (%s), so it was dropped; its next call "
+                    "reads its prompt again%s", key, path or self.parent or "the temporary folder", e.strerror or e,
+                    " (further such drops are logged at debug level)" if warn else "")
+            return
+        spilled = SpilledCache(parked.snapshot.journal, parked.read_start, path, len(data), zlib.crc32(data))
+        with self._lock:
+            kept = self._writing.get(key) is parked
+            if kept:
+                del self._writing[key]
+                self._on_disk[key] = spilled
+                self.spills += 1
+        if not kept:  # taken or forgotten while it was written
+            _unlink(path)
+        else:
+            log.debug("node %s: its parked cache (%.1f MiB) went to %s, past the parked caches' RAM cap", key,
+                      len(data) / MIB, path)
+
+    def _spill_folder(self) -> Path:
+        with self._lock:
+            if self._folder is None:
+                parent = self.parent
+                if parent is not None:
+                    parent.mkdir(parents=True, exist_ok=True)
+                self._folder = Path(tempfile.mkdtemp(prefix="parked-", dir=parent))
+            return self._folder
+
+
+def _file_name(key: str) -> str:
+    """A file name for node ``key`` ("SESSION/NODE", any characters): readable, safe on every file
+    system, and unique per key (the hash)."""
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in key)[:48]
+    return f"{readable}-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def _remove(spilled: SpilledCache | None) -> None:
+    if spilled is not None:
+        _unlink(spilled.path)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:  # the folder is removed on close anyway
+        log.debug("could not remove %s: %s", path, e)
+
+
 # --- the backend ----------------------------------------------------------------------------
 
 
@@ -927,6 +1137,9 @@ class LlamaBackend(Backend):
     ``snapshot_mib`` is the RAM all nodes' cache snapshots may take (``TurnSnapshots``).
     ``kv_budget_mib`` is what all node contexts may take together (None: no limit); past it the
     least recently used idle ones are parked (see the module's docstring and ``kv_stats``).
+    ``park_mib`` is the RAM those parked caches may take; past it the least recently parked are
+    written to files in a folder made under ``park_dir`` (the system's temporary folder when None)
+    and read back on their node's next call. ``close`` removes that folder.
     """
 
     def __init__(
@@ -941,9 +1154,13 @@ class LlamaBackend(Backend):
         flash_attn: FlashAttention = FLASH_ATTN,
         snapshot_mib: float = SNAPSHOT_BUDGET_MIB,
         kv_budget_mib: float | None = None,
+        park_mib: float = PARK_BUDGET_MIB,
+        park_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if kv_budget_mib is not None and not kv_budget_mib > 0:  # NaN too
             raise BackendError(f"the KV budget must be a positive number of MiB (or none), not {kv_budget_mib!r}")
+        if not park_mib >= 0:  # NaN too
+            raise BackendError(f"the parked caches' RAM cap must be 0 or more MiB, not {park_mib!r}")
         install_log_forwarding()
         self.snapshots = TurnSnapshots(int(snapshot_mib * MIB))
         cpus = os.cpu_count() or 1
@@ -971,7 +1188,7 @@ class LlamaBackend(Backend):
         # Held while a node makes room in the KV budget and creates its context; calls that end and
         # releases notify it. Never held while blocking on a model lock (those are only tried).
         self.kv_room = threading.Condition(threading.Lock())
-        self._parked: dict[str, ParkedCache] = {}  # guarded by _lock
+        self._parked = ParkedCaches(int(park_mib * MIB), park_dir)
         self._parks = self._restores = self._handovers = 0
         self._stop = threading.Event()
         self._idle_thread: threading.Thread | None = None
@@ -1103,11 +1320,13 @@ class LlamaBackend(Backend):
             return dict(self._sessions)
 
     def release(self, key: str) -> None:
-        """Free one node's KV cache (rebuilt on its next call)."""
+        """Free one node's KV cache, parked or spilled too (rebuilt on its next call)."""
         with self._lock:
             s = self._sessions.get(key)
         if s is not None:
             s.release()
+        else:
+            self.unpark(key)
 
     def release_all(self) -> None:
         for s in self.sessions().values():
@@ -1118,10 +1337,11 @@ class LlamaBackend(Backend):
     def kv_stats(self) -> KVStats:
         live = [s for s in self.sessions().values() if not s.is_cold]
         with self._lock:
-            parked = list(self._parked.values())
             parks, restores, handovers = self._parks, self._restores, self._handovers
-        return KVStats(len(live), sum(s.mib for s in live), self.kv_budget_mib, len(parked),
-                       sum(len(p.snapshot.data) for p in parked) / MIB, parks, restores, handovers)
+        parked, parked_bytes, spilled, spilled_bytes = self._parked.counts()
+        return KVStats(len(live), sum(s.mib for s in live), self.kv_budget_mib, parked, parked_bytes / MIB, parks,
+                       restores, handovers, self._parked.budget / MIB, spilled, spilled_bytes / MIB,
+                       self._parked.spills, self._parked.failures)
 
     def _check_budget(self, session: LlamaNodeSession) -> None:
         budget = self.kv_budget_mib
@@ -1172,22 +1392,20 @@ class LlamaBackend(Backend):
         return used + session.mib <= self.kv_budget_mib
 
     def store_parked(self, parked: ParkedCache) -> None:
-        with self._lock:
-            self._parked[parked.snapshot.key] = parked
+        """Keep a node's parked cache until its next call (in RAM, or on disk past ``park_mib``)."""
+        self._parked.put(parked)
 
     def take_parked(self, key: str) -> ParkedCache | None:
         """A parked node's cache, once (its context holds it from then on)."""
-        with self._lock:
-            return self._parked.pop(key, None)
+        return self._parked.take(key)
 
     def count_restore(self) -> None:
         with self._lock:
             self._restores += 1
 
     def unpark(self, key: str) -> None:
-        """Forget a node's parked cache (it is released)."""
-        with self._lock:
-            self._parked.pop(key, None)
+        """Forget a node's parked cache, its spilled file too (it is released)."""
+        self._parked.forget(key)
 
     def room_changed(self) -> None:
         """Wake the nodes waiting for room in the KV budget (a call ended, a context was freed)."""
@@ -1206,7 +1424,7 @@ class LlamaBackend(Backend):
             models = list(self._models.values())
             self._models.clear()
             self._sessions.clear()
-            self._parked.clear()
+        self._parked.close()
         for m in models:
             with m.lock:
                 m.close()
