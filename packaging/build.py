@@ -1,11 +1,14 @@
-"""Build the Parley Studio desktop app: ``python packaging/build.py`` -> ``dist/parley-studio/``.
+"""Build the desktop app, or parley serve on its own for games, as a folder that needs no Python.
 
-Runs PyInstaller on ``packaging/parley-studio.spec`` for the platform it runs on, after
-checking that the installed llama.cpp was built without instructions only some CPUs
-have (an app built on this machine must start on the designers' machines too), then
-prints the folder's size. A llama.cpp with AMX code is refused outright: on some hosts
-that list AMX it crashes on the first decode of several tokens (llama.cpp issue #20824).
-Other machine-specific instructions (AVX-512) are a warning, or an error with
+``python packaging/build.py`` -> ``dist/parley-studio/`` (the editor), ``python packaging/build.py
+serve`` -> ``dist/parley-serve/`` (``parley serve``, no Qt).
+
+Runs PyInstaller on the target's spec (``packaging/parley-studio.spec``, ``parley-serve.spec``)
+for the platform it runs on, after checking that the installed llama.cpp was built without
+instructions only some CPUs have (an app built on this machine must start on the designers' and
+the players' machines too), then prints the folder's size. A llama.cpp with AMX code is refused
+outright: on some hosts that list AMX it crashes on the first decode of several tokens (llama.cpp
+issue #20824). Other machine-specific instructions (AVX-512) are a warning, or an error with
 ``--require-portable``. ``--clean`` throws away PyInstaller's cache in
 ``build/pyinstaller`` first; without it, a rebuild reuses what has not changed.
 """
@@ -22,10 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "packaging" / "parley-studio.spec"
 DIST = ROOT / "dist"
 WORK = ROOT / "build" / "pyinstaller"
-APP_NAME = "parley-studio"
+# What can be built, and the name of its spec (packaging/NAME.spec), folder and executable.
+TARGETS = {"studio": "parley-studio", "serve": "parley-serve"}
 
 # Instruction sets llama.cpp's default portable build (GGML_NATIVE=OFF) does not use on x86-64;
 # finding one in llama_print_system_info() means the library was built for the build machine.
@@ -35,12 +38,16 @@ PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --fo
 AMX_TILE_INSTRUCTION = "ldtilecfg"  # what llama.cpp's AMX kernels start with; a portable build has none
 
 
-def app_dir() -> Path:
-    return DIST / APP_NAME
+def spec(target: str = "studio") -> Path:
+    return ROOT / "packaging" / f"{TARGETS[target]}.spec"
 
 
-def executable() -> Path:
-    return app_dir() / (APP_NAME + (".exe" if sys.platform == "win32" else ""))
+def app_dir(target: str = "studio") -> Path:
+    return DIST / TARGETS[target]
+
+
+def executable(target: str = "studio") -> Path:
+    return app_dir(target) / (TARGETS[target] + (".exe" if sys.platform == "win32" else ""))
 
 
 def machine_specific_instructions(system_info: str | None = None) -> list[str]:
@@ -90,8 +97,9 @@ def largest_parts(folder: Path, count: int = 8) -> list[tuple[int, str]]:
     return sorted(parts, reverse=True)[:count]
 
 
-def build(clean: bool = False, require_portable: bool = False) -> Path:
-    """Run PyInstaller; return the app folder. Raises SystemExit with the reason on failure."""
+def build(clean: bool = False, require_portable: bool = False, target: str = "studio") -> Path:
+    """Run PyInstaller on ``target``'s spec; return the app folder. Raises SystemExit with the reason
+    on failure."""
     if has_amx_tile_code(cpu_library()):
         raise SystemExit(
             "error: the installed llama-cpp-python has AMX code, which crashes on the first decode of several "
@@ -108,7 +116,7 @@ def build(clean: bool = False, require_portable: bool = False) -> Path:
             raise SystemExit(f"error: {message}")
         print(f"warning: {message}", file=sys.stderr)
     command = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
-               "--distpath", str(DIST), "--workpath", str(WORK), str(SPEC)]
+               "--distpath", str(DIST), "--workpath", str(WORK), str(spec(target))]
     if clean:
         command.insert(3, "--clean")
     env = dict(os.environ, QT_PREFERRED_BINDING="PySide6")
@@ -116,18 +124,20 @@ def build(clean: bool = False, require_portable: bool = False) -> Path:
     print("running:", " ".join(command), flush=True)
     if subprocess.run(command, cwd=ROOT, env=env, check=False).returncode != 0:
         raise SystemExit("error: PyInstaller failed (its messages are above)")
-    if not executable().is_file():
-        raise SystemExit(f"error: PyInstaller finished but {executable()} is missing")
+    if not executable(target).is_file():
+        raise SystemExit(f"error: PyInstaller finished but {executable(target)} is missing")
     seconds = time.perf_counter() - started
-    size = folder_size(app_dir())
-    print(f"built {app_dir()} in {seconds:.0f} s: {size / 1e6:.0f} MB")
-    for part_size, name in largest_parts(app_dir()):
+    size = folder_size(app_dir(target))
+    print(f"built {app_dir(target)} in {seconds:.0f} s: {size / 1e6:.0f} MB")
+    for part_size, name in largest_parts(app_dir(target)):
         print(f"  {part_size / 1e6:7.1f} MB  {name}")
-    return app_dir()
+    return app_dir(target)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", choices=sorted(TARGETS), default="studio",
+                        help="studio: the desktop app (the default); serve: parley serve alone, for games")
     parser.add_argument("--clean", action="store_true", help="rebuild from scratch (drop PyInstaller's cache)")
     parser.add_argument("--require-portable", action="store_true",
                         help="fail instead of warning when llama.cpp was built for this machine's CPU only")
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         # PyInstaller reads binaries' dependencies with ldd/objdump on Linux.
         print("warning: objdump not found (binutils); PyInstaller may miss shared-library dependencies",
               file=sys.stderr)
-    build(clean=args.clean, require_portable=args.require_portable)
+    build(clean=args.clean, require_portable=args.require_portable, target=args.target)
     return 0
 
 
