@@ -3,7 +3,6 @@ the frozen executable's ``--self-test`` and ``--screenshot`` the way a designer'
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,55 +13,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.packaging.builds import app_build, built
 
-
-def _load_build_script():
-    """packaging/build.py, the one build command (loaded by path: `build` is also a PyPI package)."""
-    spec = importlib.util.spec_from_file_location("parley_packaging_build", ROOT / "packaging" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-app_build = _load_build_script()
-
-SOURCES = ("runtime", "editor", "resources", "packaging")
-BUILD_TIMEOUT = 1800
 SELF_TEST_TIMEOUT = 600  # includes loading llama.cpp and the model; fetching it is a separate test
-
-
-def newest_source() -> float:
-    files = (p for folder in SOURCES for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    return max(p.stat().st_mtime for p in files)
 
 
 @pytest.fixture(scope="module")
 def app() -> Path:
     """The frozen executable, rebuilt only when a source file changed since the last build."""
-    exe = app_build.executable()
-    if not exe.is_file() or exe.stat().st_mtime < newest_source():
-        run = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py")], cwd=ROOT, check=False,
-                             capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        assert run.returncode == 0, f"the build failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
-        assert exe.is_file()
-    return exe
-
-
-@pytest.fixture(scope="module")
-def models_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A models folder holding the sample model under its own name (linked, not copied, where possible)."""
-    from runtime.models.folder import SAMPLE_MODEL, ensure_sample_model
-
-    override = os.environ.get("PARLEY_SAMPLE_MODEL")
-    model = Path(override).resolve() if override else ensure_sample_model()
-    folder = tmp_path_factory.mktemp("models")
-    target = folder / SAMPLE_MODEL.file_name
-    try:
-        target.symlink_to(model)
-    except OSError:  # Windows without the symlink privilege
-        shutil.copy2(model, target)
-    return folder
+    return built("studio")
 
 
 def frozen_env(**extra: str) -> dict[str, str]:
