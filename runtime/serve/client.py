@@ -12,9 +12,16 @@ several threads: each turn's stream has a connection of its own.
 
 A turn's stream that breaks (a dropped connection, a server behind a load balancer that died) is
 resumed by itself: the client asks for the rest of the turn's events after the last one it got
-(``Last-Event-ID``), a few times over a few seconds, and no event is given twice. When no server
-has the turn any more (it stopped before the turn finished), the turn fails with ``turn_lost`` and
-the player's line handed back (``TurnFailed.line``).
+(``Last-Event-ID``), a few times over a few seconds, and no event is given twice. What a failure to
+reach the server is called (docs/serving.md, *Clients*, has the rule for all three clients):
+
+- ``unavailable``: no connection could be made for the request (refused, no such host, connecting
+  timed out), and nothing of it had been answered. Nothing reached the server; send it again later.
+- ``server_gone``: the server had been answering (the turn's stream was open, or the request's
+  connection was made) and went away, and reconnecting failed: every try to resume the turn got no
+  answer at all. A turn raises ``TurnFailed`` with the player's line handed back (``TurnFailed.line``).
+- ``turn_lost``: a server answers, but none has the turn (``unknown_run``: the one running it stopped
+  before the turn finished), or a balancer answered 502/503/504. The line is handed back too.
 """
 
 from __future__ import annotations
@@ -39,10 +46,16 @@ from runtime.session.record import HoldsRecord, TurnRecord
 DEFAULT_TIMEOUT = 30.0  # seconds to connect and between bytes of an answer (a stream sends keep-alives)
 RESUME_WAITS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0)  # seconds before each try to resume a broken stream
 FINAL = ("turn_finished", "turn_failed")
+# No connection was made, so nothing was sent: the server was never reached (``unavailable``). Any other
+# transport error broke a connection that had been made (``server_gone`` once reconnecting fails too).
+NOT_CONNECTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+NO_ANSWER = ("unavailable", "server_gone")  # the codes of a request no server answered
+RESENDABLE = ("GET", "PUT", "DELETE")  # sent twice, they do what they did once
 
 
 class ParleyError(Exception):
-    """An error the server answered (or could not be reached: code ``unavailable``)."""
+    """An error the server answered, or none did: ``unavailable`` (never reached) or ``server_gone``
+    (it went away while the request was under way)."""
 
     def __init__(self, code: str, message: str, status: int = 0, problems: list[ProblemOut] | None = None) -> None:
         self.code, self.message, self.status = code, message, status
@@ -155,7 +168,7 @@ class ParleyClient:
                  transport: httpx.BaseTransport | None = None, resume_waits: tuple[float, ...] = RESUME_WAITS) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
-        self.resume_waits = resume_waits  # () never resumes: a broken stream raises unavailable
+        self.resume_waits = resume_waits  # () never resumes: a broken stream raises server_gone
         self.resumes = 0  # broken streams this client asked to resume (each try counts)
 
     def close(self) -> None:
@@ -170,10 +183,25 @@ class ParleyClient:
     # --- plain requests -----------------------------------------------------------------------
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        try:
-            response = self.http.request(method, PREFIX + path, json=body)
-        except httpx.HTTPError as exc:
-            raise ParleyError("unavailable", f"{self.http.base_url}: {exc}") from None
+        reached = False
+        for attempt in (1, 2):
+            try:
+                response = self.http.request(method, PREFIX + path, json=body)
+                break
+            except NOT_CONNECTED as exc:
+                if not reached:
+                    raise ParleyError("unavailable", f"could not connect to {self.http.base_url}: {exc}") from None
+                raise ParleyError("server_gone", f"{method} {path}: its connection broke, and reconnecting to "
+                                  f"{self.http.base_url} failed ({exc})") from None
+            except httpx.HTTPError as exc:
+                # The connection was made and broke before the answer. A GET, PUT or DELETE is sent once
+                # more (the first may have gone out on a kept-alive connection the server had just closed);
+                # whether a POST or PATCH was done is unknown, so it is never sent twice.
+                reached = True
+                if method not in RESENDABLE or attempt == 2:
+                    raise ParleyError("server_gone", f"{method} {path}: the connection to {self.http.base_url} broke "
+                                      f"before the answer ({exc or type(exc).__name__}); whether it was done is "
+                                      "unknown") from None
         _raise_for(response)
         return response.json() if response.content else None
 
@@ -263,12 +291,16 @@ class ParleyClient:
                 ) -> Iterator[ServerEvent]:
         line, run, last_id = str(body.get("line", "")), "", ""
         unanswered: tuple[str, str] | None = None  # a tool result the break kept from the server
-        resumable = () if body.get("cancel_on_disconnect") else self.resume_waits
+        no_resume = bool(body.get("cancel_on_disconnect"))
+        resumable = () if no_resume else self.resume_waits
         waits, progressed = iter(resumable), False
+        reached = False  # a connection of this turn was made: the server had been there
         request: dict[str, Any] = {"method": "POST", "url": f"{PREFIX}/sessions/{session_id}/{route}", "json": body}
         while True:
+            answered = False  # this try got an HTTP answer (which said no): a server is there
             try:
                 with connect_sse(self.http, **request) as source:
+                    reached = True
                     _raise_for(source.response)
                     if unanswered is not None:
                         self._answer(session_id, *unanswered)
@@ -291,30 +323,55 @@ class ParleyClient:
                             unanswered = None
                 broke = "the stream ended before the turn did"
             except httpx.HTTPError as exc:
+                reached = reached or not isinstance(exc, NOT_CONNECTED)
                 broke = str(exc) or type(exc).__name__
             except ParleyError as exc:
-                if request["method"] == "POST" and exc.code == "http_error" and exc.status in (502, 503, 504):
+                if exc.code in NO_ANSWER:  # a tool result's POST reached no server: the stream breaks with it
+                    broke = exc.message
+                elif request["method"] == "POST" and exc.code == "http_error" and exc.status in (502, 503, 504):
                     # a balancer's answer: the server it chose died before the turn's stream began
                     raise TurnFailed("turn_lost", f"no server answered the turn (HTTP {exc.status} from the "
                                      "balancer in front): say the line again", line=line) from None
-                if request["method"] == "POST" and exc.code != "unavailable":
+                elif request["method"] == "POST":
                     raise  # refused: the turn never began
-                if exc.code == "unknown_run":
+                elif exc.code == "unknown_run":
                     raise TurnFailed("turn_lost", "the server running the turn stopped before the turn finished, so "
                                      "nothing of it was kept: say the line again", line=line) from None
-                broke = exc.message
+                else:
+                    answered, broke = True, exc.message
             if progressed:  # events came since the last break: its tries start again
                 waits, progressed = iter(resumable), False
             wait = next(waits, None)
             if not run or wait is None:
-                if run:
-                    raise TurnFailed("turn_lost", f"the turn's stream broke and could not be resumed ({broke}): say "
-                                     "the line again", line=line)
-                raise ParleyError("unavailable", f"{self.http.base_url}: {broke}")
+                raise self._unresumed(session_id, line, run, broke, reached, answered, no_resume)
             time.sleep(wait)  # a moment for the server, or the balancer's next one, before asking again
             self.resumes += 1
             request = {"method": "GET", "url": f"{PREFIX}/sessions/{session_id}/runs/{run}/events",
                        "headers": {"Last-Event-ID": last_id} if last_id else {}}
+
+    def _unresumed(self, session_id: str, line: str, run: str, broke: str, reached: bool, answered: bool,
+                   no_resume: bool) -> ParleyError:
+        """Why a turn whose stream broke ends here (its tries used up, or nothing to resume)."""
+        if not reached:
+            return ParleyError("unavailable", f"could not connect to {self.http.base_url}: {broke}")
+        if no_resume:  # cancel_on_disconnect: the server cancels the turn, as the stream asked
+            return TurnFailed("stream_ended", f"the turn's stream broke ({broke}), so the server cancelled the turn: "
+                              "say the line again", line=line)
+        if not run:
+            # It broke before an event named its run: nothing to resume, and the turn may run on unseen.
+            # Asking the server to cancel it is the reconnect that tells a server that is gone.
+            try:
+                self.cancel(session_id)
+            except ParleyError as exc:
+                if exc.code in NO_ANSWER:
+                    return _gone(f"the turn's stream broke ({broke}), and reconnecting failed ({exc.message})",
+                                 line)
+            return TurnFailed("stream_ended", f"the turn's stream broke before it named its run ({broke}), so it "
+                              "was cancelled: say the line again", line=line)
+        if answered:  # a server (a balancer's next one) answers, but no server gives the turn
+            return TurnFailed("turn_lost", f"the turn's stream broke and could not be resumed ({broke}): say "
+                              "the line again", line=line)
+        return _gone(f"the turn's stream broke, and no try to resume it reached the server ({broke})", line)
 
     def _answer(self, session_id: str, call_id: str, result: str) -> None:
         try:
@@ -322,6 +379,11 @@ class ParleyClient:
         except ParleyError as exc:
             if exc.code != "unknown_call":  # the turn stopped waiting meanwhile (cancelled)
                 raise
+
+
+def _gone(why: str, line: str) -> TurnFailed:
+    """A turn's ``server_gone``: the server was reached, then went away, and reconnecting failed."""
+    return TurnFailed("server_gone", f"the server went away: {why}; say the line again when it is back", line=line)
 
 
 def _outcome(events: Iterator[ServerEvent], on_event: EventFunction | None) -> TurnEnd:
