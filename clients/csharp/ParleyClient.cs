@@ -16,13 +16,16 @@ using System.Globalization;
 using System.IO;
 using System.Net;
 using System.Net.Http;
+using System.Net.Sockets;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
 
 namespace Parley
 {
-    /// <summary>An error from the server (its code, e.g. unknown_session, busy, cancelled) or from reaching it.
+    /// <summary>An error from the server (its code, e.g. unknown_session, busy, cancelled) or from reaching it:
+    /// "unavailable" (no connection could be made: the server was never reached), "server_gone" (it had been
+    /// answering, went away, and reconnecting failed), "turn_lost" (a server answers, but none has the turn).
     /// Status is the HTTP status; 0 for a turn that failed inside its stream (turn_failed) or no answer at all.</summary>
     public sealed class ParleyException : Exception
     {
@@ -33,8 +36,8 @@ namespace Parley
         /// <summary>For turn_failed: the node and field it names ("" when none), and for model_missing the
         /// model name the server's models folder has no file for.</summary>
         public readonly string Node, Field, Model;
-        /// <summary>For a turn that failed (turn_failed, turn_lost, stream_ended): the player's line, handed back
-        /// to say again; "" otherwise.</summary>
+        /// <summary>For a turn that failed (turn_failed, turn_lost, server_gone, stream_ended): the player's line,
+        /// handed back to say again; "" otherwise.</summary>
         public readonly string Line;
 
         public ParleyException(string code, string message, int status, List<object> problems = null,
@@ -280,10 +283,11 @@ namespace Parley
         /// exception comes out.
         /// A stream that breaks mid-turn (connection reset, the server's replica gone, a stream silent for
         /// StreamIdleTimeout) is resumed from the last event seen, on the resume route, up to ResumeTries
-        /// times: the events go on to onEvent with none twice. When the turn cannot be resumed (the server
-        /// that ran it stopped before it finished) Turn throws ParleyException "turn_lost", its Line the
-        /// player's line to say again. cancelOnDisconnect: the server cancels the turn when its stream drops,
-        /// and the client does not resume.</summary>
+        /// times: the events go on to onEvent with none twice. When the turn cannot be resumed Turn throws
+        /// ParleyException "turn_lost" (a server answers, but none has the turn: the one that ran it stopped
+        /// before it finished) or "server_gone" (no try to resume it reached a server), its Line the player's
+        /// line to say again; "unavailable" when the turn's first request could not connect at all.
+        /// cancelOnDisconnect: the server cancels the turn when its stream drops, and the client does not resume.</summary>
         public Task<TurnResult> Turn(string sessionId, string line, Func<ToolRequest, string> tools = null,
                                      Action<TurnEvent> onEvent = null,
                                      CancellationToken cancel = default(CancellationToken), string instructions = "",
@@ -358,7 +362,11 @@ namespace Parley
             }
             catch (HttpRequestException e)
             {
-                throw Unreachable(e);
+                var none = NoAnswer(e);
+                // Never reached: the turn never began. A connection that was made and broke before the answer
+                // is a stream broken before it named its run.
+                if (none.Code != "server_gone") throw none;
+                throw await Unresumed(sessionId, state, new StreamBroke(none.Message, e));
             }
             if (!response.IsSuccessStatusCode)
             {
@@ -425,38 +433,62 @@ namespace Parley
                 throw new OperationCanceledException("the turn was cancelled", failure, cancel);
             }
             if (result != null) return result;
-            if (!state.Ended && !(failure is ParleyException && ((ParleyException)failure).Code == "turn_lost"))
+            var known = failure as ParleyException;
+            if (failure is StreamBroke) throw await Unresumed(sessionId, state, (StreamBroke)failure);
+            if (!state.Ended && !(known != null && (known.Code == "turn_lost" || known.Code == "server_gone")))
             {
-                // The turn may still run (a callback threw, the stream broke and is not resumed): stop it, and
-                // wait for the answer, so that a late cancel cannot stop the caller's next turn.
-                if (!state.NoResume || !(failure is StreamBroke))
+                // The turn may still run (a callback threw): stop it, and wait for the answer, so that a late
+                // cancel cannot stop the caller's next turn.
+                try
                 {
-                    try
-                    {
-                        await Cancel(sessionId);
-                    }
-                    catch (ParleyException) { } // the server is gone or the session with it: nothing to stop
+                    await Cancel(sessionId);
                 }
-                if (failure is StreamBroke)
-                    throw new ParleyException("stream_ended", "the turn's stream broke: " + failure.Message, 0, null,
-                                              "", "", failure, "", state.Line);
+                catch (ParleyException) { } // the server is gone or the session with it: nothing to stop
             }
             System.Runtime.ExceptionServices.ExceptionDispatchInfo.Capture(failure).Throw();
             throw failure; // not reached
         }
 
+        // The error of a turn whose stream broke and is not resumed: asked with cancelOnDisconnect (the server
+        // cancels the turn), or broken before any event named its run. Then the turn may run on unseen: it is
+        // cancelled, and waited for so that a late cancel cannot stop the caller's next turn. That cancel is the
+        // reconnect that tells a server gone (server_gone) from a connection that broke (stream_ended).
+        async Task<ParleyException> Unresumed(string sessionId, RunState state, StreamBroke broke)
+        {
+            if (!state.NoResume)
+            {
+                try
+                {
+                    await Cancel(sessionId);
+                }
+                catch (ParleyException e) when (e.Code == "unavailable" || e.Code == "server_gone")
+                {
+                    return Gone(state, "the turn's stream broke (" + broke.Message + "), and reconnecting failed: "
+                                + e.Message, broke);
+                }
+                catch (ParleyException) { } // the session is gone: nothing to stop
+            }
+            return new ParleyException("stream_ended", "the turn's stream broke: " + broke.Message, 0, null,
+                                       "", "", broke, "", state.Line);
+        }
+
         // The rest of the run after its event state.Seen, from the resume route; tried again after a short,
-        // doubling delay while no server answers (or one answers 5xx). turn_lost when the server does not know
-        // the run (the one that ran it stopped before the turn finished) or none answers.
+        // doubling delay while no server answers (or one answers 5xx). turn_lost when a server answers that it
+        // does not know the run (the one that ran it stopped before the turn finished), or the last try was
+        // answered 5xx (a balancer with no server for it); server_gone when the last try reached no server.
         async Task<HttpResponseMessage> Resume(string sessionId, RunState state, CancellationToken cancel, StreamBroke broke)
         {
             int tries = Math.Max(1, ResumeTries);
             string why = broke.Message;
+            bool answered = false; // the last try had an HTTP answer (which said no)
             while (true)
             {
                 int attempt = state.Attempts++;
                 if (attempt >= tries)
-                    throw Lost(state, "no server answered " + tries + " tries to resume it: " + why, null);
+                {
+                    if (answered) throw Lost(state, tries + " tries to resume it were answered: " + why, null);
+                    throw Gone(state, "no try of " + tries + " to resume the turn reached it: " + why, null);
+                }
                 if (attempt > 0)
                     await Task.Delay(TimeSpan.FromMilliseconds(ResumeDelay.TotalMilliseconds * (1 << Math.Min(attempt - 1, 16))),
                                      cancel);
@@ -474,6 +506,7 @@ namespace Parley
                     catch (Exception e) when (!cancel.IsCancellationRequested)
                     {
                         why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
+                        answered = false;
                         continue; // no answer (refused, reset, timed out): try again
                     }
                 }
@@ -484,6 +517,7 @@ namespace Parley
                 var error = Failure(status, text);
                 if (error.Code == "unknown_run") throw Lost(state, "the server does not know it any more", error);
                 why = error.Message;
+                answered = true;
                 if (status >= 500 || status == 429 || error.Code.StartsWith("http_", StringComparison.Ordinal)) continue;
                 throw new ParleyException(error.Code, error.Message.Substring(error.Code.Length + 2), status, error.Problems,
                                           "", "", null, "", state.Line);
@@ -494,6 +528,12 @@ namespace Parley
         {
             return new ParleyException("turn_lost", "the server stopped before the turn finished (" + why
                                        + "); say the line again", 0, null, "", "", inner, "", state.Line);
+        }
+
+        static ParleyException Gone(RunState state, string why, Exception inner)
+        {
+            return new ParleyException("server_gone", "the server went away (" + why
+                                       + "); say the line again when it is back", 0, null, "", "", inner, "", state.Line);
         }
 
         // Reads one connection's events to the turn's end (the result, or turn_failed's exception); StreamBroke
@@ -658,9 +698,10 @@ namespace Parley
         }
 
         // One ordinary request: its JSON answer (null for 204), or a ParleyException with the server's code.
-        // A GET, PUT or DELETE (idempotent: sent twice, it does what it did once) that could not be sent is sent
-        // once more, on a new connection: the first may have gone out on a kept-alive one the server had just
-        // closed. A POST or PATCH is never sent twice.
+        // A GET, PUT or DELETE (idempotent: sent twice, it does what it did once) whose connection broke before
+        // the answer is sent once more, on a new connection: the first may have gone out on a kept-alive one the
+        // server had just closed; if that one cannot connect, the server is gone (server_gone). A POST or PATCH
+        // is never sent twice: whether it was done is unknown (server_gone). No connection at all: unavailable.
         async Task<object> Send(string method, string path, string jsonBody)
         {
             bool idempotent = method == "GET" || method == "PUT" || method == "DELETE";
@@ -670,8 +711,13 @@ namespace Parley
                 {
                     return await SendOnce(method, path, jsonBody).ConfigureAwait(false);
                 }
-                catch (ParleyException e) when (idempotent && attempt == 1 && e.Code == "unreachable")
+                catch (ParleyException e) when (idempotent && attempt == 1 && e.Code == "server_gone")
                 {
+                }
+                catch (ParleyException e) when (attempt == 2 && e.Code == "unavailable")
+                {
+                    throw new ParleyException("server_gone", method + " " + path + ": its connection broke, and "
+                                              + "reconnecting failed: " + e.Message, 0, null, "", "", e);
                 }
             }
         }
@@ -692,7 +738,7 @@ namespace Parley
                 }
                 catch (HttpRequestException e)
                 {
-                    throw Unreachable(e);
+                    throw NoAnswer(e);
                 }
                 catch (OperationCanceledException e)
                 {
@@ -732,11 +778,48 @@ namespace Parley
             }
         }
 
-        ParleyException Unreachable(Exception e)
+        // A request no server answered: unavailable when no connection was made (refused, no such host), so
+        // nothing reached the server; server_gone when one was made and broke before the answer.
+        ParleyException NoAnswer(Exception e)
         {
-            return new ParleyException("unreachable", "cannot reach " + baseUrl + ": " + e.Message
-                                       + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : ""),
+            string why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
+            if (NeverConnected(e)) return new ParleyException("unavailable", "cannot reach " + baseUrl + ": " + why, 0,
+                                                              null, "", "", e);
+            return new ParleyException("server_gone", "the connection to " + baseUrl + " broke before the answer: " + why,
                                        0, null, "", "", e);
+        }
+
+        // Whether a failed request says no connection was made. Mono's handlers say it with a SocketException
+        // (refused, no such host, ...) or HttpWebRequest's WebException status; one made and broken says it with
+        // an IOException, a reset, or another WebException status. Nothing said either way: not connected.
+        static bool NeverConnected(Exception e)
+        {
+            bool broke = false;
+            for (var c = e; c != null; c = c.InnerException)
+            {
+                var socket = c as SocketException;
+                if (socket != null)
+                {
+                    switch (socket.SocketErrorCode)
+                    {
+                        case SocketError.ConnectionRefused: case SocketError.HostNotFound: case SocketError.HostUnreachable:
+                        case SocketError.NetworkUnreachable: case SocketError.TryAgain: case SocketError.NoData:
+                        case SocketError.AddressNotAvailable: case SocketError.NetworkDown:
+                            return true;
+                    }
+                    broke = true;
+                }
+                var web = c as WebException;
+                if (web != null)
+                {
+                    if (web.Status == WebExceptionStatus.ConnectFailure || web.Status == WebExceptionStatus.NameResolutionFailure
+                        || web.Status == WebExceptionStatus.ProxyNameResolutionFailure)
+                        return true;
+                    broke = true;
+                }
+                if (c is IOException) broke = true;
+            }
+            return !broke;
         }
 
         // A request nobody awaits must still have its exception looked at, or it is reported as unobserved.

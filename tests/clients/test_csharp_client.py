@@ -2,7 +2,8 @@
 real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, two
 NPCs waiting on tools at once, turns cancelled by POST /cancel, by a token and by a failing tool, history,
 variables, params, typed errors, the token) on both of Mono's HTTP handlers, turns whose streams a proxy
-breaks mid-turn (resumed, or lost with the line handed back), and one turn on the real sample model.
+breaks mid-turn (resumed, or lost with the line handed back), a server killed mid-turn (server_gone) and
+one never started (unavailable), and one turn on the real sample model.
 
 Mono comes from the package registry: when ``mcs`` or ``mono`` is missing and we are root with apt-get,
 the module installs ``mono-mcs`` (which brings ``mono-runtime``) and ``libmono-system-net-http4.0-cil``
@@ -20,8 +21,9 @@ import pytest
 
 from runtime.resources import examples_dir
 from tests.clients.cutting_proxy import CuttingProxy
+from tests.clients.kill_switch import KillSwitch, closed_url
 from tests.samples import example_on_sample_model
-from tests.servers import parley_serve
+from tests.servers import parley_serve, parley_serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CSHARP = ROOT / "clients" / "csharp"
@@ -135,6 +137,20 @@ def test_csharp_client_resumes_a_turn_whose_stream_breaks_and_hands_a_lost_turn_
     assert proxy.cuts == {"cut.tool_request.cs": 1, "half.tool_request.cs": 1, "lost.turn_started.cs": 1,
                           "cut.tool_request.cancel.cs": 1}, proxy.cuts
     assert proxy.resumes == {"cut.tool_request.cs": 1, "half.tool_request.cs": 1, "lost.turn_started.cs": 1}
+
+
+@pytest.mark.parametrize("handler", list(HANDLERS), ids=list(HANDLERS.values()))
+def test_csharp_client_tells_a_server_killed_mid_turn_from_one_that_never_started(conversation_test: list[str],
+                                                                                 handler: str) -> None:
+    """The server is killed (SIGKILL) while its turn waits for a tool result: Turn throws server_gone with
+    the line once every resume try found no server; a closed port is unavailable."""
+    with parley_serve_process("--backend", "scripted", "--assets", str(examples_dir()), "--store", "none",
+                              token=TOKEN) as doomed, KillSwitch(doomed.process) as switch:
+        output = run_program(conversation_test, doomed.url, "gone", TOKEN, handler, PARLEY_KILL_URL=switch.url,
+                             PARLEY_CLOSED_URL=closed_url())
+    assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == [
+        "a server killed mid-turn is server_gone", "a server never started is unavailable"], output
+    assert switch.kills == 1 and doomed.process.returncode is not None
 
 
 @pytest.mark.model

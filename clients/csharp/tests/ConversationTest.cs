@@ -3,6 +3,8 @@
 //   mono ConversationTest.exe URL model      (the embedded backend on the sample model)
 //   mono ConversationTest.exe URL resume     (URL: tests/clients/cutting_proxy.py before a scripted server;
 //                                             PARLEY_OTHER_URL: a second one, PARLEY_SUFFIX: ends the session ids)
+//   mono ConversationTest.exe URL gone       (a scripted server that POST PARLEY_KILL_URL kills, mid-turn:
+//                                             tests/clients/kill_switch.py; PARLEY_CLOSED_URL: a closed port)
 // PARLEY_TOKEN: the server's token (PARLEY_SERVE_TOKEN), when it has one.
 // PARLEY_HANDLER=webrequest: HTTP through HttpWebRequest, as .NET Framework and older Monos do (Mono 6.8's
 // HttpClientHandler has that handler inside but picks SocketsHttpHandler).
@@ -25,9 +27,9 @@ static class ConversationTest
 
     static int Main(string[] args)
     {
-        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume"))
+        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume" && args[1] != "gone"))
         {
-            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume");
+            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume|gone");
             return 2;
         }
         try
@@ -40,6 +42,7 @@ static class ConversationTest
             }
             else if (args[1] == "resume")
                 MainThread.Run(() => Resume(args[0], Environment.GetEnvironmentVariable("PARLEY_SUFFIX") ?? ".cs"));
+            else if (args[1] == "gone") Gone(args[0]).GetAwaiter().GetResult();
             else Model(args[0]).GetAwaiter().GetResult();
             Console.WriteLine("all passed");
             return 0;
@@ -428,6 +431,61 @@ static class ConversationTest
             Ok("cancelOnDisconnect is not resumed");
         }
         Check(elsewhere.Count == 0, "off the main thread: " + string.Join(", ", elsewhere));
+    }
+
+    // Counts the requests to the resume route, whichever handler carries them.
+    sealed class Counting : DelegatingHandler
+    {
+        public int Resumes;
+        public Counting(HttpMessageHandler inner) : base(inner) { }
+
+        protected override Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancel)
+        {
+            if (request.RequestUri.AbsolutePath.Contains("/runs/")) Interlocked.Increment(ref Resumes);
+            return base.SendAsync(request, cancel);
+        }
+    }
+
+    // A server killed mid-turn is server_gone, with the line; one never started (a closed port) is unavailable.
+    static async Task Gone(string url)
+    {
+        const string question = "How many arrows are there?"; // the scripted backend calls check_stock, and waits
+        const int tries = 3;
+        var counting = new Counting(Handler() ?? new HttpClientHandler());
+        using (var killer = new HttpClient())
+        using (var client = new ParleyClient(url, Token, counting) { ResumeTries = tries, ResumeDelay = TimeSpan.FromMilliseconds(10) })
+        {
+            var npc = await client.CreateSession("tool_calling.json");
+            var kinds = new List<string>();
+            Task<HttpResponseMessage> killed = null;
+            var gone = await Fails(() => Within(client.Turn(npc.Id, question, null, e =>
+            {
+                kinds.Add(e.Kind);
+                // the turn waits for the tool's result: the server dies there, its stream open
+                if (e.Kind == "tool_request" && killed == null)
+                    killed = killer.PostAsync(Environment.GetEnvironmentVariable("PARLEY_KILL_URL"), new StringContent(""));
+            }), "the turn whose server is killed"), "a turn whose server is killed mid-turn");
+            Check(killed != null && (int)(await Within(killed, "the kill switch")).StatusCode == 204, "the server was killed");
+            Check(gone.Code == "server_gone" && gone.Line == question, "server_gone, the line handed back: " + gone.Code
+                  + " " + gone.Line + " " + gone.Message);
+            Check(gone.Message.Contains("say the line again"), "server_gone says what to do: " + gone.Message);
+            Check(kinds.First() == "turn_started" && kinds.Last() == "tool_request", "events: " + string.Join(",", kinds));
+            Check(counting.Resumes == tries, "every try to resume it was made: " + counting.Resumes);
+            var after = await Fails(() => Within(client.Health(), "health after the kill"), "a request after the kill");
+            Check(after.Code == "unavailable", "a new request reaches no server: " + after.Code + " " + after.Message);
+            Ok("a server killed mid-turn is server_gone");
+        }
+        var closed = new Counting(Handler() ?? new HttpClientHandler());
+        using (var client = new ParleyClient(Environment.GetEnvironmentVariable("PARLEY_CLOSED_URL"), Token, closed))
+        {
+            var health = await Fails(() => Within(client.Health(), "health of a closed port"), "a closed port's health");
+            Check(health.Code == "unavailable", "never started: " + health.Code + " " + health.Message);
+            var turn = await Fails(() => Within(client.Turn("innkeeper", question), "a turn on a closed port"),
+                                   "a closed port's turn");
+            Check(turn.Code == "unavailable", "a turn that never began: " + turn.Code + " " + turn.Message);
+            Check(closed.Resumes == 0, "nothing resumed: " + closed.Resumes);
+            Ok("a server never started is unavailable");
+        }
     }
 
     static async Task Model(string url)
