@@ -43,9 +43,11 @@ export class ParleyError extends Error {
    * @param {{code: string, message: string, status?: number, problems?: Problem[], node?: string,
    *   field?: string, model?: string, cause?: unknown}} details
    *   code: the server's error code (unknown_session, busy, ...) or a failed turn's (cancelled,
-   *   tool_timeout, ...); the client's own: network, aborted, bad_answer, stream_ended, tool_error,
-   *   handler_error (onEvent threw), turn_lost (the stream broke and the turn could not be resumed: the
-   *   server that ran it stopped before the turn finished).
+   *   tool_timeout, ...); the client's own: unavailable (no connection could be made: the server was
+   *   never reached), server_gone (the server had been answering, went away, and reconnecting failed),
+   *   turn_lost (a server answers, but none has the turn: unknown_run, or a balancer's 502/503/504),
+   *   aborted, bad_answer, stream_ended (the stream broke and was not resumed: cancelOnDisconnect, or it
+   *   broke before naming its run), tool_error, handler_error (onEvent threw).
    *   status: the HTTP status (200 for a turn that failed mid-stream, 0 when no answer came).
    *   model: for model_missing, the model name the server's models folder has no file for.
    *   line: for a turn that failed, the player's line handed back (to say again or put back in the
@@ -195,25 +197,65 @@ function handOn(onEvent, event) {
   }
 }
 
+// Node's errors (undici's, and the socket's) that mean a connection had been made and then broke. Any
+// other failure of a fetch is taken as no connection made: a browser's fetch never says which.
+const BROKE_AFTER_CONNECTING = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED", "UND_ERR_SOCKET", "UND_ERR_CLOSED",
+  "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
+
+/** Whether a failed fetch or read says a connection had been made and then broke. @param {unknown} cause */
+function brokeAfterConnecting(cause) {
+  for (let c = cause, depth = 0; c && depth < 8; depth += 1) {
+    const code = /** @type {{code?: unknown}} */ (c).code;
+    if (typeof code === "string" && BROKE_AFTER_CONNECTING.has(code)) return true;
+    c = /** @type {{cause?: unknown}} */ (c).cause;
+  }
+  return false;
+}
+
 /**
- * The error an aborted or failed fetch or read becomes.
+ * The error an aborted or failed fetch or read becomes: unavailable when no connection was made (the
+ * server was never reached), server_gone when one was made and broke before the answer was whole.
  * @param {unknown} cause @param {AbortSignal|undefined} signal @param {number} status
  */
 function failure(cause, signal, status = 0) {
   if (cause instanceof ParleyError) return cause;
   if (signal?.aborted) return new ParleyError({ code: "aborted", message: "stopped by the caller's signal", status, cause });
   const message = cause instanceof Error ? cause.message : String(cause);
-  return new ParleyError({ code: "network", message: `no answer from the server: ${message}`, status, cause });
+  const detail = brokeAfterConnecting(cause) ? ` (${/** @type {any} */ (cause).cause?.code ?? "reset"})` : "";
+  if (detail) {
+    return new ParleyError({ code: "server_gone", message: `the connection to the server broke: ${message}${detail}`, status, cause });
+  }
+  return new ParleyError({ code: "unavailable", message: `could not reach the server: ${message}`, status, cause });
+}
+
+/** The codes of a request that no server answered. @param {ParleyError} error */
+function unanswered(error) {
+  return error.code === "unavailable" || error.code === "server_gone";
 }
 
 /**
- * A turn whose stream broke and could not be resumed: turn_lost, the player's line handed back.
+ * A turn whose stream broke and which a server answering says it does not have: turn_lost, the
+ * player's line handed back.
  * @param {string} line @param {string} why @param {unknown} [cause]
  */
 function lost(line, why, cause) {
   return new ParleyError({
     code: "turn_lost",
     message: `the server stopped before the turn finished (${why}); say the line again`,
+    line,
+    cause,
+  });
+}
+
+/**
+ * A turn whose server had been answering and then could not be reached again: server_gone, the
+ * player's line handed back.
+ * @param {string} line @param {string} why @param {unknown} [cause]
+ */
+function gone(line, why, cause) {
+  return new ParleyError({
+    code: "server_gone",
+    message: `the server went away (${why}); say the line again when it is back`,
     line,
     cause,
   });
@@ -434,7 +476,15 @@ export class ParleyClient {
    */
   async stream(path, body, id, line, { tools, onEvent, signal, cancelOnDisconnect = false }) {
     if (cancelOnDisconnect) body = { ...body, cancel_on_disconnect: true };
-    let response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
+    let response;
+    try {
+      response = await this.request("POST", path, body, { signal, accept: "text/event-stream" });
+    } catch (error) {
+      // unavailable (never reached: the turn never began) goes out as it is; a connection that was made
+      // and broke before the answer is a stream that broke before naming its run
+      if (!(error instanceof ParleyError) || error.code !== "server_gone") throw error;
+      throw await this.unresumed(id, line, cancelOnDisconnect, error);
+    }
     /** @type {ParleyError|null} */
     let toolError = null; // the caller's tools threw: that, not the cancel it causes, is the turn's error
     /** @type {ParleyError|null} */
@@ -510,21 +560,16 @@ export class ParleyClient {
         if (end?.kind === "turn_finished" || end?.kind === "turn_failed") break;
         if (toolError) throw toolError;
         if (signal?.aborted) throw await this.stopped(id, cancelOnDisconnect, signal, line, broke);
-        if (broke instanceof ParleyError || (run === null && !cancelOnDisconnect)) {
-          // handler_error or bad_answer, or a break before any event said which run it is: nothing to
-          // resume, and the turn runs on at the server unless it is told to stop
-          if (!cancelOnDisconnect) await this.cancel(id).catch(() => {});
-        }
         if (broke instanceof ParleyError) {
+          // handler_error or bad_answer: nothing to resume, and the turn runs on at the server unless
+          // it is told to stop
+          if (!cancelOnDisconnect) await this.cancel(id).catch(() => {});
           broke.line ||= line;
           throw broke;
         }
         if (cancelOnDisconnect || run === null) {
           // asked not to resume (the server cancels the turn), or no event came to say which run it is
-          const error = broke !== null ? failure(broke, signal, response.status)
-            : postError ?? new ParleyError({ code: "stream_ended", message: "the stream ended before the turn did", status: response.status });
-          error.line ||= line;
-          throw error;
+          throw await this.unresumed(id, line, cancelOnDisconnect, broke ?? postError);
         }
         if (fresh) attempt = 0;
         fresh = false;
@@ -549,18 +594,49 @@ export class ParleyClient {
   }
 
   /**
+   * The error of a turn whose stream broke and cannot be resumed: asked with cancelOnDisconnect (the
+   * server cancels the turn), or broken before any event named its run. Then the turn may run on
+   * unseen: the client asks the server to cancel it, and that request is the reconnect that tells a
+   * server gone (server_gone) from a connection that broke (stream_ended). The line is handed back.
+   * @param {string} id @param {string} line @param {boolean} cancelOnDisconnect @param {unknown} broke
+   * @returns {Promise<ParleyError>}
+   */
+  async unresumed(id, line, cancelOnDisconnect, broke) {
+    const why = broke instanceof Error ? broke.message : "the stream ended before the turn did";
+    if (!cancelOnDisconnect) {
+      const cancelled = await this.cancel(id).then(() => null, (error) => failure(error, undefined));
+      if (cancelled && unanswered(cancelled)) {
+        return gone(line, `the turn's stream broke (${why}), and reconnecting failed: ${cancelled.message}`, broke);
+      }
+    }
+    return new ParleyError({
+      code: "stream_ended",
+      message: `the turn's stream broke (${why}) and was not resumed, so the turn was cancelled; say the line again`,
+      line,
+      cause: broke,
+    });
+  }
+
+  /**
    * The rest of run `run` after its event `seen`, from the resume route: tried again after a short,
    * doubling delay while no server answers (or one answers 5xx), up to `tries` attempts since the
-   * last event arrived (`next` counts them); turn_lost when the server does not know the run or none answers.
+   * last event arrived (`next` counts them). turn_lost when a server answers that it does not know the
+   * run (or the last try was answered 5xx: a balancer with no server for it); server_gone when the last
+   * try reached no server at all.
    * @param {string} id @param {string} run @param {number} seen @param {string} line
    * @param {AbortSignal|undefined} signal @param {boolean} cancelOnDisconnect @param {number} tries
    * @param {() => number} next @returns {Promise<Response>}
    */
   async resume(id, run, seen, line, signal, cancelOnDisconnect, tries, next) {
     const delayMs = this.resumeOptions.delayMs ?? 300;
+    /** @type {ParleyError|null} */
+    let last = null; // the last try's failure
     for (;;) {
       const attempt = next();
-      if (attempt >= tries) throw lost(line, `no server answered ${tries} tries to resume it`);
+      if (attempt >= tries) {
+        if (last && !unanswered(last)) throw lost(line, `${tries} tries to resume it were answered ${last.status || last.code}`, last);
+        throw gone(line, `no try of ${tries} to resume the turn reached it${last ? `: ${last.message}` : ""}`, last ?? undefined);
+      }
       try {
         if (attempt > 0) await pause(delayMs * 2 ** (attempt - 1), signal);
         return await this.request("GET", `${ParleyClient.path(id)}/runs/${encodeURIComponent(run)}/events`, undefined, {
@@ -572,7 +648,8 @@ export class ParleyClient {
         if (signal?.aborted) throw await this.stopped(id, cancelOnDisconnect, signal, line, error);
         const parley = failure(error, signal);
         if (parley.code === "unknown_run") throw lost(line, "the server does not know it any more", parley);
-        const again = parley.code === "network" || parley.status >= 500 || parley.status === 429 || parley.code === "bad_answer";
+        last = parley;
+        const again = unanswered(parley) || parley.status >= 500 || parley.status === 429 || parley.code === "bad_answer";
         if (!again) {
           parley.line = line;
           throw parley;

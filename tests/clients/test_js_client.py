@@ -1,6 +1,7 @@
 """The JavaScript client (clients/js) under node's own test runner, against a real ``parley serve``
 process: a scripted conversation with tool calls, a cancel, errors and a watch on the scripted backend,
-turns whose streams a proxy breaks mid-turn (resumed, or lost), and one turn on the real sample model.
+turns whose streams a proxy breaks mid-turn (resumed, or lost), a server killed mid-turn (server_gone)
+and one never started (unavailable), and one turn on the real sample model.
 Needs node 18+ and nothing from npm."""
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import pytest
 
 from runtime.resources import examples_dir
 from tests.clients.cutting_proxy import CuttingProxy
+from tests.clients.kill_switch import KillSwitch, closed_url
 from tests.samples import example_on_sample_model
-from tests.servers import parley_serve
+from tests.servers import parley_serve, parley_serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "clients" / "js"
@@ -45,7 +47,8 @@ def summary(output: str) -> dict[str, int]:
 
 
 def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -> None:
-    tests = sorted(set((JS / "test").glob("*.test.mjs")) - {JS / "test" / "resume.test.mjs"})
+    apart = {JS / "test" / "resume.test.mjs", JS / "test" / "server_gone.test.mjs"}  # each with servers of its own
+    tests = sorted(set((JS / "test").glob("*.test.mjs")) - apart)
     assert JS / "test" / "conversation.test.mjs" in tests
     with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), token=TOKEN) as url:
         output = run_node(*tests, PARLEY_URL=url, PARLEY_TOKEN=TOKEN)
@@ -73,6 +76,17 @@ def test_js_client_resumes_a_turn_whose_stream_breaks_and_hands_a_lost_turn_line
     assert proxy.cuts == {"cut.tool_request.js": 1, "half.tool_request.js": 1, "lost.turn_started.js": 1,
                           "cut.tool_request.cancel.js": 1}, proxy.cuts
     assert proxy.resumes == {"cut.tool_request.js": 1, "half.tool_request.js": 1, "lost.turn_started.js": 1}
+
+
+def test_js_client_tells_a_server_killed_mid_turn_from_one_that_never_started() -> None:
+    """The server is killed (SIGKILL) while its turn waits for a tool result: the turn rejects with
+    server_gone and the line once every resume try found no server; a closed port is unavailable."""
+    with parley_serve_process("--backend", "scripted", "--assets", str(examples_dir()), "--store", "none") as doomed, \
+            KillSwitch(doomed.process) as switch:
+        output = run_node(JS / "test" / "server_gone.test.mjs", PARLEY_DOOMED_URL=doomed.url, PARLEY_KILL_URL=switch.url,
+                          PARLEY_CLOSED_URL=closed_url())
+    assert summary(output)["pass"] == 2, output
+    assert switch.kills == 1 and doomed.process.returncode is not None
 
 
 @pytest.mark.model
