@@ -168,15 +168,17 @@ def parley_serve(*args: str, token: str | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def parley_serve_process(*args: str, token: str | None = None, patch: str = "") -> Iterator[ServeProcess]:
+def parley_serve_process(*args: str, token: str | None = None, patch: str = "",
+                         stdin: int | None = None) -> Iterator[ServeProcess]:
     """``parley serve --port 0 ARGS`` as a process of its own, once it prints its address; ``patch`` is
-    Python it runs first. Stopped with SIGTERM (and waited for) at the end, unless it ended already."""
+    Python it runs first, ``stdin`` its standard input (subprocess.PIPE: ``process.stdin``). Stopped
+    with SIGTERM (and waited for) at the end, unless it ended already."""
     env = {k: v for k, v in os.environ.items() if k != "PARLEY_SERVE_TOKEN"}
     if token is not None:
         env["PARLEY_SERVE_TOKEN"] = token
     start = [sys.executable, "-c", patch + RUN_PARLEY] if patch else [sys.executable, "-m", "runtime"]
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
-        process = subprocess.Popen([*start, "serve", "--port", "0", *args], cwd=ROOT,
+        process = subprocess.Popen([*start, "serve", "--port", "0", *args], cwd=ROOT, stdin=stdin,
                                    env=env, stdout=subprocess.PIPE, stderr=log, text=True, encoding="utf-8")
         lines: queue.Queue[str | None] = queue.Queue()
 

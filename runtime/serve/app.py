@@ -42,6 +42,7 @@ from runtime.serve.protocol import (
     ServeError,
     SessionOut,
     Sessions,
+    ShuttingDown,
     ToolResultIn,
     TurnIn,
     TurnLine,
@@ -198,10 +199,12 @@ def _is_local_name(name: str) -> bool:
         return False
 
 
-def create_app(npcs: NPCs, token: str | None = None, previous_crash: PreviousCrash | None = None) -> Guard:
+def create_app(npcs: NPCs, token: str | None = None, previous_crash: PreviousCrash | None = None,
+               shut_down: Callable[[str], None] | None = None, shutdown_seconds: float = 0.0) -> Guard:
     """The app to serve: the API behind the token check and the body limit. ``previous_crash``: how the
-    server before this one crashed (``GET /v1/health`` tells it)."""
-    return Guard(build_api(npcs, previous_crash), token, npcs.limits.max_body)
+    server before this one crashed (``GET /v1/health`` tells it). ``shut_down(why)`` stops the server
+    (``POST /v1/shutdown``; None: refused, as on a server without a token)."""
+    return Guard(build_api(npcs, previous_crash, shut_down, shutdown_seconds), token, npcs.limits.max_body)
 
 
 def openapi_schema() -> dict[str, Any]:
@@ -209,7 +212,8 @@ def openapi_schema() -> dict[str, Any]:
     return build_api(None).openapi()  # type: ignore[arg-type]  # the routes never run
 
 
-def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAPI:
+def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None,
+              shut_down: Callable[[str], None] | None = None, shutdown_seconds: float = 0.0) -> FastAPI:
     app = FastAPI(title="Parley Studio runtime server", version=API_VERSION, openapi_url=f"{PREFIX}/openapi.json",
                   docs_url=None, redoc_url=None,
                   description="Runs Parley Studio agents for a game: NPC sessions, turns streamed as Server-Sent "
@@ -251,6 +255,20 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None) -> FastAP
         if npcs.closing:
             return error_response(ServeError("shutting_down", "the server is shutting down: its turns are ending"))
         return JSONResponse(Ready(sessions=len(npcs.sessions), store=npcs.store.label).model_dump())
+
+    @app.post(f"{PREFIX}/shutdown", response_model=ShuttingDown, status_code=202, responses={403: {"model": ErrorOut},
+                                                                                            **ERRORS})
+    async def shutdown() -> ShuttingDown:
+        """Stop the server, as SIGTERM does (for a game that cannot send a signal: on Windows, say).
+        Running turns are cancelled (each session stays as it was before its turn), tool waits end,
+        observers' streams close, and the process exits within ``seconds``. Needs the server's token:
+        a server started without one refuses it (403 forbidden), since any program on the computer
+        could send it."""
+        if shut_down is None:
+            raise ServeError("forbidden", "this server has no token, so it cannot be stopped by a request: start it "
+                             "with a token (PARLEY_SERVE_TOKEN) and send that, or use --exit-with-parent or SIGTERM")
+        shut_down("POST /v1/shutdown")
+        return ShuttingDown(seconds=shutdown_seconds)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -423,6 +441,7 @@ def _seen(last_event_id: str, run: str) -> int:
 def _events(npcs: NPCs, stream: Stream, after: int = 0, resumed: bool = False) -> StreamingResponse:
     async def events() -> AsyncIterator[bytes]:
         finished = False
+        number = after
         try:
             async for got in stream.follow(after, KEEP_ALIVE_SECONDS):
                 if got is None:
@@ -432,7 +451,14 @@ def _events(npcs: NPCs, stream: Stream, after: int = 0, resumed: bool = False) -
                 yield _frame(item.kind, item.data, stream.event_id(number))
             finished = True
         finally:
-            if not finished and stream.cancel_on_disconnect and not resumed:
-                npcs.stop(stream.running)  # the client went away mid-turn and asked for that: cancelled
+            if not finished:
+                about = {"session": stream.session, "turn": stream.turn}
+                if stream.cancel_on_disconnect and not resumed:
+                    log.info("the client disconnected mid-turn (run %s, after event %d): the turn is cancelled, as it "
+                             "asked (cancel_on_disconnect)", stream.run, number, extra=about)
+                    npcs.stop(stream.running)
+                else:
+                    log.info("the client disconnected mid-turn (run %s, after event %d): the turn goes on, to be "
+                             "resumed from Last-Event-ID %s", stream.run, number, stream.event_id(number), extra=about)
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

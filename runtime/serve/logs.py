@@ -1,5 +1,6 @@
-"""``parley serve``'s log: plain lines, or with ``--log-format json`` one JSON object a line that a
-log system reads as it is, each with the session and turn it is about when it is about one.
+"""``parley serve``'s log: plain lines (``[SESSION turn N]`` before the message when it is about
+one), or with ``--log-format json`` one JSON object a line that a log system reads as it is, each
+with the session and turn it is about when it is about one.
 
 A turn's thread says which session and turn it runs (``about_turn``); every line logged on that
 thread meanwhile carries them, whoever logs it (the runtime's nodes, the backend). A line logged
@@ -14,7 +15,7 @@ import logging
 import time
 
 _TURN: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("parley_turn", default=None)
-TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(about)s%(message)s"
 
 
 def about_turn(session: str, turn: int) -> None:
@@ -31,6 +32,8 @@ class TurnIds(logging.Filter):
             record.session = about[0] if about else None
         if not hasattr(record, "turn"):
             record.turn = about[1] if about and record.session == about[0] else None
+        record.about = "" if record.session is None else (
+            f"[{record.session}] " if record.turn is None else f"[{record.session} turn {record.turn}] ")
         return True
 
 

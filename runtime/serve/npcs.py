@@ -76,8 +76,10 @@ class Stream:
     stream ends with stream_limit."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, limit: int, on_item: Callable[[Item], None], line: str,
-                 cancel_on_disconnect: bool = False) -> None:
+                 cancel_on_disconnect: bool = False, session: str = "") -> None:
         self.loop = loop
+        self.session = session  # whose turn: named in the log
+        self.turn: int | None = None  # its index, once it begins
         self.run = secrets.token_hex(8)
         self.line = line  # the player's line, handed back by turn_failed
         self.cancel_on_disconnect = cancel_on_disconnect
@@ -152,6 +154,7 @@ class RunningTurn:
     calls: dict[str, tuple[threading.Event, list[str]]] = field(default_factory=dict)  # call id -> (answered, result)
     lock: threading.Lock = field(default_factory=threading.Lock)
     spoken_over: str = ""  # why the player's next line stopped it: superseded or interrupted (double_text)
+    shutdown: bool = False  # stopped because the server is shutting down
 
 
 class NPC:
@@ -169,6 +172,8 @@ class NPC:
         self.used = time.monotonic()  # when a request last asked for it
         self.revision = 0  # the store's revision of the session as this server last wrote or read it
         self.last_run: dict[str, Any] | None = None  # the final event of its latest turn stream, as stored
+        # The history as last saved: what GET history answers while a turn runs (the last finished state)
+        self.saved: dict[str, Any] | None = None
 
     @property
     def agent(self) -> Agent:
@@ -214,15 +219,40 @@ class NPCs:
         # What the store holds but could not be served again (its asset gone or changed): kept there
         self.not_restored: dict[str, str] = {}
         self.closing = False  # shutting down: /v1/health/ready answers 503
+        self.deadline: float | None = None  # when a shutdown must be over (time.monotonic)
 
-    def close(self, seconds: float = 30.0) -> None:
+    def close(self, seconds: float = 30.0) -> bool:
+        """Stop every turn and wait for their threads, up to ``seconds`` in all or until the
+        shutdown's ``deadline``. False: some still run."""
         self.closing = True
-        for npc in list(self.sessions.values()):
-            self._stop_all(npc, "cancelled")
         with self._lock:
+            for npc in list(self.sessions.values()):
+                self._stop_all(npc, "cancelled")
             threads = list(self._threads)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + seconds
         for thread in threads:
-            thread.join(seconds)
+            thread.join(max(deadline - time.monotonic(), 0))
+        return not any(thread.is_alive() for thread in threads)
+
+    def stop_everything(self) -> int:
+        """The server is shutting down (on the event loop): no new turns; every running turn is
+        cancelled (its session stays as it was before it, and is saved as such), every waiting line
+        dropped, every tool wait ended, and every observer's stream closed. Returns how many turns ran."""
+        self.closing = True
+        stopped = 0
+        with self._lock:
+            for npc in list(self.sessions.values()):
+                if npc.running is not None:
+                    npc.running.shutdown = True
+                    stopped += 1
+                    log.info("session %s: its turn is cancelled: the server is shutting down", npc.id,
+                             extra={"session": npc.id, "turn": npc.stream.turn if npc.stream else None})
+                self._stop_all(npc, "cancelled")
+        for npc in list(self.sessions.values()):
+            for queue in list(npc.watchers):
+                queue.put_nowait(None)  # its observer's stream ends
+            npc.watchers.clear()
+        return stopped
 
     # --- assets -------------------------------------------------------------------------------
 
@@ -297,9 +327,10 @@ class NPCs:
         Raises ServeError ``store_conflict`` when another server changed it meanwhile, else ``store_error``."""
         try:
             start = time.perf_counter()
-            npc.revision = self.store.save(StoredSession(npc.id, npc.asset_path,
-                                                         history_to_dict(npc.agent.export_dialog()),
+            history = history_to_dict(npc.agent.export_dialog())
+            npc.revision = self.store.save(StoredSession(npc.id, npc.asset_path, history,
                                                          revision=npc.revision, last_run=last_run))
+            npc.saved = history
             if last_run is not None:
                 npc.last_run = last_run
             if not isinstance(self.store, NoStore):
@@ -348,7 +379,7 @@ class NPCs:
             return None
         self.not_restored.pop(stored.id, None)
         npc = NPC(stored.id, stored.asset, session)
-        npc.revision, npc.last_run = stored.revision, stored.last_run
+        npc.revision, npc.last_run, npc.saved = stored.revision, stored.last_run, stored.history
         return npc
 
     def get(self, session_id: str) -> NPC:
@@ -470,7 +501,13 @@ class NPCs:
         return npc
 
     def export_history(self, session_id: str) -> dict[str, Any]:
-        return history_to_dict(self.idle(session_id).agent.export_dialog())
+        """The session's history; while a turn runs, as it was when the last change finished (what a
+        save wants: the running turn is not part of it until it finishes)."""
+        npc = self.get(session_id)
+        if npc.running is None:
+            return history_to_dict(npc.agent.export_dialog())
+        assert npc.saved is not None, "every session is saved before its first turn can run"
+        return npc.saved
 
     def import_history(self, session_id: str, raw: Any) -> NPC:
         npc = self.idle(session_id)
@@ -505,6 +542,8 @@ class NPCs:
         """Start a turn, or queue it behind the running one (the asset's ``double_text``); its events
         arrive on the returned stream, the last one turn_finished or turn_failed."""
         self.check_line(line, instructions)
+        if self.closing:
+            raise ServeError("shutting_down", "the server is shutting down: it takes no new turns")
         loop = asyncio.get_running_loop()
         with self._lock:
             npc = self.get(session_id)
@@ -516,8 +555,8 @@ class NPCs:
                 self._spoken_over(npc, regenerate)
             if regenerate is not None and npc.running is None:
                 line = npc.agent.history.turns[regenerate].player
-            job = Job(Stream(loop, self.limits.max_stream_events, npc.notify, line, cancel_on_disconnect), line,
-                      instructions, mock_tools, regenerate)
+            job = Job(Stream(loop, self.limits.max_stream_events, npc.notify, line, cancel_on_disconnect, npc.id),
+                      line, instructions, mock_tools, regenerate)
             if npc.running is None:
                 npc.running = job.stream.running
             else:
@@ -561,6 +600,7 @@ class NPCs:
         stream = job.stream
         npc.stream = stream  # the run before it can no longer be resumed
         index = job.regenerate if job.regenerate is not None else len(npc.agent.history.turns)
+        stream.turn = index
         stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": job.line, "run": stream.run}))
         thread = threading.Thread(target=self._run, args=(npc, job), name=f"parley-turn-{npc.id}", daemon=True)
         with self._lock:
@@ -598,6 +638,8 @@ class NPCs:
             finally:
                 self._computing.acquire()
             if not in_time:
+                log.warning("the client did not answer tool call %s (%s, node %s) within %g s: the turn fails",
+                            call_id, tool, node, self.limits.tool_timeout)
                 raise ToolTimeout(f"the client did not answer the {tool!r} call within {self.limits.tool_timeout:g} s "
                                   "(--tool-timeout)", node)
             with running.lock:
@@ -653,9 +695,11 @@ class NPCs:
             self.metrics.turn_seconds.observe(seconds)
             log.info("turn finished in %.0f ms", seconds * 1000)
         else:
-            code = last.data["error"]["code"]
-            self.metrics.failures.labels(code).inc()
-            log.info("turn failed (%s) in %.0f ms", code, seconds * 1000)
+            error = last.data["error"]
+            self.metrics.failures.labels(error["code"]).inc()
+            asked = error["code"] in ("cancelled", "superseded", "interrupted")  # what a player or the game asked for
+            log.log(logging.INFO if asked else logging.WARNING, "turn failed (%s) in %.0f ms: %s", error["code"],
+                    seconds * 1000, error["message"])
         stream.put(last, last=True)
         stream.close()
         if following is not None:
@@ -691,6 +735,9 @@ class NPCs:
 
     @staticmethod
     def _failure(exc: BaseException, stream: Stream) -> dict[str, str]:
+        if stream.running.shutdown and isinstance(exc, TurnCancelled):
+            return Failure("cancelled", "the server is shutting down: the turn was cancelled and the session left as "
+                           "it was before it; say the line again when it is back").to_json()
         if stream.running.spoken_over == "superseded" and isinstance(exc, TurnCancelled):
             return Failure("superseded", "the player spoke again: this turn and its line were dropped").to_json()
         if stream.overflowed:
@@ -714,7 +761,12 @@ class NPCs:
         npc = self.get(session_id)
         with self._lock:
             running = npc.running
+            waiting = len(npc.queued)
             self._stop_all(npc, "cancelled")
+        if running is not None:
+            log.info("session %s: the client cancelled the running turn%s", npc.id,
+                     f" and {waiting} line(s) waiting behind it" if waiting else "",
+                     extra={"session": npc.id, "turn": npc.stream.turn if npc.stream else None})
         return running is not None
 
     def resume(self, session_id: str, run: str) -> Stream | Item:

@@ -32,6 +32,7 @@ CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ERROR_STATUS: dict[str, int] = {
     "bad_request": 400,
     "unauthorized": 401,
+    "forbidden": 403,
     "unknown_session": 404,
     "unknown_turn": 404,
     "unknown_call": 404,
@@ -180,6 +181,11 @@ class Health(BaseModel):
 
 class Live(BaseModel):
     status: Literal["ok"] = "ok"
+
+
+class ShuttingDown(BaseModel):
+    status: Literal["shutting_down"] = "shutting_down"
+    seconds: float = Field(description="The process is gone within this many seconds (its turns cancelled first)")
 
 
 class Ready(BaseModel):

@@ -21,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch
 from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, Guard, create_app
+from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
 from runtime.serve.protocol import PreviousCrash
 from runtime.serve.store import SessionStore
@@ -48,6 +49,16 @@ class ServeConfig:
     body_seconds: float = BODY_SECONDS
     max_requests: int = MAX_REQUESTS
     token_env: str = TOKEN_ENV  # the environment variable the token came from (named in errors)
+    exit_with_parent: bool = False  # end when standard input reaches EOF or the parent process ends
+    shutdown_seconds: float = SHUTDOWN_SECONDS  # SIGTERM or POST /v1/shutdown to the end of serving
+
+
+@dataclass
+class Stopped:
+    """How serving ended: ``turns_ended`` False when a turn's thread was still running at the limit
+    (its backend must not be closed under it: the process should just exit)."""
+
+    turns_ended: bool = True
 
 
 def is_loopback(host: str) -> bool:
@@ -147,7 +158,15 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
     npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers, crash_watch=crash_watch,
                 store=store)
     npcs.restore()
-    app = create_app(npcs, config.token, previous_crash)
+    server: uvicorn.Server | None = None
+
+    def shut_down(why: str) -> None:  # any thread: uvicorn's loop sees the flag within 0.1 s
+        log.info("shutting down: %s", why)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(npcs, config.token, previous_crash, shut_down if config.token else None,
+                     config.shutdown_seconds)
     if isinstance(app, Guard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
         app.local_only = config.token is None and is_loopback(config.host)
@@ -158,7 +177,26 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
         app, http=protocol, log_level="warning", access_log=False, lifespan="off",
         timeout_keep_alive=KEEP_ALIVE_SECONDS, h11_max_incomplete_event_size=64 * 1024, server_header=False,
     ))
+    _bound_shutdown(server, npcs, config.shutdown_seconds)
+    server.shut_down = shut_down  # type: ignore[attr-defined]
     return server, npcs
+
+
+def _bound_shutdown(server: uvicorn.Server, npcs: NPCs, seconds: float) -> None:
+    """A shutdown (SIGTERM, POST /v1/shutdown, the parent gone) ends within ``seconds``: no new turns,
+    running ones cancelled (their sessions stay as before them), tool waits ended and observers'
+    streams closed at once, so the connections uvicorn waits for end by themselves; any still open
+    at half the limit are cut. ``npcs.close`` waits out the rest for the turns' threads."""
+    shutdown = server.shutdown
+
+    async def bounded(sockets=None):
+        npcs.deadline = time.monotonic() + seconds
+        stopped = npcs.stop_everything()
+        log.info("stopping within %g s: %d running turn(s) cancelled", seconds, stopped)
+        server.config.timeout_graceful_shutdown = seconds / 2  # type: ignore[assignment]  # asyncio.timeout takes it
+        await shutdown(sockets)
+
+    server.shutdown = bounded  # type: ignore[method-assign]
 
 
 def url_of(sock: socket.socket) -> str:
@@ -171,11 +209,12 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
                    limits: Limits | None = None, host: str = "127.0.0.1", port: int = 0,
                    workers: int = 8, start_seconds: float = 30.0, header_seconds: float = HEADER_SECONDS,
                    body_seconds: float = BODY_SECONDS, max_requests: int = MAX_REQUESTS,
-                   store: SessionStore | None = None) -> Iterator[str]:
+                   store: SessionStore | None = None,
+                   shutdown_seconds: float = SHUTDOWN_SECONDS) -> Iterator[str]:
     """Serve in a thread of this process; yields the base URL once it accepts connections. The
     backend stays the caller's (not closed here)."""
     config = ServeConfig(host, port, [Path(d) for d in asset_dirs], token, limits or Limits(), workers,
-                         header_seconds, body_seconds, max_requests)
+                         header_seconds, body_seconds, max_requests, shutdown_seconds=shutdown_seconds)
     server, npcs = make_server(config, backend, store=store)
     sock = bind(host, port)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="parley-serve", daemon=True)
@@ -189,15 +228,20 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
         yield url_of(sock)
     finally:
         server.should_exit = True
-        npcs.close()
         thread.join(30)
+        npcs.close()
         sock.close()
 
 
 def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_watch: CrashWatch | None = None,
-                  previous_crash: PreviousCrash | None = None, store: SessionStore | None = None) -> None:
+                  previous_crash: PreviousCrash | None = None, store: SessionStore | None = None,
+                  stopped: Stopped | None = None) -> None:
+    """Serve until SIGTERM (or SIGINT), ``POST /v1/shutdown``, or with ``exit_with_parent`` the game's
+    end; ``stopped`` says how it ended (a turn still running past the limit)."""
     server, npcs = make_server(config, backend, crash_watch, previous_crash, store)
     sock = bind(config.host, config.port)
+    if config.exit_with_parent:
+        watch_parent(server.shut_down)  # type: ignore[attr-defined]
 
     startup = server.startup
 
@@ -206,18 +250,33 @@ def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_w
         announce(f"parley serve: listening on {url_of(sock)}", flush=True)
 
     server.startup = announced_startup  # type: ignore[method-assign]
-    shutdown = server.shutdown
-
-    async def marked_shutdown(sockets=None):
-        npcs.closing = True  # not ready from the first moment of a shutdown
-        await shutdown(sockets)
-
-    server.shutdown = marked_shutdown  # type: ignore[method-assign]
     try:
         server.run(sockets=[sock])
     finally:
-        npcs.close()
+        ended = npcs.close()
+        if not ended:
+            log.warning("a turn was still running at the shutdown's limit (%g s): exiting without it",
+                        config.shutdown_seconds)
+        if stopped is not None:
+            stopped.turns_ended = ended
         sock.close()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the system says it), not the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
+def serve_threads(threads: int | None, threads_batch: int | None, cpus: int | None = None) -> tuple[int, int]:
+    """The embedded backend's threads (to generate, to read prompts) for ``parley serve``: those given,
+    else a share that leaves the game a core. llama.cpp's threads wait for each other at every step,
+    so a thread on a core the game holds slows all of them: on 2 cores with the game busy on one, a
+    prompt read on 2 threads took 23 times as long as on 1."""
+    cpus = cpus or usable_cpus()
+    spare = max(cpus - 1, 1)
+    return threads or max(min(cpus // 2, spare), 1), threads_batch or spare
 
 
 def token_from(env: str) -> str | None:

@@ -65,8 +65,9 @@ def concrete_routes(url: str) -> list[tuple[str, str]]:
     routes = [(method.upper(), path.replace("{session_id}", "npc-x").replace("{turn_id}", "0"))
               for path, methods in schema["paths"].items() for method in methods]
     assert len(routes) >= 15, routes  # the schema really lists the routes
-    return routes + [("GET", "/v1/openapi.json"), ("GET", "/"), ("GET", "/v1/nowhere"), ("POST", "/v1/nowhere"),
-                     ("DELETE", "/v1"), ("OPTIONS", "/v1/sessions"), ("GET", "/docs"), ("PUT", "/v1/health")]
+    routes += [("GET", "/v1/openapi.json"), ("GET", "/"), ("GET", "/v1/nowhere"), ("POST", "/v1/nowhere"),
+               ("DELETE", "/v1"), ("OPTIONS", "/v1/sessions"), ("GET", "/docs"), ("PUT", "/v1/health")]
+    return sorted(routes, key=lambda route: route == ("POST", "/v1/shutdown"))  # last: it stops the server
 
 
 # --- the token --------------------------------------------------------------------------------------------
@@ -151,8 +152,10 @@ def test_the_token_appears_in_no_log_and_no_answer(backend: ScriptedBackend, ser
         server_logs.listen()  # type: ignore[attr-defined]
         port = int(url.rsplit(":", 1)[1])
         with httpx.Client(base_url=url, timeout=DEADLINE) as http:
-            for headers in (AUTH, {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": TOKEN}, {}):
+            for headers in ({"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": TOKEN}, {}, AUTH):
                 for method, path in concrete_routes(url):
+                    if headers is AUTH and path == "/v1/shutdown":
+                        continue  # asked last, below
                     answers.append(http.request(method, path, content=b'{"line": "hi"}', headers={**JSON, **headers})
                                    .content)
             npc = http.post("/v1/sessions", json={"asset": "chat.json"}, headers=AUTH).json()["id"]
@@ -162,6 +165,8 @@ def test_the_token_appears_in_no_log_and_no_answer(backend: ScriptedBackend, ser
         for raw in (f"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nBad Header\r\n\r\n",
                     f"GET /v1/health HTTP/9.9\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"):
             answers.append(exchange(port, raw.encode()))
+        with httpx.Client(base_url=url, timeout=DEADLINE) as http:
+            answers.append(http.post("/v1/shutdown", headers=AUTH).content)  # the server stops: its log too
     logged = "\n".join(server_logs.lines)
     out, err = capfd.readouterr()
     assert "parley.serve INFO session npc-" in logged  # the recorder did hear the server, and uvicorn

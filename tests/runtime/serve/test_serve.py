@@ -64,16 +64,19 @@ def test_cancelling_a_turn_leaves_the_session_exactly_as_it_was(server):
     assert server.cancel(npc.id) is False  # nothing runs now
 
 
-def test_a_busy_session_refuses_every_change_with_a_typed_error(server):
+def test_a_busy_session_refuses_every_change_with_a_typed_error_and_saves_its_last_finished_state(server):
     npc = server.create_session("tool_calling.json")
+    server.turn(npc.id, "Good morning", tools=lambda call: "0")
+    finished_state = server.export_history(npc.id)
     events = server.stream_turn(npc.id, ARROWS)  # no tools answered: the turn waits at the tool call
     request = next(e for e in events if e.kind == "tool_request")
     assert server.session(npc.id).busy
+    assert server.export_history(npc.id) == finished_state  # a save during a reply gets the last finished turn
     refusals = [
         lambda: server.set_variables(npc.id, {}),
         lambda: server.change_params(npc.id, {"reply": {"temperature": 0.2}}),
         lambda: server.rewind(npc.id, 0),
-        lambda: server.export_history(npc.id),
+        lambda: server.import_history(npc.id, finished_state),
     ]  # a second line waits in the queue (double_text: tests/runtime/serve/test_double_text.py)
     for refuse in refusals:
         with pytest.raises(ParleyError) as error:
@@ -82,6 +85,8 @@ def test_a_busy_session_refuses_every_change_with_a_typed_error(server):
     server.tool_result(npc.id, request.data["call_id"], "12")
     finished = [e for e in events if e.kind == "turn_finished"]
     assert len(finished) == 1 and "12" in finished[0].data["reply"]
+    saved = server.export_history(npc.id)
+    assert [t["player"] for t in saved["turns"]] == ["Good morning", ARROWS]
     with pytest.raises(ParleyError) as stale:
         server.tool_result(npc.id, request.data["call_id"], "again")
     assert stale.value.code == "unknown_call"
