@@ -10,7 +10,8 @@
 - ``parley_sessions``: sessions held; ``parley_lines_queued``: players' lines waiting behind their
   session's running turn (double_text: queue).
 - ``parley_kv_contexts{state}`` and ``parley_kv_mib{state}``: the embedded engine's node contexts,
-  live and parked (absent on a backend that keeps no caches here).
+  live, parked (in RAM) and spilled (parked on disk, past ``--park-budget``); absent on a backend
+  that keeps no caches here.
 - ``parley_store_write_seconds``: each write to the session store.
 """
 
@@ -47,10 +48,12 @@ class _Held(Collector):
                                      labels=["state"])
         contexts.add_metric(["live"], stats.live_contexts)
         contexts.add_metric(["parked"], stats.parked)
+        contexts.add_metric(["spilled"], stats.spilled)
         yield contexts
         mib = GaugeMetricFamily("parley_kv_mib", "What those contexts take, in MiB", labels=["state"])
         mib.add_metric(["live"], stats.live_mib)
         mib.add_metric(["parked"], stats.parked_mib)
+        mib.add_metric(["spilled"], stats.spilled_mib)
         yield mib
 
 
