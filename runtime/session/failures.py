@@ -31,6 +31,10 @@ FAILURE_CODES: dict[str, str] = {
                    "with the reply cut where it stopped (parley serve)",
     "turn_lost": "the server running the turn stopped before the turn finished, so nothing of it was kept: say the "
                  "line again (a client resuming a stream)",
+    "server_gone": "the server died mid-turn and could not be reached again (a client's own code; apart from "
+                   "unavailable, a server never reached): say the line again once it is back",
+    "stream_ended": "the turn's stream broke and the turn was cancelled, not resumed (a client's own code: "
+                    "cancel_on_disconnect, or a stream that broke before it named its run)",
 }
 CANCELLED_MESSAGE = "Stopped: the turn was cancelled, and the conversation is as it was before it."
 
