@@ -179,6 +179,14 @@ namespace Parley
                                     Backend = Json.Str(o, "backend"), Sessions = (int)Json.Long(o, "sessions") };
         }
 
+        /// <summary>Stops the server (for a game that cannot send its child SIGTERM, on Windows): its turns
+        /// are cancelled, their sessions kept as before them, and it exits within the seconds returned.
+        /// Needs the server's token; a server started without one refuses it (forbidden).</summary>
+        public async Task<double> Shutdown()
+        {
+            return Json.Double(Json.Obj(await Send("POST", "/shutdown", "{}")), "seconds");
+        }
+
         public async Task<List<AssetInfo>> Assets()
         {
             var list = new List<AssetInfo>();
@@ -885,6 +893,14 @@ namespace Parley
             if (v is long) return (long)v;
             if (v is double && Math.Floor((double)v) == (double)v) return (long)(double)v;
             throw new FormatException("expected a whole number at \"" + key + "\", got " + Describe(v));
+        }
+
+        public static double Double(Dictionary<string, object> o, string key)
+        {
+            var v = Get(o, key);
+            if (v is double) return (double)v;
+            if (v is long) return (long)v;
+            throw new FormatException("expected a number at \"" + key + "\", got " + Describe(v));
         }
 
         public static bool Bool(Dictionary<string, object> o, string key)

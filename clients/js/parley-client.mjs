@@ -371,6 +371,16 @@ export class ParleyClient {
     return this.json("GET", "/v1/health");
   }
 
+  /**
+   * Stops the server (for a game that cannot send its child SIGTERM): its turns are cancelled, their
+   * sessions kept as before them, and it exits within the seconds it answers. Needs the server's
+   * token; a server started without one refuses it (forbidden).
+   * @returns {Promise<number>}
+   */
+  async shutdown() {
+    return (await this.json("POST", "/v1/shutdown")).seconds;
+  }
+
   /** @returns {Promise<Asset[]>} the assets the server may load */
   async assets() {
     return (await this.json("GET", "/v1/assets")).assets;

@@ -208,6 +208,11 @@ class ParleyClient:
     def health(self) -> Health:
         return Health(**self._call("GET", "/health"))
 
+    def shutdown(self) -> float:
+        """Stop the server (a game that cannot send SIGTERM): its turns are cancelled, their sessions
+        kept as before them; it exits within the seconds returned. Needs the server's token."""
+        return float(self._call("POST", "/shutdown")["seconds"])
+
     def assets(self) -> list[AssetOut]:
         return [AssetOut(**a) for a in self._call("GET", "/assets")["assets"]]
 

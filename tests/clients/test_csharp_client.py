@@ -162,3 +162,15 @@ def test_csharp_client_runs_a_chat_turn_on_the_sample_model(conversation_test: l
     assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == ["model turn"], output
     reply = re.search(r"^reply: (.*)$", output, re.MULTILINE)
     assert reply and reply.group(1).strip(), output
+
+
+@pytest.mark.parametrize("handler", list(HANDLERS), ids=list(HANDLERS.values()))
+def test_csharp_client_stops_a_server_by_request_with_its_token(conversation_test: list[str], handler: str) -> None:
+    """Shutdown() (a Windows game cannot send its child SIGTERM): refused without the token; with it the
+    running turn ends cancelled, the answer is the limit, and the process exits."""
+    with parley_serve_process("--backend", "scripted", "--assets", str(examples_dir()), "--store", "none",
+                              token=TOKEN) as server:
+        output = run_program(conversation_test, server.url, "shutdown", TOKEN, handler)
+        server.process.wait(timeout=RUN_SECONDS)
+    assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == ["a shutdown by request"], output
+    assert server.process.returncode == 0

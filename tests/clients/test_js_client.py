@@ -96,3 +96,14 @@ def test_js_client_runs_a_chat_turn_on_the_sample_model(sample_model: Path, tmp_
         output = run_node(JS / "test" / "sample_model.test.mjs", PARLEY_MODEL_URL=url)
     counts = summary(output)
     assert (counts["pass"], counts["skipped"]) == (1, 0), output
+
+
+def test_js_client_stops_a_server_by_request_with_its_token() -> None:
+    """shutdown() (a game that cannot send SIGTERM): refused without the token; with it the running
+    turn ends cancelled and the process exits."""
+    with parley_serve_process("--backend", "scripted", "--assets", str(examples_dir()), "--store", "none",
+                              token=TOKEN) as server:
+        output = run_node(JS / "test" / "shutdown.test.mjs", PARLEY_SERVE_URL=server.url, PARLEY_TOKEN=TOKEN)
+        server.process.wait(timeout=NODE_SECONDS)
+    assert summary(output)["pass"] == 1, output
+    assert server.process.returncode == 0

@@ -27,9 +27,9 @@ static class ConversationTest
 
     static int Main(string[] args)
     {
-        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume" && args[1] != "gone"))
+        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume" && args[1] != "gone" && args[1] != "shutdown"))
         {
-            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume|gone");
+            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume|gone|shutdown");
             return 2;
         }
         try
@@ -43,6 +43,7 @@ static class ConversationTest
             else if (args[1] == "resume")
                 MainThread.Run(() => Resume(args[0], Environment.GetEnvironmentVariable("PARLEY_SUFFIX") ?? ".cs"));
             else if (args[1] == "gone") Gone(args[0]).GetAwaiter().GetResult();
+            else if (args[1] == "shutdown") Shutdown(args[0]).GetAwaiter().GetResult();
             else Model(args[0]).GetAwaiter().GetResult();
             Console.WriteLine("all passed");
             return 0;
@@ -447,6 +448,29 @@ static class ConversationTest
     }
 
     // A server killed mid-turn is server_gone, with the line; one never started (a closed port) is unavailable.
+    // A game that cannot send its child SIGTERM stops the server by request, with the server's token.
+    static async Task Shutdown(string url)
+    {
+        using (var stranger = new ParleyClient(url, null, Handler()))
+        {
+            var refused = await Fails(() => Within(stranger.Shutdown(), "a shutdown without the token"), "no token");
+            Check(refused.Code == "unauthorized", "a shutdown needs the token: " + refused.Code);
+        }
+        using (var client = new ParleyClient(url, Token, Handler()) { ResumeTries = 1 })
+        {
+            var npc = await client.CreateSession("tool_calling.json");
+            Task<double> stopping = null;
+            var cancelled = await Fails(() => Within(client.Turn(npc.Id, "How many arrows are there?", null, e =>
+            {
+                if (e.Kind == "tool_request" && stopping == null) stopping = client.Shutdown();
+            }), "the turn the shutdown cancels"), "a turn running at the shutdown");
+            Check(cancelled.Code == "cancelled" && cancelled.Message.Contains("shutting down"),
+                  "the running turn is cancelled: " + cancelled.Code + " " + cancelled.Message);
+            Check(stopping != null && await Within(stopping, "the shutdown's answer") == 2.0, "it answers its limit");
+            Ok("a shutdown by request");
+        }
+    }
+
     static async Task Gone(string url)
     {
         const string question = "How many arrows are there?"; // the scripted backend calls check_stock, and waits

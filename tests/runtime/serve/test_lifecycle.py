@@ -113,6 +113,10 @@ def test_shutdown_needs_the_token_and_a_server_without_one_refuses_it():
         wrong = httpx.post(f"{server.url}/v1/shutdown", headers={"Authorization": f"Bearer {TOKEN}x"})
         assert wrong.status_code == 401
         assert httpx.get(f"{server.url}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        with ParleyClient(server.url, token=TOKEN) as client:
+            assert client.shutdown() == SHUTDOWN_SECONDS
+        server.process.wait(timeout=EXIT_SECONDS)
+        assert server.process.returncode == 0
 
 
 def test_exit_with_parent_ends_when_standard_input_closes():
