@@ -27,6 +27,7 @@ from typing import Any
 
 from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnResult, noting_nodes
 from runtime.asset.file import load_asset
+from runtime.asset.model import Asset
 from runtime.asset.validation import validate_asset
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch, turn_note
@@ -218,6 +219,8 @@ class NPCs:
         self._ids = itertools.count(1)
         # What the store holds but could not be served again (its asset gone or changed): kept there
         self.not_restored: dict[str, str] = {}
+        self._assets: dict[Path, tuple[tuple[int, int], Asset]] = {}  # path -> (its version, the checked asset)
+        self._listed: tuple[tuple[int, ...], list[tuple[str, Path]]] | None = None  # folders' versions, their assets
         self.closing = False  # shutting down: /v1/health/ready answers 503
         self.deadline: float | None = None  # when a shutdown must be over (time.monotonic)
 
@@ -257,6 +260,19 @@ class NPCs:
     # --- assets -------------------------------------------------------------------------------
 
     def assets(self) -> list[tuple[str, Path]]:
+        """Every asset the folders hold (name, path): listed again only when a folder changed (a file
+        added, removed or renamed changes its modification time; what create loads is checked apart)."""
+        try:
+            version = tuple(folder.stat().st_mtime_ns for folder in self.asset_dirs)
+        except OSError:
+            version = None
+        if version is not None and self._listed is not None and self._listed[0] == version:
+            return self._listed[1]
+        found = self._list_assets()
+        self._listed = (version, found) if version is not None else None
+        return found
+
+    def _list_assets(self) -> list[tuple[str, Path]]:
         found = []
         for folder in self.asset_dirs:
             for path in sorted(folder.glob("*.json")):
@@ -290,13 +306,7 @@ class NPCs:
         if session_id is not None and not SESSION_ID.fullmatch(session_id):
             raise ServeError("bad_request", "id: 1 to 64 letters, digits, '_', '.' or '-'")
         path = self.resolve_asset(asset)
-        try:
-            loaded = load_asset(path)
-        except InputError as exc:
-            raise ServeError("bad_asset", f"asset {asset!r} cannot be loaded", exc.problems) from None
-        errors = [p for p in validate_asset(loaded, str(path), asset_dir=path.parent) if p.severity == "error"]
-        if errors:
-            raise ServeError("bad_asset", f"asset {asset!r} has {len(errors)} error(s)", errors)
+        loaded = self._checked_asset(path, asset)
         unknown = sorted(set(variables) - set(loaded.variables))
         if unknown:
             raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r} "
@@ -320,6 +330,28 @@ class NPCs:
             raise
         log.info("session %s: %s", session_id, asset, extra={"session": session_id})
         return npc
+
+    def _checked_asset(self, path: Path, name: str) -> Asset:
+        """The asset at ``path``, loaded and validated, read again only when the file changed (its size or
+        modification time): a game that creates many NPCs of one asset pays for reading and checking it
+        once. Sessions share the object: an agent never changes its asset, it replaces it (``change_params``)."""
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise ServeError("unknown_asset", f"asset {name!r}: {exc.strerror or exc}") from None
+        version = (stat.st_mtime_ns, stat.st_size)
+        cached = self._assets.get(path)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            loaded = load_asset(path)
+        except InputError as exc:
+            raise ServeError("bad_asset", f"asset {name!r} cannot be loaded", exc.problems) from None
+        errors = [p for p in validate_asset(loaded, str(path), asset_dir=path.parent) if p.severity == "error"]
+        if errors:
+            raise ServeError("bad_asset", f"asset {name!r} has {len(errors)} error(s)", errors)
+        self._assets[path] = (version, loaded)
+        return loaded
 
     def persist(self, npc: NPC, last_run: dict[str, Any] | None = None) -> None:
         """Write the session to the store (what it holds now), over the revision this server last saw;

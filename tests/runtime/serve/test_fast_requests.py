@@ -56,3 +56,43 @@ def test_kept_alive_plain_requests_take_no_delayed_ack():
     # the median: a busy machine may slow a request or two, never most of them by 40 ms
     medians = {route: round(statistics.median(ms), 2) for route, ms in times.items()}
     assert all(ms < DELAYED_ACK_MS for ms in medians.values()), medians
+
+
+def test_an_asset_is_read_and_checked_once_until_its_file_changes(tmp_path):
+    import json
+    import shutil
+
+    from runtime.serve.client import ParleyClient, ParleyError
+
+    shutil.copy(examples_dir() / "chat.json", tmp_path / "chat.json")
+    with running_server(ScriptedBackend(), [tmp_path]) as url, ParleyClient(url) as client:
+        first = client.create_session("chat.json")
+        second = client.create_session("chat.json")
+        assert first.asset_name == second.asset_name
+        raw = json.loads((tmp_path / "chat.json").read_text(encoding="utf-8"))
+        raw["name"] = "The innkeeper, edited"
+        (tmp_path / "chat.json").write_text(json.dumps(raw), encoding="utf-8")  # another size: read again
+        assert client.create_session("chat.json").asset_name == "The innkeeper, edited"
+        assert client.turn(first.id, "Hello").reply  # the earlier sessions keep the asset they began with
+        (tmp_path / "chat.json").write_text("{", encoding="utf-8")
+        try:
+            client.create_session("chat.json")
+        except ParleyError as error:
+            assert error.code == "bad_asset"
+        else:
+            raise AssertionError("a broken asset file was not read again")
+
+
+def test_the_asset_list_follows_files_added_and_removed(tmp_path):
+    import shutil
+
+    from runtime.serve.client import ParleyClient
+
+    shutil.copy(examples_dir() / "chat.json", tmp_path / "chat.json")
+    with running_server(ScriptedBackend(), [tmp_path]) as url, ParleyClient(url) as client:
+        assert [a.path for a in client.assets()] == ["chat.json"]
+        assert [a.path for a in client.assets()] == ["chat.json"]  # the kept list
+        shutil.copy(examples_dir() / "chat.json", tmp_path / "bard.json")
+        assert [a.path for a in client.assets()] == ["bard.json", "chat.json"]
+        (tmp_path / "chat.json").unlink()
+        assert [a.path for a in client.assets()] == ["bard.json"]
