@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-budget", type=float, metavar="GB", help="embedded backend: the KV cache memory all NPCs' "
                    "contexts may take; the least recently used are parked in RAM snapshots and restored on their "
                    "next turn")
+    p.add_argument("--park-budget", type=float, metavar="GB", help="embedded backend with --kv-budget: the RAM "
+                   "those parked snapshots may take (default 0.5); past it the least recently parked go to files in "
+                   "the state folder and are read back on their NPC's next turn")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
                    help=f"environment variable holding the token every request must carry (default {TOKEN_ENV})")
     p.add_argument("--max-body", type=int, default=d.max_body, metavar="BYTES", help="largest request body")
@@ -117,10 +120,25 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 def _backend(args: argparse.Namespace, asset_dir: Path):
     from runtime.backends.profiles import backend_factory
 
-    if args.kv_budget is not None:
+    if args.kv_budget is not None or args.park_budget is not None:
         if args.backend != "embedded":
-            raise BackendError("--kv-budget sizes the embedded backend's caches; a server backend manages its own")
+            flag = "--kv-budget" if args.kv_budget is not None else "--park-budget"
+            raise BackendError(f"{flag} sizes the embedded backend's caches; a server backend manages its own")
         from runtime.backends.llama import LlamaBackend
 
-        return LlamaBackend(asset_dir, kv_budget_mib=args.kv_budget * MIB_PER_GB)
+        park_mib, park_dir = _parking(args)
+        kv_budget = args.kv_budget * MIB_PER_GB if args.kv_budget is not None else None
+        return LlamaBackend(asset_dir, kv_budget_mib=kv_budget, park_mib=park_mib, park_dir=park_dir)
     return backend_factory(args.backend, asset_dir)()
+
+
+def _parking(args: argparse.Namespace) -> tuple[float, Path]:
+    """``--park-budget`` in MiB, and the folder parked snapshots past it go to: ``parked`` in the state
+    folder, on the disk chosen for the server's state (the system's temporary folder may be RAM)."""
+    from runtime.backends.llama import PARK_BUDGET_MIB
+    from runtime.serve.crash_reports import state_dir
+
+    if args.park_budget is not None and not args.park_budget >= 0:  # NaN too
+        raise BackendError(f"--park-budget must be 0 or more GB, not {args.park_budget:g}")
+    park_mib = PARK_BUDGET_MIB if args.park_budget is None else args.park_budget * MIB_PER_GB
+    return park_mib, state_dir(args.state_dir) / "parked"

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from runtime.backends.llama import LlamaBackend, ParkedCache, ParkedCaches, Snapshot
+from runtime.backends.llama import PARK_BUDGET_MIB, LlamaBackend, ParkedCache, ParkedCaches, Snapshot
+from runtime.cli import build_parser, main
+from runtime.cli.serve import _backend
 from runtime.models.journal import EMPTY, Chunk
 from runtime.problems import BackendError
 from tests.runtime.backends.test_kv_budget import EXAMPLES, example, mib, talk
@@ -250,3 +252,34 @@ def test_npcs_whose_disk_refuses_their_caches_read_them_again_and_say_the_same(s
     assert stats.parks == 3 and stats.spill_failures == 3 and stats.restores == 0 and stats.spilled == 0, stats
     for turns in got.values():
         assert turns[1][2]["reply"][3]  # cold: its conversation read again
+
+
+# --- parley serve --park-budget -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--park-budget", "-1"], "--park-budget must be 0 or more GB, not -1"),
+    (["--park-budget", "nan"], "--park-budget must be 0 or more GB"),
+    (["--backend", "scripted", "--park-budget", "1"], "--park-budget"),
+])
+def test_serve_refuses_a_bad_park_budget(argv, said, capsys, monkeypatch):
+    monkeypatch.delenv("PARLEY_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--port", "0", "--assets", str(EXAMPLES), *argv]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "expected_mib"), [([], PARK_BUDGET_MIB), (["--park-budget", "0.25"], 256.0),
+                                                    (["--park-budget", "0"], 0.0)])
+def test_serve_parks_within_its_park_budget_in_the_state_folder(flag, expected_mib, tmp_path):
+    args = build_parser().parse_args(["serve", "--assets", str(EXAMPLES), "--kv-budget", "1", "--state-dir",
+                                      str(tmp_path), *flag])
+    backend = _backend(args, EXAMPLES)
+    try:
+        assert backend.kv_stats().park_budget_mib == expected_mib
+        backend.store_parked(parked("npc-a/reply", 1))
+        backend.store_parked(parked("npc-b/reply", 2))
+        spilled = files(tmp_path / "parked")
+        assert len(spilled) == (2 if expected_mib == 0 else 0)
+    finally:
+        backend.close()
+    assert list((tmp_path / "parked").glob("*")) == []
