@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -34,6 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--park-budget", type=float, metavar="GB", help="embedded backend with --kv-budget: the RAM "
                    "those parked snapshots may take (default 0.5); past it the least recently parked go to files in "
                    "the state folder and are read back on their NPC's next turn")
+    p.add_argument("--threads", type=int, metavar="N", help="embedded backend: CPU threads that generate (default: "
+                   "half the CPUs this process may use, and never all of them)")
+    p.add_argument("--threads-batch", type=int, metavar="N", help="embedded backend: CPU threads that read prompts "
+                   "(default: one fewer than the CPUs this process may use, leaving the game a core; llama.cpp's "
+                   "threads wait for each other, so one the game holds slows every prompt)")
+    p.add_argument("--exit-with-parent", action="store_true",
+                   help="end when standard input reaches its end or the parent process ends (a game that starts "
+                   "the server gives it a pipe as stdin: however the game ends, the server ends with it)")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
                    help=f"environment variable holding the token every request must carry (default {TOKEN_ENV})")
     p.add_argument("--max-body", type=int, default=d.max_body, metavar="BYTES", help="largest request body")
@@ -62,11 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from runtime.serve.logs import configure
     from runtime.serve.npcs import Limits
-    from runtime.serve.server import ServeConfig, ServeConfigError, check_config, serve_forever, token_from
+    from runtime.serve.server import ServeConfig, ServeConfigError, Stopped, check_config, serve_forever, token_from
 
     configure(args.log_format)
-    for name in ("max_body", "max_line", "max_sessions", "max_stream_events", "workers"):
-        if getattr(args, name) < 1:
+    for name in ("max_body", "max_line", "max_sessions", "max_stream_events", "workers", "threads", "threads_batch"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             print(f"parley serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     if args.tool_timeout <= 0 or (args.kv_budget is not None and args.kv_budget <= 0):
@@ -74,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     limits = Limits(args.max_body, args.max_line, args.max_sessions, args.max_stream_events, args.tool_timeout)
     config = ServeConfig(args.host, args.port, [Path(a) for a in args.assets], token_from(args.token_env), limits,
-                         args.workers, token_env=args.token_env)
+                         args.workers, token_env=args.token_env, exit_with_parent=args.exit_with_parent)
     try:
         check_config(config)
         backend = _backend(args, config.asset_dirs[0])
@@ -100,16 +109,26 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn ends on SIGTERM by raising it again once it has shut down, which would end the process
     # before the ``finally`` below: then the next start would take this clean exit for a crash.
     default_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    stopped = Stopped()
+    code = 1  # the exit code, should a turn outlive the shutdown (the process then ends at once)
     try:
-        serve_forever(config, backend, crash_watch=watch, previous_crash=previous_crash, store=store)
+        serve_forever(config, backend, crash_watch=watch, previous_crash=previous_crash, store=store, stopped=stopped)
+        code = 0
     except OSError as exc:
         print(f"parley serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
     finally:
         signal.signal(signal.SIGTERM, default_sigterm)
-        backend.close()
+        if stopped.turns_ended:
+            backend.close()  # never under a turn still running in it
         watch.stop()
         store.close()
+        if not stopped.turns_ended:
+            logging.shutdown()
+            os._exit(code)  # that turn's thread is inside the model: ending the interpreter around it could crash
     return 0
 
 
@@ -120,16 +139,23 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 def _backend(args: argparse.Namespace, asset_dir: Path):
     from runtime.backends.profiles import backend_factory
 
-    if args.kv_budget is not None or args.park_budget is not None:
-        if args.backend != "embedded":
-            flag = "--kv-budget" if args.kv_budget is not None else "--park-budget"
-            raise BackendError(f"{flag} sizes the embedded backend's caches; a server backend manages its own")
-        from runtime.backends.llama import LlamaBackend
+    if args.backend.strip() != "embedded":
+        given = [f"--{name.replace('_', '-')}" for name in ("kv_budget", "park_budget", "threads", "threads_batch")
+                 if getattr(args, name) is not None]
+        if given:
+            raise BackendError(f"{', '.join(given)}: settings of the embedded backend; a server backend has its own "
+                               "(set them where it runs)")
+        return backend_factory(args.backend, asset_dir)()
+    from runtime.backends.llama import LlamaBackend
+    from runtime.serve.server import serve_threads
 
-        park_mib, park_dir = _parking(args)
-        kv_budget = args.kv_budget * MIB_PER_GB if args.kv_budget is not None else None
-        return LlamaBackend(asset_dir, kv_budget_mib=kv_budget, park_mib=park_mib, park_dir=park_dir)
-    return backend_factory(args.backend, asset_dir)()
+    threads, threads_batch = serve_threads(args.threads, args.threads_batch)
+    logging.getLogger("parley.serve").info("llama.cpp threads: %d to generate, %d to read prompts", threads,
+                                           threads_batch)
+    kv_budget = args.kv_budget * MIB_PER_GB if args.kv_budget is not None else None
+    park_mib, park_dir = _parking(args)
+    return LlamaBackend(asset_dir, kv_budget_mib=kv_budget, n_threads=threads, n_threads_batch=threads_batch,
+                        park_mib=park_mib, park_dir=park_dir)
 
 
 def _parking(args: argparse.Namespace) -> tuple[float, Path]:

@@ -14,7 +14,7 @@ from runtime.resources import examples_dir
     (["--assets", str(examples_dir()), "--max-line", "0"], "--max-line must be at least 1"),
     (["--assets", str(examples_dir()), "--tool-timeout", "0"], "--tool-timeout and --kv-budget must be positive"),
     (["--assets", str(examples_dir()), "--backend", "scripted", "--kv-budget", "1"],
-     "--kv-budget sizes the embedded backend's caches"),
+     "--kv-budget: settings of the embedded backend"),
     (["--assets", str(examples_dir()), "--backend", "no-such-profile-or-url"], "no backend named 'no-such-profile"),
     (["--assets", str(examples_dir()), "--backend", "scripted", "--store", "redis://cache"],
      "--store 'redis://cache': use none, sqlite:PATH"),
