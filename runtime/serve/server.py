@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import ipaddress
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -59,6 +61,28 @@ class Stopped:
     (its backend must not be closed under it: the process should just exit)."""
 
     turns_ended: bool = True
+
+
+# glibc's malloc, tuned for a process that holds many NPCs' KV snapshots: a fixed mmap threshold
+# (by default it rises to the size of each large block freed, so later snapshots come from the heap
+# and are never given back) and two arenas (each turn runs on a new thread, and each thread's arena
+# kept its own freed snapshots). 40 NPCs taking turns grew the server about 2 MiB a round without it.
+MMAP_THRESHOLD = 1 << 20
+MALLOC_ARENAS = 2
+
+
+def keep_memory_flat() -> bool:
+    """Tune glibc's malloc so that freed snapshots go back to the system (see above). False where
+    the C library is not glibc (macOS, Windows, musl): nothing to tune there."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold, m_arena_max = -3, -8  # malloc.h
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_arena_max, MALLOC_ARENAS))
 
 
 def is_loopback(host: str) -> bool:
@@ -155,6 +179,7 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
     """The server and its sessions; ``crash_watch`` notes each turn in flight (``runtime.crashes``), and
     ``GET /v1/health`` tells ``previous_crash``. The sessions ``store`` holds are served again."""
     check_config(config)
+    keep_memory_flat()
     npcs = NPCs(backend, config.asset_dirs, config.limits, workers=config.workers, crash_watch=crash_watch,
                 store=store)
     npcs.restore()
