@@ -17,24 +17,16 @@ import argparse
 import http.client
 import json
 import os
-import queue
-import re
 import statistics
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from conversation import ROOT, write_results
+from conversation import serve_child, write_results
 
 from runtime.resources import examples_dir
 
 GOAL_P50_MS = 2.0
-LISTENING = re.compile(r"parley serve: listening on (http://\S+)")
 # Stands in for the fix being absent: the protocol no longer sets TCP_NODELAY, and the listening
 # socket is made with protocol 0 again (so asyncio does not either)
 WITHOUT_NODELAY = """
@@ -46,7 +38,6 @@ def _untyped(family=-1, type=-1, proto=-1, fileno=None):
     return _socket(family, type, 0 if proto == socket.IPPROTO_TCP else proto, fileno)
 server.socket.socket = _untyped
 """
-RUN = "\nimport sys\nfrom runtime.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -55,34 +46,6 @@ def percentile(values: list[float], p: float) -> float:
     low = int(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@contextmanager
-def serve(patch: str = "") -> Iterator[str]:
-    command = [sys.executable, "-c", patch + RUN] if patch else [sys.executable, "-m", "runtime"]
-    process = subprocess.Popen([*command, "serve", "--backend", "scripted", "--port", "0", "--store", "none",
-                                "--assets", str(examples_dir())], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        while True:
-            line = lines.get(timeout=120)
-            if line is None:
-                raise RuntimeError(f"parley serve ended (exit {process.poll()}) before it listened")
-            if match := LISTENING.search(line):
-                yield match.group(1)
-                return
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 def routes(session: str) -> list[tuple[str, str, str, str | None]]:
@@ -141,10 +104,11 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {"rounds": args.rounds, "goal_p50_ms": GOAL_P50_MS, "load": list(os.getloadavg())}
-    with serve() as url:
+    served = ("--backend", "scripted", "--store", "none", "--assets", str(examples_dir()))
+    with serve_child(*served) as (url, _):
         results["nodelay"] = measure(url, args.rounds)
     if args.without_nodelay:
-        with serve(WITHOUT_NODELAY) as url:
+        with serve_child(*served, patch=WITHOUT_NODELAY) as (url, _):
             results["without_nodelay"] = measure(url, max(args.rounds // 10, 5))
     results["met"] = all(r["p50_ms"] <= GOAL_P50_MS for r in results["nodelay"]["routes"].values())
     results["load_after"] = list(os.getloadavg())

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import queue
 import random
 import statistics
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -21,6 +25,7 @@ from runtime.asset.model import Asset
 from runtime.models.folder import sample_model_for_checks
 
 RESULTS = ROOT / "bench" / "results"
+LISTENING = "parley serve: listening on "
 
 _OPENERS = ["Tell me", "What do you know", "Have you heard", "Can you explain", "I wonder", "Remind me"]
 _TOPICS = [
@@ -164,3 +169,36 @@ def write_results(name: str, data: dict[str, Any], *, merge: bool = False) -> Pa
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
     return path
+
+
+@contextlib.contextmanager
+def serve_child(*args: str, patch: str = "", env: dict[str, str] | None = None, stdin: int | None = None,
+                start_seconds: float = 300.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``parley serve --port 0 ARGS`` as a child process (as a game runs it: no GIL shared with the
+    bench), its stderr dropped; yields its URL, once it printed it, and the process. ``patch`` is
+    Python run before it. Ended with SIGTERM (and waited for) unless it ended already."""
+    start = [sys.executable, "-c", patch + "\nimport sys\nfrom runtime.cli import main\nsys.exit(main())\n"]
+    process = subprocess.Popen([*start, "serve", "--port", "0", *args], cwd=ROOT, stdin=stdin,
+                               env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:  # keeps stdout drained, so the server never blocks on a full pipe
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        while True:
+            line = lines.get(timeout=start_seconds)
+            if line is None:
+                raise RuntimeError(f"parley serve ended (exit {process.poll()}) before it listened")
+            if line.startswith(LISTENING):
+                break
+        yield line[len(LISTENING):].strip(), process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        process.wait(60)

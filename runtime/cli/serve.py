@@ -71,7 +71,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from runtime.serve.logs import configure
     from runtime.serve.npcs import Limits
-    from runtime.serve.server import ServeConfig, ServeConfigError, Stopped, check_config, serve_forever, token_from
+    from runtime.serve.server import (
+        ServeConfig,
+        ServeConfigError,
+        Stopped,
+        check_config,
+        serve_forever,
+        token_from,
+    )
 
     configure(args.log_format)
     for name in ("max_body", "max_line", "max_sessions", "max_stream_events", "workers", "threads", "threads_batch"):
