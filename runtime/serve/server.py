@@ -254,6 +254,7 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
     finally:
         server.should_exit = True
         thread.join(30)
+        npcs.deadline = None  # the caller may close the backend next: wait for every turn's thread, not 2 s
         npcs.close()
         sock.close()
 
