@@ -46,7 +46,8 @@ from runtime.session.session import Session
 log = logging.getLogger("parley.serve")
 
 # Per session: the diagnostics and prompts of its latest turns, for an attached editor (which reads
-# each as it finishes). A record holds every node's whole prompt, so keeping 64 grew a many-NPC soak every round.
+# each as it finishes). A record holds every node's whole prompt, so keeping 64 grew a many-NPC soak
+# every round.
 KEPT_TURN_DETAILS = 8
 WATCH_QUEUE = 4096  # events an observer may fall behind by before it is dropped
 MAX_QUEUED = 8  # lines a session may hold waiting behind its running turn (double_text: queue)
