@@ -47,7 +47,7 @@ def summary(output: str) -> dict[str, int]:
 
 
 def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -> None:
-    apart = {JS / "test" / "resume.test.mjs", JS / "test" / "server_gone.test.mjs"}  # each with servers of its own
+    apart = {JS / "test" / f"{name}.test.mjs" for name in ("resume", "server_gone", "shutdown")}  # own servers
     tests = sorted(set((JS / "test").glob("*.test.mjs")) - apart)
     assert JS / "test" / "conversation.test.mjs" in tests
     with parley_serve("--backend", "scripted", "--assets", str(examples_dir()), token=TOKEN) as url:
