@@ -7,7 +7,7 @@ import builtins
 import ctypes
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -154,10 +154,10 @@ def test_a_cache_taken_or_forgotten_while_it_is_written_leaves_no_file(tmp_path,
         def __init__(self, f: Any) -> None:
             self.f = f
 
-        def __enter__(self) -> Writer:
+        def __enter__(self) -> Self:
             return self
 
-        def __exit__(self, *exc: Any) -> None:
+        def __exit__(self, *exc: object) -> None:
             self.f.close()
 
         def write(self, data: Any) -> int:
