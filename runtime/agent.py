@@ -371,6 +371,7 @@ class Agent:
         try:
             with self.backend.stopping(cancel):
                 self._walk(run, cancel)
+            run.release_all()  # a reply no guard on this turn's path checked
         except BaseException:
             self.history.summaries, self.windows, self.variables, self.journals = before
             raise
@@ -424,6 +425,8 @@ class Agent:
     def _run_node(self, node: NodeBase, run: TurnState) -> str:
         """Run one node; returns the id of the node to run next ('' is END)."""
         run.emit(NodeStarted(node.id, node.type_name))
+        if node.id in self._held_replies:
+            run.hold(node.id)
         started = time.perf_counter()
         diag = NodeDiagnostics(node=node.id, type=node.type_name, bypassed=node.bypassed)
         try:
@@ -454,6 +457,12 @@ class Agent:
         run.nodes.append(diag)
         run.emit(NodeFinished(node.id, node.type_name, diag.output, port, next_node))
         return next_node
+
+    @property
+    def _held_replies(self) -> set[str]:
+        """The player-facing nodes whose replies a guard checks before they are spoken."""
+        nodes = self._nodes
+        return {h for h in (n.checks_reply_of() for n in nodes.values()) if h in nodes and nodes[h].PLAYER_FACING}
 
     # --- what node types share -----------------------------------------------------------------
 

@@ -78,6 +78,23 @@ class RetrievedEntry(_Model):
     score: float
 
 
+class GuardCheck(_Model):
+    check: str = Field(description="patterns, plugin:NAME or model.")
+    policy: str = Field("", description="The policy this check found broken; empty when it found none.")
+    why: str = Field("", description="What it found: the text a pattern matched and the pattern, or the check's reason.")
+    ms: float = Field(0.0, description="How long the check took.")
+
+
+class GuardRecord(_Model):
+    checked: Literal["line", "reply"] = Field(description="line: the player's line or a slot; reply: a reply held back until the guard passed it.")
+    text: str = Field("", description="The text checked (at most 20,000 characters).")
+    policy: str = Field("", description="The policy broken (the first check to find one decides); empty when the text passed.")
+    why: str = ""
+    checks: list[GuardCheck] = Field(default_factory=list, description="Every check that ran, in order.")
+    withdrew: str = Field("", description="The node whose reply was withdrawn (never shown, never replayed).")
+    ms: float = Field(0.0, description="The guard's time, every check included.")
+
+
 class NodeDiagnostics(_Model):
     node: str
     type: str
@@ -89,6 +106,7 @@ class NodeDiagnostics(_Model):
     trim: NodeTrim | None = Field(None, description="For Generate, GenerateAndSpeak and ToolCall nodes.")
     summary: SummaryRecord | None = Field(None, description="For a Summarize node that folded turns.")
     retrieved: list[RetrievedEntry] | None = Field(None, description="For a Retrieve node.")
+    guard: GuardRecord | None = Field(None, description="For a Guard node: what it checked, which check fired and why.")
     timings: NodeTimings = Field(default_factory=NodeTimings)
     warnings: list[str] = Field(default_factory=list)
     bypassed: bool = Field(False, description="The node is bypassed: it did not run, and the turn passed along "

@@ -76,6 +76,18 @@ class TurnWarning(NodeEvent):
 
 
 @dataclass(frozen=True)
+class Guarded(NodeEvent):
+    """A Guard node found a policy broken: the game can react (the guard calls the watch)."""
+
+    kind: ClassVar[str] = "guarded"
+    policy: str
+    exit: str  # the port taken: "policy:NAME"
+    check: str  # which check found it: patterns, plugin:NAME, model
+    why: str
+    checked: str  # line, or reply (a reply withdrawn before it was spoken)
+
+
+@dataclass(frozen=True)
 class NodeFinished(NodeEvent):
     kind: ClassVar[str] = "node_finished"
     type: str
@@ -92,7 +104,7 @@ class TurnFinished:
     path: list[str] = field(default_factory=list)
 
 
-Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | NodeFinished | TurnFinished
+Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | Guarded | NodeFinished | TurnFinished
 EventCallback = Callable[[Event], None]
 
 # A sentence ends at . ! ? or … (optionally followed by closing quotes or brackets) and then whitespace.

@@ -56,6 +56,7 @@ from runtime.nodes.classify_attributes import Attribute, ClassifyAttributes
 from runtime.nodes.classify_intent import ClassifyIntent, Intent
 from runtime.nodes.exit import Exit
 from runtime.nodes.generate import Generate, GenerateAndSpeak, GeneratingNode
+from runtime.nodes.guard import Guard, GuardPolicy, GuardRequest, GuardVerdict
 from runtime.nodes.retrieve.node import KnowledgeEntry, Retrieve
 from runtime.nodes.running import NodeRun, TurnCancelled, TurnError
 from runtime.nodes.subgraph import Subgraph
@@ -96,7 +97,7 @@ def _builtin(model: type[NodeBase]) -> NodeType:
 NODE_TYPES: dict[str, NodeType] = {
     t.name: t
     for t in map(_builtin, (Generate, GenerateAndSpeak, ToolCall, Summarize, ClassifyIntent, ClassifyAttributes,
-                            Retrieve, Subgraph, Exit))
+                            Guard, Retrieve, Subgraph, Exit))
 }
 # Why a plugin could not be added (its entry point, then the reason); shown by `parley validate`
 # and the editor's Problems dock rather than stopping either.
@@ -292,5 +293,5 @@ __all__ = [  # noqa: RUF022 - grouped by what a plugin needs them for
     "messages_tokens", "render_template", "slot_text", "template_values",
     # the built-in types
     "Attribute", "ClassifyAttributes", "ClassifyIntent", "Exit", "Generate", "GenerateAndSpeak", "GeneratingNode",
-    "Intent", "KnowledgeEntry", "Retrieve", "Subgraph", "Summarize", "Tool", "ToolCall",
+    "Guard", "GuardPolicy", "GuardRequest", "GuardVerdict", "Intent", "KnowledgeEntry", "Retrieve", "Subgraph", "Summarize", "Tool", "ToolCall",
 ]

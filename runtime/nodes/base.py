@@ -223,6 +223,11 @@ class NodeBase(Strict):
         player-facing node that does not speak is only shown to the player as text."""
         return False
 
+    def checks_reply_of(self) -> str:
+        """The node whose reply this node checks before the player sees it (a Guard on that node's
+        slot), or ''. The agent holds that node's tokens and sentences back until this node runs."""
+        return ""
+
     # --- exits ------------------------------------------------------------------------------
 
     def exits(self) -> dict[str, str]:

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult, TokenCallback
 from runtime.diagnostics import NodeDiagnostics, NodeInput, NodeTimings, NodeTokens, PromptMessage
-from runtime.dialogue.history import DialogHistory, Entry, Summary
-from runtime.events import Event, EventCallback
+from runtime.dialogue.history import DialogHistory, Entry, Reply, Summary
+from runtime.events import Event, EventCallback, NodeText
 from runtime.models.journal import EMPTY, DecodeJournal
 from runtime.nodes.base import NodeBase
 from runtime.nodes.repetition import runaway_warning
@@ -73,10 +73,35 @@ class TurnState:
     # False: a tool with a mock_result is still asked of ``tool_result`` (a game serving the agent
     # implements its tools; the mocks are for testing in the editor).
     mock_tools: bool = True
+    # Node id -> the tokens and sentences of its reply, held back until a Guard checks it.
+    held: dict[str, list[Event]] = field(default_factory=dict)
 
     def emit(self, event: Event) -> None:
-        if self.on_event is not None:
+        if isinstance(event, NodeText) and event.node in self.held:
+            self.held[event.node].append(event)
+        elif self.on_event is not None:
             self.on_event(event)
+
+    def hold(self, node_id: str) -> None:
+        """Keep ``node_id``'s tokens and sentences back until ``release`` or ``withdraw``."""
+        self.held.setdefault(node_id, [])
+
+    def release(self, node_id: str) -> None:
+        """Send on what ``node_id`` said while held (a guard passed it)."""
+        for event in self.held.pop(node_id, []):
+            self.emit(event)
+
+    def withdraw(self, node_id: str) -> None:
+        """Drop ``node_id``'s held reply: never sent, not part of the turn's reply, never replayed."""
+        self.held.pop(node_id, None)
+        for entry in [e for e in self.entries if isinstance(e, Reply) and e.node == node_id]:
+            self.entries.remove(entry)
+            if entry.text in self.replies:
+                del self.replies[len(self.replies) - 1 - self.replies[::-1].index(entry.text)]
+
+    def release_all(self) -> None:
+        for node_id in list(self.held):
+            self.release(node_id)
 
 
 class AgentAccess(Protocol):

@@ -81,7 +81,7 @@ MAX_REQUESTS = 4096  # answered at once (open streams count); past it, limit_rea
 BODY_SECONDS = 30.0  # for a request's whole body to arrive, once its header has
 
 
-class Guard:
+class RequestGuard:
     """The token check and the request limits, before any route runs. The token is compared in
     constant time and never logged. The body is read here, up to ``max_body`` and within
     ``body_seconds``, before the app sees it: FastAPI turns an error raised while it reads a body
@@ -200,11 +200,11 @@ def _is_local_name(name: str) -> bool:
 
 
 def create_app(npcs: NPCs, token: str | None = None, previous_crash: PreviousCrash | None = None,
-               shut_down: Callable[[str], None] | None = None, shutdown_seconds: float = 0.0) -> Guard:
+               shut_down: Callable[[str], None] | None = None, shutdown_seconds: float = 0.0) -> RequestGuard:
     """The app to serve: the API behind the token check and the body limit. ``previous_crash``: how the
     server before this one crashed (``GET /v1/health`` tells it). ``shut_down(why)`` stops the server
     (``POST /v1/shutdown``; None: refused, as on a server without a token)."""
-    return Guard(build_api(npcs, previous_crash, shut_down, shutdown_seconds), token, npcs.limits.max_body)
+    return RequestGuard(build_api(npcs, previous_crash, shut_down, shutdown_seconds), token, npcs.limits.max_body)
 
 
 def openapi_schema() -> dict[str, Any]:

@@ -22,7 +22,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch
-from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, Guard, create_app
+from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, RequestGuard, create_app
 from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
 from runtime.serve.protocol import PreviousCrash
@@ -192,7 +192,7 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
 
     app = create_app(npcs, config.token, previous_crash, shut_down if config.token else None,
                      config.shutdown_seconds)
-    if isinstance(app, Guard):
+    if isinstance(app, RequestGuard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
         app.local_only = config.token is None and is_loopback(config.host)
     protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_seconds": config.header_seconds})

@@ -44,7 +44,7 @@ GENERATING_DEFAULTS = {
 
 def test_every_spec_node_type_exists():
     assert set(NODE_TYPES) == {
-        "Generate", "GenerateAndSpeak", "ToolCall", "Summarize", "ClassifyIntent", "ClassifyAttributes", "Retrieve",
+        "Generate", "GenerateAndSpeak", "ToolCall", "Summarize", "ClassifyIntent", "ClassifyAttributes", "Guard", "Retrieve",
         "Subgraph", "Exit",
     }
 

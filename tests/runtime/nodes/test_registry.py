@@ -14,7 +14,7 @@ from runtime.nodes import NODE_TYPES, NodeBase, NodeType, register
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILTIN = ["Generate", "GenerateAndSpeak", "ToolCall", "Summarize", "ClassifyIntent", "ClassifyAttributes",
-           "Retrieve"]
+           "Guard", "Retrieve"]
 
 
 def test_every_builtin_type_is_one_entry_of_the_table() -> None:

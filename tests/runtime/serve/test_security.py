@@ -25,7 +25,7 @@ import runtime.serve.npcs as npcs_module
 from runtime.backends.scripted import ScriptedBackend
 from runtime.cli import main as parley_main
 from runtime.resources import examples_dir
-from runtime.serve.app import Guard
+from runtime.serve.app import RequestGuard
 from runtime.serve.client import ParleyClient, ParleyError, TurnFailed
 from runtime.serve.npcs import Limits
 from runtime.serve.server import ServeConfig, ServeConfigError, check_config, running_server
@@ -236,7 +236,7 @@ def test_a_websocket_is_closed_before_any_route_sees_it() -> None:
     async def receive() -> dict:
         return {"type": "websocket.connect"}
 
-    asyncio.run(Guard(app, TOKEN, 1000)({"type": "websocket", "headers": [], "path": "/v1/health"}, receive, send))
+    asyncio.run(RequestGuard(app, TOKEN, 1000)({"type": "websocket", "headers": [], "path": "/v1/health"}, receive, send))
     assert reached == [] and sent == [{"type": "websocket.close", "code": 1008}]
 
 
