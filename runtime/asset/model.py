@@ -66,7 +66,7 @@ Node = _node_union()
 
 __all__ = [
     "ASSET_VERSION", "END", "ID_PATTERN", "NODE_TYPES", "SLOT_PATTERN", "TOKENS_PER_MESSAGE", "Asset", "Attribute",
-    "ClassifyAttributes", "ClassifyIntent", "Comment", "FieldError", "Generate", "GenerateAndSpeak", "GeneratingNode",
+    "ClassifyAttributes", "ClassifyIntent", "Comment", "FieldError", "GameEvent", "Generate", "GenerateAndSpeak", "GeneratingNode",
     "Intent", "KnowledgeEntry", "ModelParams", "Node", "NodeBase", "Retrieve", "SamplingParams", "Strict",
     "Summarize", "Tool", "ToolCall", "VariableValue", "is_valid_id", "new_node", "palette_node",
 ]
@@ -104,6 +104,19 @@ class Comment(Strict):
         return cls(id=f"comment_{number}", kind="note").model_dump()
 
 
+class GameEvent(Strict):
+    """A node or exit whose outcome the game acts on (a quest step, a reward, a price): validation
+    warns when a player can reach it on their word alone, and red-team runs measure attacks on it."""
+
+    name: str = Field(pattern=SLOT_PATTERN, description="What the game does there, as one word (quest_complete, reward, discount).")
+    node: str = Field(pattern=ID_PATTERN, description="The node: the event happens when it runs, or when it takes Exit.")
+    exit: str = Field("", description="One of the node's exits (its port: default_exit, intent:NAME, policy:NAME). Empty: when the node runs.")
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        return {"name": f"event_{number}", "node": "node", "exit": ""}
+
+
 class Asset(Strict):
     """One agent: its settings and its node graph."""
 
@@ -119,6 +132,9 @@ class Asset(Strict):
         "turn; reject refuses the new line (409 busy); latest_wins stops the reply and drops it with its line, then "
         "answers the new line; interrupt stops the reply, keeps the line and what was said of the reply (cut off), "
         "then answers the new line.", "Serving"))
+    game_events: list[GameEvent] = Field(default_factory=list, **_help(
+        "The nodes and exits whose outcome the game acts on (a quest step, a reward, a price). Validation warns when "
+        "a player can reach one on their word alone; parley test --red-team measures attacks on each.", "Game"))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
     comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))

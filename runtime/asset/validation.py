@@ -24,7 +24,7 @@ from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.models.folder import ModelFileError, resolve_model
 from runtime.models.gguf import GGUFInfo, read_gguf
 from runtime.names import NAMESPACE_SEP
-from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, checked_exits, failure_text
+from runtime.nodes import PLUGIN_PROBLEMS, NodeChecks, checked_exits, failure_text, shown_exits
 from runtime.nodes.checks import GraphShape, ModelContext, TokenCounter, estimate_tokens
 from runtime.nodes.exit import Exit
 from runtime.nodes.subgraph import Subgraph
@@ -227,6 +227,8 @@ class Validator:
             seen, reported = shape.walk(("reachability", source), lambda: _reachability(asset, checks, source))
             checks.reachable = set(seen)
             problems += reported
+            if asset.game_events:
+                problems += _game_events(asset, checks, source)
 
         if models is not None:
             reported_models: set[str] = set()
@@ -366,6 +368,65 @@ def _reachability(asset: Asset, checks: NodeChecks, source: str) -> tuple[set[st
             "error", "every path from this node loops back without reaching END: the turn can never finish",
             source, node_id))
     return seen, problems
+
+
+def _game_events(asset: Asset, checks: NodeChecks, source: str) -> list[Problem]:
+    """Errors for marks that name no node or exit; a warning for each marked node or exit a turn can
+    reach on the player's word alone: from the start node, through no node that asks the game."""
+    problems: list[Problem] = []
+    way = ungrounded_paths(asset, checks)
+    for index, event in enumerate(asset.game_events):
+        node = checks.by_id.get(event.node)
+        where = f"game_events.{index}"
+        if node is None:
+            problems.append(Problem("error", f"game event {event.name!r} names no node: {event.node!r}", source,
+                                    "", f"{where}.node"))
+            continue
+        exits = shown_exits(node)
+        if event.exit and event.exit not in exits:
+            shown = ", ".join(exits) or "none"
+            problems.append(Problem("error", f"game event {event.name!r} names exit {event.exit!r}, which node "
+                                    f"{node.id!r} does not have (its exits: {shown})", source, node.id, where))
+            continue
+        if node.id not in way or (event.exit and node.ASKS_THE_GAME):
+            continue
+        steps = path_text(asset, way, node.id) + (f" \u2192 {node.exit_label(event.exit)}" if event.exit else "")
+        problems.append(Problem(
+            "warning", f"the game acts on {event.name!r} here, and a player can get here on their word alone: "
+            f"{steps}, with no Tool Call the game answers on the way. Check the game's state first (a Tool Call such "
+            "as check_inventory, then a branch on its result) before this.", source, node.id, ""))
+    return problems
+
+
+def ungrounded_paths(asset: Asset, checks: NodeChecks) -> dict[str, tuple[str, str]]:
+    """Node id -> (the node before it, the exit taken) on a shortest path from the start node that
+    runs no node asking the game (a Tool Call); the start node maps to ('', '')."""
+    start = asset.start_node
+    if start not in checks.by_id:
+        return {}
+    way = {start: ("", "")}
+    queue = [start]
+    for current in queue:
+        node = checks.by_id[current]
+        if node.ASKS_THE_GAME:
+            continue
+        for port, target in shown_exits(node).items():
+            if target in checks.by_id and target not in way:
+                way[target] = (current, port)
+                queue.append(target)
+    return {k: v for k, v in way.items() if not checks.by_id[k].ASKS_THE_GAME or k == start}
+
+
+def path_text(asset: Asset, way: dict[str, tuple[str, str]], node_id: str) -> str:
+    """The path ``ungrounded_paths`` found to ``node_id``, as 'start \u2192 classify (turn_in) \u2192 reward'."""
+    steps = [node_id]
+    current = node_id
+    while way[current][0]:
+        before, port = way[current]
+        label = asset.node(before).exit_label(port)
+        steps.append(f"{before} ({label})" if port not in ("default_exit", "") else before)
+        current = before
+    return " \u2192 ".join(reversed(steps))
 
 
 def check_file(path: str | os.PathLike[str], **kwargs) -> list[Problem]:

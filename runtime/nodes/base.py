@@ -203,6 +203,9 @@ class NodeBase(Strict):
     STREAMS_TO_CHAT: ClassVar[bool] = False
     # Its system prompt can be changed between turns (Agent.set_system_prompt).
     RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = False
+    # The game answers it as it runs (a Tool Call's result comes from the game): what follows is
+    # grounded in the game's state, not in the player's word (``Asset.game_events``).
+    ASKS_THE_GAME: ClassVar[bool] = False
     # Its ``check`` reads files (a knowledge file), so it runs on every validation; other types'
     # ``check`` results are kept while the node is unchanged (``runtime.asset.validation.Validator``).
     CHECK_READS_FILES: ClassVar[bool] = False

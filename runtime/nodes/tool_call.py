@@ -8,7 +8,7 @@ message. The call and its result are one history entry, replayed whole or left o
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -77,6 +77,8 @@ class ToolCall(GeneratingNode):
     type: Literal["ToolCall"] = "ToolCall"
     tools: list[Tool] = Field(default_factory=list, **field_help("Tools the model may call; one call per turn, constrained to a declared tool and its schema.", "Tools"))
     disposition: Disposition = Field("replay", **field_help("replay: later turns see the call and its result as a pair. omit: they see neither.", "History"))
+
+    ASKS_THE_GAME: ClassVar[bool] = True
 
     _unique_tools = unique_names("tools", "tool")
 

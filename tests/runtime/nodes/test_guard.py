@@ -139,3 +139,50 @@ def test_an_unknown_plugin_is_a_validation_error():
         {"name": "p", "description": "d", "reply": "x"}]}))
     errors = [p for p in validate_asset(graph) if p.severity == "error"]
     assert errors and errors[0].field == "check_plugin"
+
+
+# --- exits grounded in game state ---------------------------------------------------------------
+
+def _quest(grounded: bool):
+    turn_in = "check" if grounded else "reward"
+    return asset(
+        ("ClassifyIntent", "classify", {"intents": [{"name": "turn_in", "exit": turn_in}], "fallback_exit": "chat"}),
+        ("ToolCall", "check", {"system_prompt": "check", "context_size": 512, "max_tokens": 32, "tools": [
+            {"name": "check_inventory", "mock_result": "{\"count\": 0}"}], "default_exit": "has_it"}),
+        ("Guard", "has_it", {"input": "check", "policies": [
+            {"name": "enough", "patterns": ["\"count\": *[3-9]"], "exit": "reward"}], "default_exit": "chat"}),
+        ("GenerateAndSpeak", "reward", {"system_prompt": "thank", "context_size": 512, "max_tokens": 16}),
+        ("GenerateAndSpeak", "chat", {"system_prompt": "talk", "context_size": 512, "max_tokens": 16}),
+        game_events=[{"name": "quest_complete", "node": "reward"}, {"name": "refused", "node": "classify",
+                                                                    "exit": "fallback_exit"}],
+    )
+
+
+def test_a_game_event_reached_on_the_players_word_alone_is_a_warning_showing_the_way():
+    problems = validate_asset(_quest(grounded=False))
+    warned = [p for p in problems if "acts on 'quest_complete'" in p.message]
+    assert len(warned) == 1 and warned[0].node_id == "reward" and warned[0].severity == "warning"
+    assert "classify (turn_in) \u2192 reward" in warned[0].message
+    # The exit mark on the classifier's fallback is reached on the player's word too.
+    assert [p for p in problems if "acts on 'refused'" in p.message]
+
+
+def test_a_game_event_behind_a_tool_call_the_game_answers_is_grounded():
+    problems = validate_asset(_quest(grounded=True))
+    assert not [p for p in problems if "quest_complete" in p.message]
+
+
+def test_a_game_event_naming_no_node_or_exit_is_an_error():
+    graph = _quest(grounded=True).model_copy(update={"game_events": []})
+    from runtime.asset.model import GameEvent
+
+    graph.game_events = [GameEvent(name="a", node="nowhere"), GameEvent(name="b", node="reward", exit="intent:x")]
+    errors = [p for p in validate_asset(graph) if p.severity == "error"]
+    assert [(p.field, p.node_id) for p in errors] == [("game_events.0.node", ""), ("game_events.1", "reward")]
+
+
+def test_game_events_save_only_when_there_are_some():
+    from runtime.asset.file import asset_to_dict
+
+    assert "game_events" not in asset_to_dict(asset(("Generate", "g", {"system_prompt": "x"})))
+    assert asset_to_dict(_quest(True))["game_events"][0] == {"name": "quest_complete", "node": "reward", "exit": ""}
