@@ -43,7 +43,15 @@ from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
 from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
 from runtime.dialogue.tree import AgentState, ConversationTree
-from runtime.events import Event, EventCallback, NodeFinished, NodeStarted, TurnFinished, TurnWarning
+from runtime.events import (
+    Event,
+    EventCallback,
+    GameEventReached,
+    NodeFinished,
+    NodeStarted,
+    TurnFinished,
+    TurnWarning,
+)
 from runtime.models.journal import DecodeJournal
 from runtime.nodes import failure_text
 from runtime.nodes.running import (
@@ -393,6 +401,7 @@ class Agent:
                 turn=index, player=player_line, instructions=instructions, path=run.path, nodes=run.nodes,
                 reply=reply, total_ms=elapsed_ms(started),
                 warnings=[f"{n.node}: {w}" for n in run.nodes for w in n.warnings], backend=self.backend.label,
+                game_events=list(run.game_events),
             )
         run.emit(TurnFinished(index, reply, list(run.path)))
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
@@ -455,6 +464,10 @@ class Agent:
             log.warning("%s: %s", node.id, warning)
             run.emit(TurnWarning(node.id, warning))
         run.nodes.append(diag)
+        for mark in self.asset.game_events:
+            if mark.node == node.id and mark.exit in ("", port):
+                run.game_events.append(mark.name)
+                run.emit(GameEventReached(node.id, mark.name, mark.exit))
         run.emit(NodeFinished(node.id, node.type_name, diag.output, port, next_node))
         return next_node
 

@@ -123,6 +123,8 @@ class TurnDiagnostics(_Model):
     reply: str = ""
     total_ms: float = 0.0
     warnings: list[str] = Field(default_factory=list)
+    game_events: list[str] = Field(default_factory=list, description="The game events (Asset.game_events) the turn "
+                                   "reached, by name, in order.")
     backend: str = Field("", description="What ran the turn's model calls: embedded (this computer), or a "
                          "server's profile name, address, kind and model.")
 

@@ -88,6 +88,15 @@ class Guarded(NodeEvent):
 
 
 @dataclass(frozen=True)
+class GameEventReached(NodeEvent):
+    """The turn reached a node or exit the asset marks as one the game acts on (``Asset.game_events``)."""
+
+    kind: ClassVar[str] = "game_event"
+    name: str
+    exit: str  # the port taken; '' when the mark is on the node running
+
+
+@dataclass(frozen=True)
 class NodeFinished(NodeEvent):
     kind: ClassVar[str] = "node_finished"
     type: str
@@ -104,7 +113,7 @@ class TurnFinished:
     path: list[str] = field(default_factory=list)
 
 
-Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | Guarded | NodeFinished | TurnFinished
+Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | Guarded | GameEventReached | NodeFinished | TurnFinished
 EventCallback = Callable[[Event], None]
 
 # A sentence ends at . ! ? or … (optionally followed by closing quotes or brackets) and then whitespace.

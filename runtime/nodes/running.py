@@ -73,6 +73,7 @@ class TurnState:
     # False: a tool with a mock_result is still asked of ``tool_result`` (a game serving the agent
     # implements its tools; the mocks are for testing in the editor).
     mock_tools: bool = True
+    game_events: list[str] = field(default_factory=list)  # the marked events reached, by name
     # Node id -> the tokens and sentences of its reply, held back until a Guard checks it.
     held: dict[str, list[Event]] = field(default_factory=dict)
 

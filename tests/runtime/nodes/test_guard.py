@@ -186,3 +186,16 @@ def test_game_events_save_only_when_there_are_some():
 
     assert "game_events" not in asset_to_dict(asset(("Generate", "g", {"system_prompt": "x"})))
     assert asset_to_dict(_quest(True))["game_events"][0] == {"name": "quest_complete", "node": "reward", "exit": ""}
+
+
+def test_a_turn_that_reaches_a_game_event_says_so_in_its_events_and_diagnostics():
+    from runtime.events import GameEventReached
+
+    def turn_in(key, request):
+        return request.choices[0] if request.choices else "Thank you!"
+
+    result, events = _run(_quest(grounded=False), "I have the flowers", ScriptedBackend(turn_in))
+    assert result.path == ["classify", "reward"]
+    assert [(e.node, e.name, e.exit) for e in events if isinstance(e, GameEventReached)] == [
+        ("reward", "quest_complete", "")]
+    assert result.diagnostics.game_events == ["quest_complete"]
