@@ -110,8 +110,8 @@ class Case(_SuiteModel):
     name: str = Field(min_length=1)
     variables: dict[str, bool | int | float | str] = Field(default_factory=dict, description="Agent variables to start with.")
     history: str = Field("", description="A dialog history file (beside the suite) the conversation starts from.")
-    tool_results: dict[str, str] = Field(default_factory=dict, description="tool name -> the result a tool without "
-                                         "a mock_result returns in this case.")
+    tool_results: dict[str, str] = Field(default_factory=dict, description="tool name -> the game's answer to the "
+                                         "tool in this case (over its mock_result); tools not named answer with their mock_result.")
     turns: list[TurnScript] = Field(min_length=1)
     expect: list[ConversationExpect] = Field(default_factory=list, description="Checked after a given turn.")
 

@@ -18,7 +18,7 @@ from runtime.problems import BackendError, InputError
 from runtime.session.failures import failure_of
 from runtime.session.record import TurnRecord
 from runtime.session.session import Session
-from runtime.session.tools import scripted_answers
+from runtime.session.tools import case_answers
 from runtime.suites.checks import Check, Judge, check_reply, check_turn, judge_check
 from runtime.suites.file import Case, LoadedSuite
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
@@ -50,8 +50,10 @@ def run_case(loaded: LoadedSuite, case: Case, backend: Backend, judge: Judge | N
             outcome = TurnOutcome(number, script.say)
             out.turns.append(outcome)
             try:
+                # The case's tool_results are the game's answers in this case, over the tools' mocks.
                 result = agent.run_turn(script.say, script.instructions, cancel=cancel,
-                                        tool_result=scripted_answers(case.tool_results))
+                                        tool_result=case_answers(agent.asset.nodes, case.tool_results),
+                                        mock_tools=not case.tool_results)
             except Exception as exc:  # a failed turn (a backend error, a bad template) fails the case, not the run
                 if lost_server_raises and isinstance(exc, ServerUnavailable):
                     raise
