@@ -33,6 +33,7 @@ from runtime.asset.model import (
     ToolCall,
 )
 from runtime.nodes import MAX_PROBLEM_CHARS, NODE_TYPES, PLUGIN_PROBLEMS, node_type
+from runtime.nodes.guard import Guard
 from runtime.prompting.templates import TemplateError, check_template
 
 log = logging.getLogger("parley.editor")
@@ -54,8 +55,8 @@ CATEGORY_COLOURS: dict[str, Colour] = {
 PLUGIN_CATEGORY = "Plugins"
 PLUGIN_COLOUR: Colour = (92, 96, 104)
 # Properties dock sections, in order; a group a view does not list comes after these.
-GROUP_ORDER = ("General", "Prompt", "Model", "Sampling", "History", "Tools", "Intents", "Attributes",
-               "Knowledge", "Folding", "Exits", "Serving", "Layout")
+GROUP_ORDER = ("General", "Prompt", "Guard", "Policies", "Model", "Sampling", "History", "Tools", "Intents",
+               "Attributes", "Knowledge", "Folding", "Exits", "Serving", "Game", "Layout")
 
 
 def _no_summary(_node: NodeBase, _asset: Asset) -> list[str]:
@@ -226,6 +227,18 @@ def _classify_attributes(node: ClassifyAttributes, asset: Asset) -> list[str]:
     return _fill([], detailed, tail)
 
 
+def _guard(node: Guard, asset: Asset) -> list[str]:
+    checked = f"checks: {node.input}" if node.input else "checks the player's line"
+    checks = [name for name, on in (("patterns", node.check_patterns), (f"plugin {node.check_plugin}", node.check_plugin),
+                                     ("model", node.check_model)) if on]
+    usual = checks == ["patterns"]  # the default: left out
+    tail = [] if usual else _settings(f"by {', '.join(checks)}" if checks else "no check on",
+                                      model_label(node, asset) if node.check_model else "")
+    if not node.policies:
+        return _fill([checked], "no policies: every line passes", tail[:1])
+    return _fill([checked], "rules: " + " / ".join(p.name for p in node.policies), tail[:1])
+
+
 def _retrieve(node: Retrieve, asset: Asset) -> list[str]:
     facts = f"finds {node.top_k} fact{'s' if node.top_k != 1 else ''}"
     if node.source_file:
@@ -292,6 +305,10 @@ BUILTIN_VIEWS: dict[str, NodeView] = {view.type: view for view in (
     NodeView("ClassifyAttributes", "Classify Attributes (LLM)", "Classify",
              "Fills attribute slots, each with one of its allowed values.",
              _fitted(_classify_attributes)),  # type: ignore[arg-type]
+    NodeView("Guard", "Guard (rules)", "Classify",
+             "Checks the player's line, or a reply before it is spoken, against named rules (patterns, a plugin, "
+             "the model) and branches on the first rule broken; a line that breaks none passes.",
+             _fitted(_guard), colour=(140, 56, 76)),  # type: ignore[arg-type]
     NodeView("Retrieve", "Retrieve", "Memory",
              "Finds the knowledge entries that best match the line and puts them in a slot.",
              _fitted(_retrieve)),  # type: ignore[arg-type]

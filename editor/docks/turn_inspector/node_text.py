@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from runtime.diagnostics import NodeDiagnostics
+from runtime.diagnostics import GuardRecord, NodeDiagnostics
 from runtime.prompting.budget import TRIM_TARGET_PERCENT
 from runtime.prompting.prompt import PART_LABELS, PromptPart
 
@@ -94,11 +94,39 @@ def stats_html(diag: NodeDiagnostics, parts: list[PromptPart], summary_through: 
         s = diag.summary
         rows.append(f"<b>Summary</b> folded {s.folded_turns} turns, now covering turns 0\u2013{s.covered_through} "
                     f"({s.summary_chars} characters; {s.unsummarized_tokens} tokens were not yet summarized)")
+    if diag.guard is not None:
+        rows.append(guard_html(diag.guard))
     if diag.retrieved:
         found = ", ".join(f"{html.escape(r.id)} ({r.score:.2f})" for r in diag.retrieved)
         rows.append(f"<b>Retrieved</b> {found}")
     for warning in diag.warnings:
         rows.append(f"<span style='color:#e5c07b'>\u26a0 {html.escape(warning)}</span>")
+    return "<br/>".join(rows)
+
+
+GUARD_TEXT_CHARS = 300  # of the checked text shown; the prompt view below holds a model check's whole input
+
+
+def guard_html(record: GuardRecord) -> str:
+    """What a Guard checked, which check fired and why (or that the text passed), each check's time and
+    the guard's, and the reply it withdrew."""
+    what = "the reply held back" if record.checked == "reply" else "the line"
+    text = record.text if len(record.text) <= GUARD_TEXT_CHARS else record.text[:GUARD_TEXT_CHARS - 1] + "\u2026"
+    rows = [f"<b>Guard</b> checked {what}: <span class='msg'>\u201c{html_text(text)}\u201d</span>"]
+    if record.policy:
+        fired = next((c.check for c in record.checks if c.policy == record.policy), "")
+        rows.append(f"<span class='del'><b>Broke {html.escape(record.policy)}</b></span>"
+                    + (f" (found by {html.escape(fired)})" if fired else "")
+                    + (f": {html.escape(record.why)}" if record.why else ""))
+    else:
+        rows.append("<span class='add'><b>Passed</b></span>: no policy broken")
+    checks = " \u00b7 ".join(
+        f"{html.escape(c.check)} {c.ms:.1f} ms" + (f" \u2192 {html.escape(c.policy)}" if c.policy else " passed")
+        for c in record.checks) or "no check ran"
+    rows.append(f"<b>Checks</b> {checks} \u00b7 total {record.ms:.1f} ms")
+    if record.withdrew:
+        rows.append(f"<span class='warn'><b>Withdrew</b> the reply of {html.escape(record.withdrew)}: "
+                    "the player never saw it, and later turns do not replay it</span>")
     return "<br/>".join(rows)
 
 
