@@ -97,7 +97,7 @@ class DocumentFollower(QObject):
     def _on_agent_changed(self, field: str) -> None:
         if field == "start_node":
             self.drawing.sync_start()
-        if field in ("start_node", "default_model"):
+        if field in ("start_node", "default_model", "game_events"):
             nodes = self.drawing.nodes
             for node in self.document.asset.nodes:
                 if node.id in nodes:

@@ -18,10 +18,12 @@ from PySide6.QtWidgets import QGraphicsItem
 
 from editor.canvas.node_types import view_of
 from editor.model.bypass import shown_fill, shown_opacity, shown_title
+from editor.model.game_events import marks_of
 from runtime.asset.model import Asset, NodeBase
 
 TERMINAL_COLOURS = {"start": (46, 125, 60), "end": (120, 48, 48)}
 START_BORDER = (90, 220, 110, 255)
+GAME_EVENT_COLOUR = (70, 205, 225)  # not the warning's amber: a marked node is often warned about
 SEVERITY_COLOURS = {"error": (230, 70, 60), "warning": (235, 170, 40)}
 INPUT_PORT = "in"
 START_PORT = "start"
@@ -73,6 +75,7 @@ class AssetNodeItem(NodeItem):
         super().__init__(name, parent)
         self.summary: list[str] = []
         self.is_start = False
+        self.game_events: list[str] = []  # the game events marked on it (editor.model.game_events)
         self.problem_severity: str | None = None
         self._icon_item.setVisible(False)
         self.setCacheMode(NodeItem.CacheMode.DeviceCoordinateCache)
@@ -139,7 +142,7 @@ class AssetNodeItem(NodeItem):
         width, height = super()._calc_size_horizontal()
         extra_w, extra_h = self._summary_size()
         # The title is centred, so leave room for the problem badge on its right.
-        title_w = self._text_item.boundingRect().width() + 40
+        title_w = self._text_item.boundingRect().width() + (96 if self.game_events else 40)  # and the GAME tag's on its left
         return max(width, extra_w, title_w), height + extra_h
 
     def _align_icon_horizontal(self, h_offset, v_offset):
@@ -171,6 +174,8 @@ class AssetNodeItem(NodeItem):
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(QPen(QColor(*START_BORDER), 2.0))
             painter.drawRoundedRect(rect.adjusted(1, 1, -1, -1), 4, 4)
+        if self.game_events:
+            self._paint_game_tag(painter, rect)
         if self.problem_severity:
             colour = QColor(*SEVERITY_COLOURS[self.problem_severity])
             painter.setPen(QPen(colour, 2.0))
@@ -187,6 +192,22 @@ class AssetNodeItem(NodeItem):
             painter.setFont(font)
             painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "!")
         painter.restore()
+
+    def _paint_game_tag(self, painter: QPainter, rect: QRectF) -> None:
+        """A "GAME" tag at the title's left, and a dashed border: the game acts on this node."""
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.setPen(QPen(QColor(*GAME_EVENT_COLOUR), 1.5, Qt.PenStyle.DashLine))
+        painter.drawRoundedRect(rect.adjusted(2.5, 2.5, -2.5, -2.5), 4, 4)
+        tag = QRectF(rect.left() + 5, rect.top() + 3, 40, 15)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(*GAME_EVENT_COLOUR))
+        painter.drawRoundedRect(tag, 3, 3)
+        painter.setPen(QColor(30, 24, 8))
+        font = QFont()
+        font.setBold(True)
+        font.setPointSizeF(7)
+        painter.setFont(font)
+        painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "GAME")
 
 
 def coverage_label_html(label: str, count: int) -> str:
@@ -275,6 +296,11 @@ def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
     summary = summary_lines(node, asset)
     if summary != item.summary:
         item.summary = summary
+        changed = True
+    marks = marks_of(asset, node.id)
+    if marks != item.game_events:
+        item.game_events = marks
+        item.setToolTip("The game acts on this node: " + "; ".join(marks) if marks else "")
         changed = True
     is_start = asset.start_node == node.id
     if is_start != item.is_start:

@@ -226,11 +226,17 @@ class Document(QObject):
             self._set_exit_quietly(other_id, port, new_id)
         if self._asset.start_node == old_id:
             self._asset.start_node = new_id
+        marked = any(event.node == old_id for event in self._asset.game_events)
+        for event in self._asset.game_events:  # a game event names its node by id: it follows the node
+            if event.node == old_id:
+                event.node = new_id
         self.node_renamed.emit(old_id, new_id)
         for other_id, _port in retargeted:
             self.node_changed.emit(other_id, "exits")
         if self._asset.start_node == new_id:
             self.agent_changed.emit("start_node")
+        if marked:
+            self.agent_changed.emit("game_events")
         return True
 
     def _set_exit_quietly(self, node_id: str, port: str, target: str) -> None:

@@ -45,6 +45,7 @@ from editor.docks.vram_estimator.dock import VramEstimatorDock
 from editor.garbage import collect_on_the_ui_thread
 from editor.model.bypass import install_bypass
 from editor.model.document import Document
+from editor.model.game_events import install_game_events
 from editor.services.backend_choice import BackendChoice
 from editor.services.recovery import Autosave
 from editor.services.sample_model_download import (
@@ -346,6 +347,7 @@ class MainWindow(QMainWindow):
         # Backdrops and notes (editor/canvas/comments.py) and Bypass (editor/model/bypass.py), in Edit and here
         self.comment_actions = install_comments(self, edit, menu)
         self.bypass_actions = install_bypass(self, edit, menu)
+        self.game_event_actions = install_game_events(self, edit, menu)  # editor/model/game_events.py
 
     def _fill_add_menu(self, menu: QMenu, at_cursor: bool) -> None:
         for views in categories().values():

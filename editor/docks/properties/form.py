@@ -41,6 +41,7 @@ from editor.docks.properties.field_editors import (
     tooltip,
 )
 from editor.docks.properties.list_editor import ModelListEditor
+from runtime.asset.model import GameEvent
 
 
 def _list_item_model(annotation: Any) -> type[BaseModel] | None:
@@ -51,11 +52,18 @@ def _list_item_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None) -> FieldEditor:
-    """The editor for one field, chosen from its name, type, constraints and flags."""
+# Records whose ``exit`` is one of a node's ports, not a node: the field named here takes the node
+# choices instead, and ``exit`` is typed (``policy:narration``).
+NODE_FIELD_OF: dict[type[BaseModel], str] = {GameEvent: "node"}
+
+
+def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None,
+                node_fields: tuple[str, ...] = EXIT_FIELDS) -> FieldEditor:
+    """The editor for one field, chosen from its name, type, constraints and flags; ``node_fields``
+    name the fields that pick a node from ``exit_choices``."""
     annotation = info.annotation
     origin = typing.get_origin(annotation)
-    if name in EXIT_FIELDS and exit_choices is not None:
+    if name in node_fields and exit_choices is not None:
         return ChoiceEditor(exit_choices)
     if annotation is bool:
         return BoolEditor(field_label(name))
@@ -75,7 +83,9 @@ def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = N
         return PositionEditor()
     item_model = _list_item_model(annotation)
     if item_model is not None:
-        record_form = ModelForm(item_model, exit_choices, grouped=False)
+        node_field = NODE_FIELD_OF.get(item_model)
+        record_form = ModelForm(item_model, exit_choices, grouped=False,
+                                node_fields=(node_field,) if node_field else EXIT_FIELDS)
         return ModelListEditor(item_model, record_form)
     if origin is list:
         return LinesEditor()
@@ -95,7 +105,7 @@ class ModelForm(QWidget):
 
     def __init__(self, model: type[BaseModel], exit_choices: ExitChoices | None = None,
                  exclude: tuple[str, ...] = (), grouped: bool = True, group_order: tuple[str, ...] = GROUP_ORDER,
-                 parent: QWidget | None = None) -> None:
+                 node_fields: tuple[str, ...] = EXIT_FIELDS, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.editors: dict[str, FieldEditor] = {}
@@ -121,7 +131,7 @@ class ModelForm(QWidget):
             form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
             form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
             for name, info in groups[group]:
-                editor = make_editor(name, info, exit_choices)
+                editor = make_editor(name, info, exit_choices, node_fields)
                 editor.setObjectName(f"field:{name}")
                 editor.setToolTip(tooltip(name, info))
                 editor.edited.connect(lambda value, merge, n=name: self.field_edited.emit(n, value, merge))
