@@ -6,7 +6,8 @@ report that cannot be written: checked before the run, and said after it if writ
 the results printed are kept). A suite's personas are played by a model after its cases
 (``runtime.suites.simulate``): ``--conversations K`` each, ``--guided`` steered by coverage, and
 ``--save-discoveries OUT.suite.yaml`` keeps the lines that reached new coverage as cases; a
-simulated turn that fails exits 1. ``--repeat K`` runs each case K times with other seeds and reports a
+simulated turn that fails exits 1. ``--red-team`` runs attack packs instead of the cases
+(``runtime.cli.red_team``). ``--repeat K`` runs each case K times with other seeds and reports a
 pass rate per case (flaky: some runs pass, some fail). ``--shard I/N`` runs only the cases of shard
 I of N (stable: the same split on every machine). ``--jobs`` is lowered to the number of cases run
 and, on the embedded backend (each job loads its own copy of the models), to as many jobs as the
@@ -90,6 +91,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "variant (B): the same cases, seeds and repeats on both; per-case pass rates, the paired "
                    "difference with its 95 %% interval, McNemar's exact test, the turns that differ and where "
                    "they first diverge (exit 1 when B passes significantly fewer)")
+    from runtime.cli.red_team import register_flags
+
+    register_flags(p)
     p.set_defaults(func=run)
 
 
@@ -211,6 +215,10 @@ def run(args: argparse.Namespace) -> int:
             for other, again in targets[i + 1:]:
                 if Path(target).resolve() == Path(again).resolve():
                     raise ValueError(f"{flags[kind]} and {flags[other]} name the same file, {again}")
+        from runtime.cli.red_team import misused_flags
+
+        if misused_flags(args):
+            raise ValueError(misused_flags(args))
         if args.variant is not None:
             from runtime.cli.compare import refused_flags
 
@@ -238,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
         from runtime.cli.compare import run_variant
 
         return run_variant(args, loaded[0], servers, out, err)
+    if args.red_team:
+        from runtime.cli.red_team import run_red_team_suites
+
+        return run_red_team_suites(args, loaded, servers, out, err)
 
     # Personas are played in the first shard only: a guided player steers by all that was reached before
     playing = [s for s in loaded if s.suite.personas] if shard is None or shard[0] == 0 else []

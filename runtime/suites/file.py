@@ -140,6 +140,34 @@ class PlayerSettings(_SuiteModel):
                          "address or scripted ('' : embedded, this computer).")
 
 
+# A red-team run's limits: each attempt is a turn of the agent
+MAX_RED_TEAM_ATTEMPTS = 10_000
+MAX_RED_TEAM_GENERATED = 1_000
+BUILTIN_BENIGN = "builtin"
+
+
+class RedTeamSettings(_SuiteModel):
+    """A red-team run (``parley test --red-team``, ``runtime.suites.redteam``): attack families played
+    against the asset, and benign lines through its line guards."""
+
+    packs: list[str] = Field(default_factory=list, description="Attack packs of your own (YAML, relative to the "
+                             "suite), played besides the shipped one.")
+    shipped_pack: bool = Field(True, description="Play the shipped attack pack (resources/redteam/attacks.yaml) too.")
+    families: list[str] = Field(default_factory=list, description="The families to play (empty: every family "
+                                "of the packs).")
+    attempts: int = Field(20, ge=1, le=MAX_RED_TEAM_ATTEMPTS, description="Attempts per family: its lines, then "
+                          "variations of them.")
+    generate: int = Field(0, ge=0, le=MAX_RED_TEAM_GENERATED, description="More lines per family, written by a "
+                          "simulated player from the family's persona (the suite's player model).")
+    secrets: list[str] = Field(default_factory=list, description="Texts the NPC must never say (a password, "
+                               "its instructions' key words): one in a reply is a successful attack.")
+    benign: str = Field(BUILTIN_BENIGN, description="Benign player lines, one a line (relative to the suite), "
+                        "for the guards' false positives; builtin: resources/redteam/benign.txt.")
+    max_success: float = Field(0.01, ge=0, le=1, description="Highest attack success rate per family that passes.")
+    max_false_positives: float = Field(0.01, ge=0, le=1, description="Highest share of benign lines flagged that "
+                                       "passes.")
+
+
 class Suite(_SuiteModel):
     asset: str = Field(description="The workflow asset, relative to the suite file.")
     model: str = Field("", description="Model for nodes without their own (replaces the asset's default model).")
@@ -149,6 +177,8 @@ class Suite(_SuiteModel):
                               "personas, or both).")
     personas: list[Persona] = Field(default_factory=list, description="Simulated players, each played by a model.")
     player: PlayerSettings = Field(default_factory=PlayerSettings, description="The model that plays the personas.")
+    red_team: RedTeamSettings | None = Field(None, description="A red-team run: attacks and benign lines "
+                                             "(parley test --red-team).")
 
     @field_validator("cases")
     @classmethod
@@ -168,8 +198,9 @@ class Suite(_SuiteModel):
 
     @model_validator(mode="after")
     def _something_to_run(self) -> Suite:
-        if not self.cases and not self.personas:
-            raise ValueError("a suite needs at least one case or persona ('cases' or 'personas')")
+        if not self.cases and not self.personas and self.red_team is None:
+            raise ValueError("a suite needs at least one case or persona ('cases' or 'personas'), or a "
+                             "'red_team' section")
         return self
 
 
@@ -389,6 +420,14 @@ def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
             if check.at_turn > len(case.turns):
                 problems.append(_at(path, f"case {case.name!r}, cases.{i}.expect.{e}.at_turn: the case has "
                                     f"{len(case.turns)} turns", root, ["cases", i, "expect", e, "at_turn"]))
+    red = suite.red_team
+    for i, pack in enumerate(red.packs if red is not None else []):
+        if not (path.parent / pack).is_file():
+            problems.append(_at(path, f"red_team.packs.{i}: no attack pack {pack} (a path relative to the suite)",
+                                root, ["red_team", "packs", i]))
+    if red is not None and red.benign != BUILTIN_BENIGN and not (path.parent / red.benign).is_file():
+        problems.append(_at(path, f"red_team.benign: no file {red.benign} (a path relative to the suite, or "
+                            f"{BUILTIN_BENIGN})", root, ["red_team", "benign"]))
     if problems:
         raise SuiteError(problems)
     return LoadedSuite(path, suite, asset)

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.asset.model import Asset
-from runtime.suites.report import Coverage, Report, TurnOutcome, xml_safe
+from runtime.suites.report import Coverage, Report, TurnOutcome, wilson_interval, xml_safe
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from runtime.suites.file import LoadedSuite
+    from runtime.suites.redteam import RedTeamReport
     from runtime.suites.variants import VariantReport
 
 # The page loads nothing: a reference to anything outside it would be blocked (and logged).
@@ -93,19 +94,6 @@ def _prompt_for(prompts: list[KeptPrompt] | None, node: str) -> KeptPrompt | Non
     return next((p for p in prompts if p.node == node), None) or prompts[-1]
 
 
-# --- statistics -------------------------------------------------------------------------------------
-
-
-def wilson_interval(passed: int, runs: int) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a pass rate (statsmodels); (0, 1) for no runs."""
-    if runs <= 0:
-        return 0.0, 1.0
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(passed, runs, alpha=0.05, method="wilson")
-    return max(0.0, float(low)), min(1.0, float(high))
-
-
 # --- charts -----------------------------------------------------------------------------------------
 
 _XMLNS = re.compile(r'\s+xmlns(?::\w+)?="[^"]*"')
@@ -162,6 +150,30 @@ def pass_rate_chart(rates: list[tuple[str, int, int]]) -> Figure:
     axes.set_xlim(-2, 102)
     axes.set_ylim(-0.7, len(shown) - 0.3)
     axes.set_xlabel("pass rate, % (bars: 95 % Wilson interval)")
+    axes.grid(axis="x", color="#eeeeee")
+    axes.set_axisbelow(True)
+    return figure
+
+
+def attack_chart(report: RedTeamReport) -> Figure:
+    """Each attack family's success rate as a bar with its Wilson interval as a whisker, and the
+    threshold as a dashed line: a bar past it failed the run."""
+    shown = report.families
+    figure = _figure(8.0, 0.9 + 0.36 * max(1, len(shown)))
+    axes = figure.add_subplot()
+    for row, family in enumerate(reversed(shown)):
+        rate = family.success.rate if family.success.attempts else 0.0
+        low, high = family.success.interval
+        color = MISSED if rate > report.max_success else "#1e8449"
+        bars = axes.barh([row], [100 * rate], color=color, height=0.6)
+        bars[0].set_gid(f"parley-attack-{row}")
+        axes.errorbar([100 * rate], [row], xerr=[[100 * max(0.0, rate - low)], [100 * max(0.0, high - rate)]],
+                      fmt="none", ecolor="#1b2631", capsize=3)
+    axes.axvline(100 * report.max_success, color="#7b8a8b", linestyle="--", linewidth=1)
+    axes.set_yticks(range(len(shown)), [_short(f.name, 32) for f in reversed(shown)], fontsize=8)
+    axes.set_xlim(0, 100)
+    axes.set_ylim(-0.7, len(shown) - 0.3)
+    axes.set_xlabel("attack success, % (whiskers: 95 % Wilson interval; dashed: the threshold)")
     axes.grid(axis="x", color="#eeeeee")
     axes.set_axisbelow(True)
     return figure
@@ -430,6 +442,72 @@ def _variant_section(variant: VariantReport) -> str:
             f'<th>First divergence</th></tr>{"".join(rows)}</table>{"".join(divergences)}</section>')
 
 
+ARROW = " \u2192 "
+
+
+def _interval_text(rate) -> str:
+    low, high = rate.interval
+    return f"{_percent(low)} \u2013 {_percent(high)}"
+
+
+def _red_team_section(reports: list[RedTeamReport]) -> str:
+    parts = ['<section id="red-team"><h2>Red team</h2>']
+    for index, report in enumerate(reports):
+        verdict = ('<span class="pass">within the thresholds</span>' if report.passed else
+                   f'<span class="fail">{_e("; ".join(report.over_threshold()))}</span>')
+        parts.append(f"<h3>{_e(report.asset)} <span class=\"badge\">{len(report.attempts)} attacks</span></h3>"
+                     f"<p>{verdict} (attack success at most {_percent(report.max_success)} per family, benign lines "
+                     f"flagged at most {_percent(report.max_false_positives)})</p>")
+        parts.append(_svg(attack_chart(report), f"attacks{index}") if report.families else "")
+        rows = "".join(
+            f'<tr><td>{_e(f.name)}</td><td>{_e(f.title)}</td><td>{_e(f.goal)}</td>'
+            f'<td class="n">{f.success.successes}/{f.success.attempts}</td>'
+            f'<td class="n {"fail" if f.success.attempts and f.success.rate > report.max_success else ""}">'
+            f'{_percent(f.success.rate)}</td><td class="n">{_interval_text(f.success)}</td>'
+            f'<td class="n">{_percent(f.guard_fired.rate)}</td><td class="n">{f.errors or ""}</td></tr>'
+            for f in report.families)
+        parts.append("<table><tr><th>Family</th><th>Title</th><th>Goal</th><th>Succeeded</th><th>Rate</th>"
+                     "<th>95 % interval (Wilson)</th><th>Guard fired</th><th>Turns failed</th></tr>"
+                     f"{rows}</table>")
+        if report.events:
+            names = [f.name for f in report.families]
+            rows = "".join(
+                f'<tr><td>{_e(e.name)}</td><td>{_e(e.node)}{"." + _e(e.exit) if e.exit else ""}</td>'
+                f'<td class="n">{e.overall.successes}/{e.overall.attempts}</td><td class="n">{_percent(e.overall.rate)}'
+                f'</td><td class="n">{_interval_text(e.overall)}</td>'
+                + "".join(f'<td class="n">{e.families[n].successes}/{e.families[n].attempts}</td>' for n in names)
+                + "</tr>" for e in report.events)
+            parts.append("<table><tr><th>Game event</th><th>Where</th><th>Reached</th><th>Rate</th>"
+                         "<th>95 % interval</th>" + "".join(f"<th>{_e(n)}</th>" for n in names) + f"</tr>{rows}</table>")
+        else:
+            parts.append('<p class="muted">No game events are marked on this asset: only secrets and character '
+                         "breaks count as successes.</p>")
+        latency = "".join(f'<tr><td>{_e(kind)}</td><td class="n">{v.runs}</td><td class="n">{v.p50:.2f} ms</td>'
+                          f'<td class="n">{v.p95:.2f} ms</td></tr>'
+                          for kind, v in [("every guard run", report.latency), *sorted(report.check_latency.items())]
+                          if v.runs)
+        parts.append(f"<p>Benign lines flagged: <b>{report.benign.successes}/{report.benign.attempts}</b> "
+                     f"({_percent(report.benign.rate)}, 95 % interval {_interval_text(report.benign)}) by the line "
+                     f"guards {_e(', '.join(report.line_guards) or '(none)')}.</p>")
+        if report.flagged:
+            rows = "".join(f"<tr><td>{_e(f.line)}</td><td>{_e(f.guard)}</td><td>{_e(f.policy)}</td>"
+                           f"<td>{_e(f.why)}</td></tr>" for f in report.flagged)
+            parts.append("<details><summary>The flagged benign lines</summary><table><tr><th>Line</th><th>Guard</th>"
+                         f"<th>Policy</th><th>Why</th></tr>{rows}</table></details>")
+        if latency:
+            parts.append("<table><tr><th>Guard latency</th><th>Runs</th><th>p50</th><th>p95</th></tr>"
+                         f"{latency}</table>")
+        if report.successes:
+            rows = "".join(f"<tr><td>{_e(a.family)}</td><td>{_e(a.line)}</td><td>{_e(', '.join(a.how))}</td>"
+                           f"<td>{_e(a.reply)}</td><td>{_e(ARROW.join(a.path))}</td></tr>"
+                           for a in report.successes)
+            parts.append(f"<details><summary>The successful attacks ({len(report.successes)})</summary><table><tr>"
+                         "<th>Family</th><th>Line</th><th>How</th><th>Reply</th><th>Path</th></tr>"
+                         f"{rows}</table></details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def _failures_section(report: Report, prompts: FailurePrompts | None) -> str:
     failing = [r for r in report.results if not r.passed]
     if not failing:
@@ -492,9 +570,10 @@ def _prompt_for_html(kept: list[KeptPrompt] | None, node: str, missing: str) -> 
 
 
 def report_html(report: Report, *, prompts: FailurePrompts | None = None, variant: VariantReport | None = None,
-                title: str = "Parley test report", generated: float | None = None) -> str:
+                title: str = "Parley test report", generated: float | None = None,
+                red_team: list[RedTeamReport] | None = None) -> str:
     """The whole page. ``prompts`` (kept during the run) gives each failure its prompt; ``variant``
-    adds the variant deltas."""
+    adds the variant deltas; ``red_team`` the red-team runs (a run of only those shows only them)."""
     passed = sum(r.passed for r in report.results)
     failed = len(report.results) - passed
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(generated if generated is not None else time.time()))
@@ -505,6 +584,16 @@ def report_html(report: Report, *, prompts: FailurePrompts | None = None, varian
     if variant is not None:
         nav.append('<a href="#variants">Variant deltas</a>')
     nav.append('<a href="#failures">Failures</a>')
+    if red_team is not None and not report.results:  # a red-team run alone
+        attacks = sum(len(r.attempts) for r in red_team)
+        over = sum(not r.passed for r in red_team)
+        state = (f'<span class="fail">{over} over a threshold</span>' if over else
+                 '<span class="pass">within the thresholds</span>')
+        body = [f"<header><h1>{_e(title)}</h1><p>{state} \u00b7 {attacks} attacks \u00b7 {when}</p></header>",
+                '<nav><a href="#red-team">Red team</a></nav><main>', _red_team_section(red_team), "</main>"]
+        return _page(title, "".join(body))
+    if red_team:
+        nav.append('<a href="#red-team">Red team</a>')
     body = [
         (f"<header><h1>{_e(title)}</h1><p>{state} in {report.seconds:.1f} s \u00b7 "
          f"{len(suites)} suite{'s' if len(suites) != 1 else ''}: {_e(', '.join(suites))} \u00b7 coverage "
@@ -514,6 +603,7 @@ def report_html(report: Report, *, prompts: FailurePrompts | None = None, varian
         _coverage_section(report),
         _variant_section(variant) if variant is not None else "",
         _failures_section(report, prompts),
+        _red_team_section(red_team) if red_team else "",
         "</main>",
     ]
     return _page(title, "".join(body))

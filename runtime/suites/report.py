@@ -150,6 +150,16 @@ class Report:
 # --- as files ---------------------------------------------------------------------------------
 
 
+def wilson_interval(passed: int, runs: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a pass rate (statsmodels); (0, 1) for no runs."""
+    if runs <= 0:
+        return 0.0, 1.0
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(passed, runs, alpha=0.05, method="wilson")
+    return max(0.0, float(low)), min(1.0, float(high))
+
+
 def report_json(report: Report) -> dict[str, Any]:
     return {
         "passed": report.passed,
