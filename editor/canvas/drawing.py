@@ -325,6 +325,8 @@ class Drawing(QObject):
         canvas_node.view.summary = summary_lines(node, self.document.asset)
         canvas_node.view.is_start = self.document.asset.start_node == node_id
         canvas_node.view.game_events = marks_of(self.document.asset, node_id)
+        if canvas_node.view.game_events:
+            canvas_node.view.refresh_tooltip()
         self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)
         self.nodes[node_id] = canvas_node
         self.node_drawn.emit(node_id)

@@ -76,6 +76,7 @@ class AssetNodeItem(NodeItem):
         self.summary: list[str] = []
         self.is_start = False
         self.game_events: list[str] = []  # the game events marked on it (editor.model.game_events)
+        self.problem_tip = ""  # its title and problems (editor.canvas.overlays)
         self.problem_severity: str | None = None
         self._icon_item.setVisible(False)
         self.setCacheMode(NodeItem.CacheMode.DeviceCoordinateCache)
@@ -193,6 +194,11 @@ class AssetNodeItem(NodeItem):
             painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "!")
         painter.restore()
 
+    def refresh_tooltip(self) -> None:
+        """The tooltip: its problems, then the game events marked on it."""
+        marks = f"The game acts on this node: {html.escape('; '.join(self.game_events))}" if self.game_events else ""
+        self.setToolTip("<br/>".join(t for t in (self.problem_tip, marks) if t))
+
     def _paint_game_tag(self, painter: QPainter, rect: QRectF) -> None:
         """A "GAME" tag at the title's left, and a dashed border: the game acts on this node."""
         painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -300,7 +306,7 @@ def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
     marks = marks_of(asset, node.id)
     if marks != item.game_events:
         item.game_events = marks
-        item.setToolTip("The game acts on this node: " + "; ".join(marks) if marks else "")
+        item.refresh_tooltip()
         changed = True
     is_start = asset.start_node == node.id
     if is_start != item.is_start:

@@ -102,7 +102,8 @@ class Overlays(QObject):
         for p in found:
             inner = f"{p.node_id} " if p.node_id != node_id else ""  # a node of its behaviour
             tip += f"<br/>{p.severity}: {inner}{p.field + ': ' if p.field else ''}{p.message}"
-        view.setToolTip(tip)
+        view.problem_tip = tip
+        view.refresh_tooltip()
         view.update()
 
     def problem_severity(self, node_id: str) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -84,9 +85,11 @@ class GameEventDialog(QDialog):
         self.when = QComboBox(self)
         for label, port in exit_choices(node):
             self.when.addItem(label, port)
-        self.when.setVisible(len(node.exits()) > 1)  # one exit or none: the node running is the event
-        if self.when.isVisible():
+        self.asks_when = len(node.exits()) > 1  # one exit or none: the node running is the event
+        if self.asks_when:
             form.addRow("When", self.when)
+        else:
+            self.when.hide()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -96,22 +99,35 @@ class GameEventDialog(QDialog):
         return self.name.text().strip()
 
     def exit(self) -> str:
-        return self.when.currentData() if self.when.isVisible() else WHEN_RUNS
+        return self.when.currentData() if self.asks_when else WHEN_RUNS
 
 
 class GameEventActions:
-    """"Game Acts on This…" on the window's one selected node. ``window`` is the editor's MainWindow,
-    typed as a QMainWindow (as in ``editor.model.bypass``)."""
+    """"Game Acts on This…" on the node the canvas menu was opened on, else the window's one selected
+    node. ``window`` is the editor's MainWindow, typed as a QMainWindow (as in ``editor.model.bypass``)."""
 
     def __init__(self, window: QMainWindow) -> None:
         self.window = window
+        self.pointed = ""  # the node under the cursor when the canvas menu opened ('' : none)
         self.action: QAction = window._action(
             "&Game Acts on This\u2026", self.mark_selected, canvas=True,
-            tip="Mark the selected node, or one of its exits, as one the game acts on (a quest step, a reward)")
+            tip="Mark the node, or one of its exits, as one the game acts on (a quest step, a reward)")
+
+    def point_at_cursor(self) -> None:
+        """Remember the node under the cursor: a right-click on a node does not select it."""
+        canvas = self.window.canvas
+        x, y = canvas.scene_cursor_pos()
+        ids = [getattr(item, "asset_id", "") for item in canvas.viewer.scene().items(QPointF(x, y))]
+        self.pointed = next((i for i in ids if i and self.window.document.has_node(i)), "")
+
+    def forget_pointed(self) -> None:
+        self.pointed = ""
 
     def mark_selected(self) -> bool:
         doc = self.window.document
-        selected = [i for i in self.window.canvas.selected_ids() if doc.has_node(i)]
+        pointed, self.pointed = self.pointed, ""
+        selected = [pointed] if pointed and doc.has_node(pointed) else [
+            i for i in self.window.canvas.selected_ids() if doc.has_node(i)]
         if len(selected) != 1:
             self.window.statusBar().showMessage("Select the one node the game acts on", 4000)
             return False
@@ -132,4 +148,7 @@ def install_game_events(window: QMainWindow, edit_menu: QMenu | None, canvas_men
     for menu in (edit_menu, canvas_menu):
         if menu is not None:
             menu.addAction(actions.action)
+    canvas_menu.aboutToShow.connect(actions.point_at_cursor)
+    if edit_menu is not None:
+        edit_menu.aboutToShow.connect(actions.forget_pointed)  # from the Edit menu: the selection
     return actions

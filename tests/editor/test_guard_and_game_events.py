@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from editor.canvas import context_menu
 from editor.canvas.node_types import categories, view_of
 from editor.docks.palette.dock import PaletteDock
 from editor.docks.properties.field_editors import ChoiceEditor, LineEditor, LinesEditor
@@ -173,6 +174,37 @@ def test_marking_a_node_adds_a_game_event_that_undo_removes_and_the_canvas_draws
     window.undo_action.trigger()
     assert doc.asset.game_events == []
     assert item.game_events == []
+
+
+def test_the_context_menu_marks_the_node_under_the_cursor(window, qtbot, monkeypatch):
+    from PySide6.QtGui import QCursor
+    from PySide6.QtWidgets import QDialog
+
+    doc = window.document
+    window.set_asset(Asset.model_validate(GUARDED))
+    window.canvas.center_on("gate")
+    window.canvas.select([])
+    actions = window.game_event_actions
+    assert actions.action in context_menu(window.canvas).actions()
+    viewer = window.canvas.viewer
+    item = window.canvas.drawing.canvas_node("gate").view
+    QCursor.setPos(viewer.viewport().mapToGlobal(viewer.mapFromScene(item.sceneBoundingRect().center())))
+    actions.point_at_cursor()
+    assert actions.pointed == "gate", "a right-click does not select: the node under the cursor is meant"
+
+    def answer(dialog):
+        dialog.name.setText("let_in")
+        dialog.when.setCurrentIndex(dialog.when.findData("default_exit"))
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(GameEventDialog, "exec", answer)
+    assert actions.mark_selected()
+    assert [(e.name, e.node, e.exit) for e in doc.asset.game_events] == [("let_in", "gate", "default_exit")]
+    assert actions.pointed == "", "used once"
+    assert not actions.mark_selected(), "nothing pointed at or selected: nothing marked"
+    assert "let_in (on exit passes)" in window.canvas.drawing.canvas_node("gate").view.toolTip()
+    window.undo_action.trigger()
+    assert doc.asset.game_events == []
 
 
 def test_the_agent_form_edits_game_events(window, qtbot):
