@@ -296,7 +296,11 @@ class Guard(Classifier):
     def run(self, run: NodeRun) -> str:
         started = time.perf_counter()
         held = self.input if self.input in run.turn.held else ""
-        text = run.line(self.input)
+        if self.input and self.input not in run.turn.slots:
+            # Nothing to check (a Tool Call that called no tool): nothing breaks a policy.
+            run.diag.warnings.append(f"slot {self.input!r} was not written this turn; the guard checked nothing "
+                                     "and passed the turn on")
+        text = run.line(self.input) if not self.input or self.input in run.turn.slots else ""
         checked = text[:MAX_CHECKED_CHARS]
         record = GuardRecord(checked="reply" if held else "line", text=checked)
         run.diag.guard = record

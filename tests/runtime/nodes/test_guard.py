@@ -199,3 +199,16 @@ def test_a_turn_that_reaches_a_game_event_says_so_in_its_events_and_diagnostics(
     assert [(e.node, e.name, e.exit) for e in events if isinstance(e, GameEventReached)] == [
         ("reward", "quest_complete", "")]
     assert result.diagnostics.game_events == ["quest_complete"]
+
+
+def test_a_guard_on_a_slot_no_node_wrote_passes_and_says_so():
+    """A Tool Call whose model wrote no valid call leaves no result: the grounded branch is not taken."""
+    def no_call(key, request):
+        if request.json_schema is not None:
+            return "{\"nope\": 1}"
+        return request.choices[0] if request.choices else "Come back with all three."
+
+    result, _ = _run(_quest(grounded=True), "I have the flowers", ScriptedBackend(no_call))
+    assert result.path == ["classify", "check", "has_it", "chat"]
+    assert "was not written this turn" in " ".join(node_diag(result.diagnostics, "has_it").warnings)
+    assert not result.diagnostics.game_events
