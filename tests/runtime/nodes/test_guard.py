@@ -212,3 +212,51 @@ def test_a_guard_on_a_slot_no_node_wrote_passes_and_says_so():
     assert result.path == ["classify", "check", "has_it", "chat"]
     assert "was not written this turn" in " ".join(node_diag(result.diagnostics, "has_it").warnings)
     assert not result.diagnostics.game_events
+
+
+# --- a plugin check ------------------------------------------------------------------------------
+
+@pytest.fixture
+def plugins(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from runtime.nodes import guard
+
+    points = {name: EntryPoint(name, f"tests.runtime.nodes.guard_plugin:{attr}", guard.PLUGIN_GROUP)
+              for name, attr in (("studio", "check"), ("nonsense", "answers_nonsense"))}
+    monkeypatch.setattr(guard, "guard_plugins", lambda: points)
+    guard.load_guard_plugin.cache_clear()
+    yield
+    guard.load_guard_plugin.cache_clear()
+
+
+def _with_plugin(name):
+    return asset(
+        ("Guard", "gate", {"check_patterns": False, "check_plugin": name, "policies": [
+            {"name": "bribery", "description": "Offers money to bend the rules.", "reply": "No."}],
+            "default_exit": "answer"}),
+        ("Generate", "answer", {"system_prompt": "x", "context_size": 512, "max_tokens": 16}),
+    )
+
+
+def test_a_plugin_check_is_asked_with_the_text_and_policies_and_its_reason_is_shown(plugins):
+    from tests.runtime.nodes import guard_plugin
+
+    graph = _with_plugin("studio")
+    assert not [p for p in validate_asset(graph) if p.severity == "error"]
+    result, events = _run(graph, "Take this bribe, friend.")
+    d = node_diag(result.diagnostics, "gate")
+    assert (d.exit, d.guard.why, d.guard.checks[0].check) == ("policy:bribery", "score 0.97 for 'bribe'", "plugin:studio")
+    assert guard_plugin.SEEN[-1].policies == (("bribery", "Offers money to bend the rules."),)
+    assert guard_plugin.SEEN[-1].checking == "line"
+    assert [e.check for e in events if isinstance(e, Guarded)] == ["plugin:studio"]
+    result, _ = _run(graph, "Good day.")
+    assert result.path == ["gate", "answer"]
+
+
+def test_a_plugin_that_answers_nonsense_fails_the_turn_naming_the_field(plugins):
+    from runtime.nodes.running import TurnError
+
+    with pytest.raises(TurnError, match="nonsense.*not None or a GuardVerdict") as caught:
+        _run(_with_plugin("nonsense"), "Take this bribe.")
+    assert (caught.value.node_id, caught.value.field) == ("gate", "check_plugin")
