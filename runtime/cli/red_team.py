@@ -65,23 +65,21 @@ def misused_flags(args: argparse.Namespace) -> str:
 
 
 def options_for(loaded: LoadedSuite, args: argparse.Namespace) -> RedTeamOptions:
-    """The suite's ``red_team`` settings (packs and benign file relative to it), each replaced by its flag."""
-    from runtime.suites.file import BUILTIN_BENIGN, RedTeamSettings
-    from runtime.suites.redteam import RedTeamOptions
+    """The suite's ``red_team`` settings (``options_from_suite``), each replaced by its flag given."""
+    from runtime.suites.redteam import options_from_suite
 
-    settings = loaded.suite.red_team or RedTeamSettings()
-    here = loaded.path.parent
-    benign: str | Path | None = args.benign
-    if benign is None and settings.benign != BUILTIN_BENIGN:
-        benign = here / settings.benign
-    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else settings.families
-    return RedTeamOptions(
-        packs=[here / p for p in settings.packs] + [Path(p) for p in args.attacks],
-        shipped_pack=settings.shipped_pack, families=families,
-        attempts=args.attempts if args.attempts is not None else settings.attempts,
-        generate=args.generate if args.generate is not None else settings.generate,
-        secrets=list(settings.secrets), benign=benign, max_success=settings.max_success,
-        max_false_positives=settings.max_false_positives, seed=loaded.suite.seed + (args.seed or 0))
+    options = options_from_suite(loaded)
+    options.packs += [Path(p) for p in args.attacks]
+    if args.benign is not None:
+        options.benign = args.benign
+    if args.families:
+        options.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    if args.attempts is not None:
+        options.attempts = args.attempts
+    if args.generate is not None:
+        options.generate = args.generate
+    options.seed += args.seed or 0
+    return options
 
 
 def file_asset(loaded: LoadedSuite) -> Asset:

@@ -53,7 +53,15 @@ from runtime.resources import resources_dir
 from runtime.session.failures import failure_of
 from runtime.session.session import graph_of
 from runtime.session.tools import scripted_answers
-from runtime.suites.file import SuiteError, _where, read_suite_yaml, save_cases
+from runtime.suites.file import (
+    BUILTIN_BENIGN,
+    LoadedSuite,
+    RedTeamSettings,
+    SuiteError,
+    _where,
+    read_suite_yaml,
+    save_cases,
+)
 from runtime.suites.report import wilson_interval
 
 GOALS = ("game_event", "secret", "character")
@@ -291,6 +299,18 @@ class RedTeamOptions:
     seed: int = 0
     cancel: threading.Event | None = None
     on_attempt: Callable[[Attempt], None] | None = None
+
+
+def options_from_suite(loaded: LoadedSuite) -> RedTeamOptions:
+    """The options of a suite's ``red_team`` section (the defaults without one): its packs and benign
+    file relative to the suite, its seed."""
+    settings = loaded.suite.red_team or RedTeamSettings()
+    here = loaded.path.parent
+    return RedTeamOptions(
+        packs=[here / p for p in settings.packs], shipped_pack=settings.shipped_pack, families=list(settings.families),
+        attempts=settings.attempts, generate=settings.generate, secrets=list(settings.secrets),
+        benign=None if settings.benign == BUILTIN_BENIGN else here / settings.benign,
+        max_success=settings.max_success, max_false_positives=settings.max_false_positives, seed=loaded.suite.seed)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from editor.dialogs.expectations import ExpectationsDialog
 from editor.docks.tests.case_expectations import edit_case_expectations
+from editor.docks.tests.red_team_panel import RedTeamPanel
 from editor.docks.tests.results_tree import (
     FAIL_COLOUR,
     NODE_ROLE,
@@ -44,6 +45,7 @@ from editor.docks.tests.results_tree import (
     turn_note,
 )
 from editor.model.document import Document
+from editor.services.red_team_run import RedTeamRequest, RedTeamRun
 from editor.services.suite_run import SuiteRun, TurnComparison
 from editor.services.variant_compare import (
     VariantComparison,
@@ -57,6 +59,7 @@ from editor.widgets.flow_layout import wrapping_row
 from runtime.asset.model import Asset
 from runtime.suites.file import LoadedSuite, SuiteBeside
 from runtime.suites.kept import asset_changes, blamed_node
+from runtime.suites.redteam import Attempt, RedTeamReport
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
 
 
@@ -81,6 +84,7 @@ class TestsDock(QDockWidget):
         self.running: set[CaseKey] = set()
         self.coverage: Coverage | None = None
         self._assets: dict[str, Asset] = {}  # suite file name -> the asset its cases last ran on
+        self._red_team_asset: Asset | None = None  # the graph the last red-team run attacked
         self._path: str | None = None
         self._stale = False  # the asset's path changed during a run: list its suites afterwards
         self._reading = False  # the suite files are being read (the tree shows the last listing)
@@ -111,6 +115,10 @@ class TestsDock(QDockWidget):
                                                    lambda: self.compare_with_variant(saved=True))
         menu.aboutToShow.connect(lambda: self.compare_saved_action.setEnabled(self.document.modified))
         self.compare_button.setMenu(menu)
+        self.red_team_button = self._button("Red team", "Attack the asset as it is in the editor with the shipped "
+                                            "attack pack and the selected suite's red_team settings (else the "
+                                            "first suite's): per family how often an attack succeeded, the benign "
+                                            "lines the guards flag, and the guards' latency", self.run_red_team)
         self.progress = QProgressBar(self)
         self.progress.setMaximumWidth(160)
         self.progress.setMaximumHeight(16)
@@ -120,7 +128,7 @@ class TestsDock(QDockWidget):
         # wraps in a narrow dock: in one row the buttons set a 384 px minimum width
         layout.addWidget(wrapping_row(self, [self.run_all_button, self.run_selected_button, self.stop_button,
                                              self.refresh_button, self.clear_coverage_button, self.edit_button,
-                                             self.compare_button, self.progress]))
+                                             self.compare_button, self.red_team_button, self.progress]))
         self.status = QLabel(self)
         self.status.setWordWrap(True)  # a run's summary names the exits never taken: it may take two lines
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -144,6 +152,16 @@ class TestsDock(QDockWidget):
         splitter.setChildrenCollapsible(False)
         splitter.addWidget(self.tree)
         splitter.addWidget(self.variant_panel)
+        # A red-team run's report (hidden until one runs), below them
+        self.red_team = RedTeamRun(run)  # shut down with the run's service
+        self.red_team_panel = RedTeamPanel(self)
+        self.red_team_panel.attack_opened.connect(self.open_attack)
+        self.red_team.started.connect(lambda r: self.red_team_panel.running(r.label, r.suite.name))
+        self.red_team.finished.connect(self._red_teamed)
+        self.red_team.failed.connect(lambda _r, why: self.red_team_panel.failed(why))
+        self.red_team.failed.connect(lambda _r, why: self.set_status(f"The red-team run stopped: {why}", error=True))
+        self.red_team.busy_changed.connect(self._red_teaming)
+        splitter.addWidget(self.red_team_panel)
         layout.addWidget(splitter, 1)
         self.setWidget(body)
 
@@ -353,6 +371,7 @@ class TestsDock(QDockWidget):
 
     def stop(self) -> None:
         self.variants.stop()
+        self.red_team.stop()
         if self.run.busy:
             self.run.stop()
             self.set_status("Stopping\u2026 the running turn ends within a moment; the other cases are skipped.")
@@ -361,7 +380,7 @@ class TestsDock(QDockWidget):
         self.run_all_button.setEnabled(not busy)
         self.run_selected_button.setEnabled(not busy)
         self.refresh_button.setEnabled(not busy)
-        self.stop_button.setEnabled(busy or self.variants.busy)
+        self.stop_button.setEnabled(busy or self.variants.busy or self.red_team.busy)
 
     def _started(self, count: int) -> None:
         self.progress.setRange(0, count)
@@ -543,3 +562,55 @@ class TestsDock(QDockWidget):
         request = self.variant_panel.request
         if request is not None:
             self.turn_opened.emit(*divergence_opening(divergence, request))  # type: ignore[arg-type]
+
+    # --- red-team runs ----------------------------------------------------------------------------
+
+    def run_red_team(self) -> bool:
+        """Attack the document's graph (unsaved edits included) with the red_team settings of the
+        selected suite, else of the first suite that has them, else of the first suite (the defaults),
+        on the red-team run's thread. False when nothing runs."""
+        loaded = [e for e in self.entries if e.loaded is not None]
+        selected = self._entry(self.selected_cases()[0][0]) if self.selected_cases() else None
+        entry = (selected if selected is not None and selected.loaded is not None else None) or next(
+            (e for e in loaded if e.loaded.suite.red_team is not None), None) or (loaded[0] if loaded else None)
+        if entry is None or not self.document.path:
+            self.set_status("Nothing to attack: save the asset, and write a test suite beside it (its red_team "
+                            "section says which attacks, secrets and benign lines).")
+            return False
+        if self.red_team.busy:
+            self.set_status("A red-team run is going on.")
+            return False
+        asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
+        name = Path(self.document.path).name + (" (unsaved edits)" if self.document.modified else "")
+        request = RedTeamRequest(entry.path, self.document.asset.model_copy(deep=True), asset_dir, name)
+        if not self.red_team.start(request, self.run._maker(asset_dir)):
+            self.set_status("Could not start the red-team run.", error=True)
+            return False
+        self._red_team_asset = request.asset
+        self.set_status(f"Red team: attacking {name} with the settings of {entry.name}\u2026")
+        return True
+
+    def _red_teaming(self, busy: bool) -> None:
+        self.red_team_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy or self.run.busy or self.variants.busy)
+
+    def _red_teamed(self, request: RedTeamRequest, report: RedTeamReport) -> None:
+        self.red_team_panel.show_report(report, request.stopped)
+        over = report.over_threshold()
+        self.set_status(f"Red team on {request.label}: {len(report.successes)} of {len(report.attempts)} attacks "
+                        f"succeeded" + (f"; {'; '.join(over)}" if over else "; every rate within its threshold"),
+                        error=bool(over))
+
+    def open_attack(self, attempt: Attempt) -> bool:
+        """Send a successful attack's turn out for the Turn Inspector; False when it has no prompts."""
+        result = attempt.result
+        if result is None or result.diagnostics is None:
+            self.set_status("This attack's turn has no prompts to show: the asset turns diagnostics off.", error=True)
+            return False
+        asset = self._red_team_asset or self.document.asset
+        note = f"\u2717 the attack succeeded: {', '.join(attempt.how)}\nline: {attempt.line}"
+        if attempt.game_content:
+            note += f"\ngame content: {attempt.game_content}"
+        self.turn_opened.emit(inspected_turn(result, asset), f"Red team: {attempt.family} #{attempt.index + 1}",
+                              note, None)
+        return True
