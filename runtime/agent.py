@@ -83,7 +83,18 @@ class StructuralChange(ValueError):
         super().__init__(f"{node_id}.{name} is part of the agent's graph, not a parameter; change it in the "
                          "asset and start a new session")
 
-__all__ = ["Agent", "StructuralChange", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnResult", "turn_reply"]
+__all__ = ["Agent", "StructuralChange", "ToolResultFunction", "TurnCancelled", "TurnError", "TurnGuard", "TurnResult",
+           "turn_reply"]
+
+
+@dataclass(frozen=True)
+class TurnGuard:
+    """The first policy a turn's Guard nodes found broken, what a game reacts to (the guard calls the
+    watch); every one that fired is also a ``Guarded`` event. Empty strings: no guard fired."""
+
+    policy: str = ""
+    exit: str = ""  # the port the guard took: "policy:NAME"
+    node: str = ""  # the Guard node
 
 
 @dataclass
@@ -100,6 +111,9 @@ class TurnResult:
     # It said and wrote what an alternative of it already had (``ConversationTree.twin``): ``turn_id``
     # is that alternative's, and no new one was added.
     repeated: bool = False
+    # Kept with diagnostics on or off: a game acts on them.
+    guard: TurnGuard = field(default_factory=TurnGuard)
+    game_events: list[str] = field(default_factory=list)  # the marked events reached (``Asset.game_events``), in order
 
 
 class Agent:
@@ -404,8 +418,10 @@ class Agent:
                 game_events=list(run.game_events),
             )
         run.emit(TurnFinished(index, reply, list(run.path)))
+        fired = next((n for n in run.nodes if n.guard is not None and n.guard.policy), None)
+        guard = TurnGuard(fired.guard.policy, fired.exit, fired.node) if fired is not None and fired.guard else TurnGuard()
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
-                          self.backend.label, repeated)
+                          self.backend.label, repeated, guard, list(run.game_events))
 
     def _walk(self, run: TurnState, cancel: threading.Event) -> None:
         """Run the graph's nodes from the start node to END."""

@@ -38,6 +38,7 @@ from typing import Any, Self
 import httpx
 from httpx_sse import SSEError, connect_sse
 
+from runtime.agent import TurnGuard
 from runtime.diagnostics import TurnDiagnostics
 from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnLine
 from runtime.session.failures import Failure
@@ -76,7 +77,9 @@ class TurnFailed(ParleyError):
 
 @dataclass(frozen=True)
 class ServerEvent:
-    kind: str  # turn_started, node_started, token, speak, tool_request, tool_call, summarized, ...
+    # turn_started, node_started, token, speak, tool_request, tool_call, summarized, guarded, game_event, ...;
+    # a kind this client does not know (a newer server's) is passed on all the same
+    kind: str
     data: dict[str, Any]
 
 
@@ -109,6 +112,17 @@ class TurnEnd(HoldsRecord):
     @property
     def diagnostics(self) -> TurnDiagnostics | None:
         return self.record.diagnostics
+
+    @property
+    def guard(self) -> TurnGuard:
+        """The first policy a Guard node found broken and the exit it took (``policy`` '' when none did);
+        each guard that fired is also a ``guarded`` event."""
+        return self.record.guard
+
+    @property
+    def game_events(self) -> list[str]:
+        """The game events (the asset's ``game_events``) the turn reached, by name, in order."""
+        return self.record.game_events
 
 
 ToolFunction = Callable[[ToolRequest], str]

@@ -763,8 +763,10 @@ class NPCs:
     @staticmethod
     def _last_run(stream: Stream, last: Item, record: TurnRecord) -> dict[str, Any]:
         """What the store keeps of a finished run, for a client that resumes it on another server: its
-        turn_finished, with the record as ``GET turns/{id}`` gives a turn this server did not run."""
-        lean = TurnRecord(record.turn_id, record.index, record.line, record.reply)
+        turn_finished, with the record as ``GET turns/{id}`` gives a turn this server did not run, and
+        what the game reacts to (the guard that fired, the game events reached)."""
+        lean = TurnRecord(record.turn_id, record.index, record.line, record.reply, guard=record.guard,
+                          game_events=list(record.game_events))
         return {"run": stream.run, "id": stream.event_id(stream.sent + 1), "kind": last.kind,
                 "data": {"turn": record.index, **lean.to_json()}}
 

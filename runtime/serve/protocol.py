@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.events import (
     Event,
+    GameEventReached,
+    Guarded,
     NodeEvent,
     NodeFinished,
     NodeStarted,
@@ -234,8 +236,9 @@ class TurnLines(BaseModel):
 
 # --- events -------------------------------------------------------------------------------------
 
+# A client ignores a kind it does not know: a newer server may send more (guarded and game_event came later).
 EVENT_KINDS = ("watching", "turn_queued", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
-               "warning", "node_finished", "turn_finished", "turn_failed")
+               "warning", "guarded", "game_event", "node_finished", "turn_finished", "turn_failed")
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -246,7 +249,8 @@ def event_data(event: Event) -> dict[str, Any]:
 
 # kind -> the runtime event a node sends as it runs (the turn's start and end are the server's own events)
 NODE_EVENTS: dict[str, type[NodeEvent]] = {cls.kind: cls for cls in (NodeStarted, Token, Speak, ToolCalled, Summarized,
-                                                                      TurnWarning, NodeFinished)}
+                                                                      TurnWarning, Guarded, GameEventReached,
+                                                                      NodeFinished)}
 _EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, dict: dict, list: list}
 
 

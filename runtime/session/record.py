@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from runtime.agent import TurnResult
+from runtime.agent import TurnGuard, TurnResult
 from runtime.diagnostics import TurnDiagnostics
 from runtime.nodes.running import RecordedPrompt
 
@@ -33,12 +33,15 @@ class TurnRecord:
     diagnostics: TurnDiagnostics | None = None
     prompts: dict[str, RecordedPrompt] = field(default_factory=dict)  # node id -> its prompt, told apart by part
     backend: str = ""  # what ran its model calls (``Backend.label``)
+    # What a game reacts to, kept whether or not the asset has diagnostics on
+    guard: TurnGuard = field(default_factory=TurnGuard)  # the first policy a Guard found broken ('' when none)
+    game_events: list[str] = field(default_factory=list)  # the marked game events it reached, in order
 
     @classmethod
     def of(cls, line: str, result: TurnResult) -> TurnRecord:
         """The record of a turn the agent just ran on ``line``."""
         return cls(result.turn_id, result.turn, line, result.reply, list(result.path), result.diagnostics,
-                   dict(result.prompts), result.backend)
+                   dict(result.prompts), result.backend, result.guard, list(result.game_events))
 
     def without_details(self) -> TurnRecord:
         """The record less its diagnostics and prompts (most of its memory): what it said and where it went."""
@@ -47,7 +50,7 @@ class TurnRecord:
     def result(self) -> TurnResult:
         """The record as the runtime's ``TurnResult`` (what the Turn Inspector and replays read)."""
         return TurnResult(self.index, self.reply, list(self.path), {}, self.diagnostics, dict(self.prompts),
-                          self.turn_id, self.backend)
+                          self.turn_id, self.backend, guard=self.guard, game_events=list(self.game_events))
 
     def to_json(self) -> dict[str, Any]:
         return _adapter().dump_python(self, mode="json")

@@ -15,6 +15,8 @@ EVERY_NODE_EVENT = [
     events.ToolCalled("lookup", "check_stock", {"item": "arrows", "count": 2}, "240 arrows"),
     events.Summarized("memory", 7, 4, 312, "The traveller asked for a room."),
     events.TurnWarning("reply", "the prompt was trimmed"),
+    events.Guarded("gate", "narration", "policy:narration", "patterns", "'appear' (list 'narration')", "line"),
+    events.GameEventReached("gate", "call_the_watch", "policy:narration"),
     events.NodeFinished("route", "ClassifyIntent", "room", "intent:room", "reply"),
 ]
 
