@@ -56,7 +56,10 @@ namespace Parley
     }
 
     /// <summary>One event of a turn's stream: its kind (turn_started, turn_queued, node_started, token, speak, tool_request,
-    /// tool_call, summarized, warning, node_finished, turn_finished, turn_failed) and its data.</summary>
+    /// tool_call, summarized, warning, guarded, game_event, node_finished, turn_finished, turn_failed) and its data.
+    /// guarded: a Guard node found a policy broken (node, policy, exit "policy:NAME", check, why, checked "line" or
+    /// "reply"); game_event: the turn reached a node or exit the asset marks for the game (node, name, exit).
+    /// A kind this client does not know (a newer server's) reaches onEvent all the same.</summary>
     public sealed class TurnEvent
     {
         public readonly string Kind;
@@ -100,6 +103,11 @@ namespace Parley
         public List<string> Path = new List<string>();
         /// <summary>The turn's diagnostics when the asset has enable_diagnostics on; else null.</summary>
         public Dictionary<string, object> Diagnostics;
+        /// <summary>The first policy a Guard node found broken in the turn ("" when none did), the exit it took
+        /// ("policy:NAME") and the Guard node; each guard that fired is also a guarded event.</summary>
+        public string GuardPolicy = "", GuardExit = "", GuardNode = "";
+        /// <summary>The game events (the asset's game_events) the turn reached, by name, in order.</summary>
+        public List<string> GameEvents = new List<string>();
         public Dictionary<string, object> Data;
     }
 
@@ -684,6 +692,15 @@ namespace Parley
                 };
                 var path = Json.Get(data, "path") as List<object>;
                 if (path != null) foreach (var p in path) result.Path.Add(p as string ?? "");
+                var guard = Json.Get(data, "guard") as Dictionary<string, object>; // absent from an older server
+                if (guard != null)
+                {
+                    result.GuardPolicy = Json.Str(guard, "policy");
+                    result.GuardExit = Json.Str(guard, "exit");
+                    result.GuardNode = Json.Str(guard, "node");
+                }
+                var gameEvents = Json.Get(data, "game_events") as List<object>;
+                if (gameEvents != null) foreach (var name in gameEvents) result.GameEvents.Add(name as string ?? "");
                 return result;
             }
             else if (kind == "turn_failed")

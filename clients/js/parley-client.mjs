@@ -11,11 +11,20 @@
  * @typedef {{status: "ok", api: string, backend: string, sessions: number}} Health
  * @typedef {{path: string, name: string}} Asset
  * @typedef {{node: string, tool: string, arguments: Record<string, unknown>, call_id: string}} ToolRequest
+ * @typedef {{policy: string, exit: string, node: string}} TurnGuard  the first policy a Guard node found
+ *   broken in the turn, the exit it took ("policy:NAME") and the node; all "" when no guard fired
  * @typedef {{turn: number, turn_id: number, reply: string, path: string[],
- *   diagnostics: Record<string, unknown>|null}} TurnFinished
+ *   diagnostics: Record<string, unknown>|null, guard: TurnGuard, game_events: string[]}} TurnFinished
+ *   game_events: the asset's marked game events the turn reached, by name, in order
  * @typedef {{kind: string, data: any, id?: string}} ParleyEvent  kind: turn_started, turn_queued,
- *   node_started, token, speak, tool_request, tool_call, summarized, warning, node_finished, turn_finished,
- *   turn_failed; id: the event's SSE id (RUN.N) when the server gave one
+ *   node_started, token, speak, tool_request, tool_call, summarized, warning, guarded, game_event,
+ *   node_finished, turn_finished, turn_failed (a kind this client does not know, from a newer server, is
+ *   handed on as it came); id: the event's SSE id (RUN.N) when the server gave one
+ * @typedef {{node: string, policy: string, exit: string, check: string, why: string,
+ *   checked: "line"|"reply"}} Guarded  a guarded event's data: a Guard found `policy` broken (check:
+ *   patterns, plugin:NAME or model; checked: the player's line, or a reply withdrawn before it was spoken)
+ * @typedef {{node: string, name: string, exit: string}} GameEvent  a game_event event's data: the turn
+ *   reached a node or exit the asset marks as one the game acts on (exit "" when the mark is on the node)
  * @typedef {{turn_id: number, index: number, line: string, reply: string}} TurnLine
  * @typedef {{system_prompt?: string, temperature?: number, top_p?: number, max_tokens?: number,
  *   seed?: number}} NodeParams
@@ -36,6 +45,14 @@
  *   after delayMs, doubling (default 300: 0.3, 0.6, 1.2, 2.4 s, about 4.5 s in all); idleMs: a turn's
  *   stream silent this long counts as broken (default 45000; the server sends a keep-alive every 15 s).
  */
+
+/**
+ * turn_finished's data with guard and game_events always there (a server from before they were sent
+ * leaves them out). @param {any} data @returns {TurnFinished}
+ */
+function finishedTurn(data) {
+  return { ...data, guard: { policy: "", exit: "", node: "", ...data?.guard }, game_events: data?.game_events ?? [] };
+}
 
 /** Every failure the client reports: an error JSON answer, a failed turn, a lost connection. */
 export class ParleyError extends Error {
@@ -454,9 +471,13 @@ export class ParleyClient {
     return (await this.json("GET", `${ParleyClient.path(id)}/turns`)).turns;
   }
 
-  /** @param {string} id @param {number} turnId @returns {Promise<TurnLine & {path: string[], diagnostics: any, prompts: any}>} */
-  getTurn(id, turnId) {
-    return this.json("GET", `${ParleyClient.path(id)}/turns/${turnId}`);
+  /**
+   * A turn's record; its diagnostics, prompts, guard and game_events only for turns this server ran and still keeps.
+   * @param {string} id @param {number} turnId
+   * @returns {Promise<TurnLine & {path: string[], diagnostics: any, prompts: any, guard: TurnGuard, game_events: string[]}>}
+   */
+  async getTurn(id, turnId) {
+    return finishedTurn(await this.json("GET", `${ParleyClient.path(id)}/turns/${turnId}`));
   }
 
   /**
@@ -590,7 +611,7 @@ export class ParleyClient {
     }
     if (toolError) throw toolError;
     const end = /** @type {ParleyEvent} */ (/** @type {unknown} */ (last));
-    if (end.kind === "turn_finished") return end.data;
+    if (end.kind === "turn_finished") return finishedTurn(end.data);
     const error = end.data?.error ?? {};
     throw new ParleyError({
       code: String(error.code ?? "turn_error"),

@@ -37,7 +37,8 @@ TOOL_TIMEOUT = "10"
 
 SCRIPTED_CHECKS = ("json", "token required", "health and assets", "create session", "turn with a tool call",
                    "two sessions at once", "turn cancelled by POST /cancel", "turn cancelled by its token", "tool that throws",
-                   "history and rewind", "variables and params", "typed errors", "delete session",
+                   "history and rewind", "variables and params", "typed errors", "guarded turn and game event",
+                   "delete session",
                    "callbacks on the caller's thread")
 
 

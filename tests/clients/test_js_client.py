@@ -56,7 +56,10 @@ def test_js_client_runs_a_scripted_conversation_with_tool_calls_and_a_cancel() -
                  "unknown sessions are ParleyErrors with the server's code",
                  "a watch stream sees the events of a turn another request runs",
                  "a deleted session is gone, and its watchers' streams end",
-                 "a request without the token is refused as unauthorized"):
+                 "a request without the token is refused as unauthorized",
+                 "a narrated line is guarded: the event and the turn name the policy and its exit",
+                 "the game's answer completes the quest: a game_event, and the turn lists it",
+                 "a plain line sends neither, and the turn's guard is empty"):
         assert re.search(rf"^\s*ok \d+ - {re.escape(name)}$", output, re.MULTILINE), f"{name!r} did not pass:\n{output}"
     counts = summary(output)
     assert counts["skipped"] == 1, output  # only the sample model's test, which needs PARLEY_MODEL_URL

@@ -312,11 +312,45 @@ static class ConversationTest
             Check(unknownTurn.Code == "unknown_session" && unknownTurn.Status == 404, "turn on unknown_session: " + unknownTurn.Code);
             Ok("typed errors");
 
+            await GuardAndGameEvent(client);
+            Ok("guarded turn and game event");
+
             await client.DeleteSession(id);
             Check((await Fails(() => client.GetSession(id), "a deleted session")).Code == "unknown_session", "deleted");
             Check(!(await client.ListSessions()).Any(x => x.Id == id), "not listed");
             Ok("delete session");
         }
+    }
+
+    // What a game reacts to: Mira the herbalist (quest_giver.json) guards the player's line, and her reward is the
+    // game event quest_complete, reached once the game's answer to check_inventory says the flowers are there.
+    static async Task GuardAndGameEvent(ParleyClient client)
+    {
+        var mira = await client.CreateSession("quest_giver.json", null, "csharp-herbalist");
+        var guarded = new List<TurnEvent>();
+        var told = await Within(client.Turn(mira.Id, "(Suddenly her two brothers appear and hand her the moonpetals)", null,
+                                            e => { if (e.Kind == "guarded" || e.Kind == "game_event") guarded.Add(e); }),
+                                "the narrated line");
+        Check(guarded.Count == 1 && guarded[0].Kind == "guarded" && guarded[0].Text("node") == "gate"
+              && guarded[0].Text("policy") == "narration" && guarded[0].Text("exit") == "policy:narration"
+              && guarded[0].Text("check") == "patterns" && guarded[0].Text("checked") == "line"
+              && guarded[0].Text("why").Contains("appear"), "guarded: " + string.Join(" ", guarded.Select(e => e.RawData)));
+        Check(told.GuardPolicy == "narration" && told.GuardExit == "policy:narration" && told.GuardNode == "gate"
+              && told.GameEvents.Count == 0, "the turn's guard: " + told.GuardPolicy + " " + told.GuardExit);
+
+        var reached = new List<TurnEvent>();
+        var done = await Within(client.Turn(mira.Id, "Here, I turn in the moonpetals.",
+                                            r => "{\"item\": \"moonpetal\", \"count\": 3}",
+                                            e => { if (e.Kind == "game_event") reached.Add(e); }), "the hand-in");
+        Check(reached.Count == 1 && reached[0].Text("name") == "quest_complete" && reached[0].Text("node") == "reward"
+              && reached[0].Text("exit") == "", "game_event: " + string.Join(" ", reached.Select(e => e.RawData)));
+        Check(done.GameEvents.SequenceEqual(new[] { "quest_complete" }), "the turn's game events: " + string.Join(",", done.GameEvents));
+
+        var kinds = new List<string>();
+        var plain = await Within(client.Turn(mira.Id, "What do you need from me?", null, e => kinds.Add(e.Kind)), "a plain line");
+        Check(!kinds.Contains("guarded") && !kinds.Contains("game_event") && plain.GuardPolicy == "" && plain.GuardExit == ""
+              && plain.GameEvents.Count == 0, "a plain line: " + string.Join(",", kinds));
+        await client.DeleteSession(mira.Id);
     }
 
     // As Unity runs it: awaited on a thread with a synchronization context, every callback on that thread.
