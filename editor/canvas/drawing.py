@@ -30,7 +30,7 @@ from editor.canvas.node_appearance import (
 from editor.canvas.node_types import view_of
 from editor.model.bypass import shown_fill, shown_opacity, shown_title
 from editor.model.document import Document
-from editor.model.game_events import marks_of
+from editor.model.game_events import marked_exits, marks_of
 from runtime.asset.model import END, NODE_TYPES, NodeBase
 from runtime.nodes import shown_exit_label, shown_exits
 
@@ -325,6 +325,7 @@ class Drawing(QObject):
         canvas_node.view.summary = summary_lines(node, self.document.asset)
         canvas_node.view.is_start = self.document.asset.start_node == node_id
         canvas_node.view.game_events = marks_of(self.document.asset, node_id)
+        canvas_node.view.game_exits = marked_exits(self.document.asset, node_id)
         if canvas_node.view.game_events:
             canvas_node.view.refresh_tooltip()
         self.graph.add_node(canvas_node, pos=list(node.position), selected=False, push_undo=False)

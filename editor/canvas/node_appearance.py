@@ -12,13 +12,13 @@ import html
 from NodeGraphQt.constants import ICON_NODE_BASE, NodeEnum
 from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
 from NodeGraphQt.qgraphics.node_base import NodeItem
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsItem
 
 from editor.canvas.node_types import view_of
 from editor.model.bypass import shown_fill, shown_opacity, shown_title
-from editor.model.game_events import marks_of
+from editor.model.game_events import marked_exits, marks_of
 from runtime.asset.model import Asset, NodeBase
 
 TERMINAL_COLOURS = {"start": (46, 125, 60), "end": (120, 48, 48)}
@@ -76,6 +76,7 @@ class AssetNodeItem(NodeItem):
         self.summary: list[str] = []
         self.is_start = False
         self.game_events: list[str] = []  # the game events marked on it (editor.model.game_events)
+        self.game_exits: set[str] = set()  # its ports a game event is marked on
         self.problem_tip = ""  # its title and problems (editor.canvas.overlays)
         self.problem_severity: str | None = None
         self._icon_item.setVisible(False)
@@ -204,6 +205,13 @@ class AssetNodeItem(NodeItem):
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.setPen(QPen(QColor(*GAME_EVENT_COLOUR), 1.5, Qt.PenStyle.DashLine))
         painter.drawRoundedRect(rect.adjusted(2.5, 2.5, -2.5, -2.5), 4, 4)
+        for port, text in self._output_items.items():  # a marked exit: a diamond before its label
+            if port.name in self.game_exits and text.isVisible():
+                label = text.mapRectToParent(text.boundingRect())
+                x, y = label.left() - 2, label.center().y()
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(QColor(*GAME_EVENT_COLOUR))
+                painter.drawPolygon([QPointF(x - 5, y), QPointF(x, y - 5), QPointF(x + 5, y), QPointF(x, y + 5)])
         tag = QRectF(rect.left() + 5, rect.top() + 3, 40, 15)
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QColor(*GAME_EVENT_COLOUR))
@@ -304,8 +312,9 @@ def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
         item.summary = summary
         changed = True
     marks = marks_of(asset, node.id)
-    if marks != item.game_events:
-        item.game_events = marks
+    exits = marked_exits(asset, node.id)
+    if marks != item.game_events or exits != item.game_exits:
+        item.game_events, item.game_exits = marks, exits
         item.refresh_tooltip()
         changed = True
     is_start = asset.start_node == node.id

@@ -284,6 +284,12 @@ def _edit_subgraph(document: Any, node_id: str, field: str, value: Any) -> Any:
     return edit_subgraph_field(document, node_id, field, value)
 
 
+def _edit_keeping_marks(document: Any, node_id: str, field: str, value: Any) -> Any:
+    from editor.model.game_events import edit_keeping_marks  # a game event on a renamed port follows it
+
+    return edit_keeping_marks(document, node_id, field, value)
+
+
 def _fitted(lines: SummaryLines) -> SummaryLines:
     """``lines``, held to SUMMARY_LINES lines of SUMMARY_WIDTH characters whatever the node holds."""
     return lambda node, asset: [_short(line) for line in lines(node, asset)[:SUMMARY_LINES]]
@@ -301,14 +307,14 @@ BUILTIN_VIEWS: dict[str, NodeView] = {view.type: view for view in (
              _fitted(_tool_call)),  # type: ignore[arg-type]
     NodeView("ClassifyIntent", "Classify Intent (LLM)", "Classify",
              "Picks one of the listed intents for the player's line and branches on it.",
-             _fitted(_classify_intent)),  # type: ignore[arg-type]
+             _fitted(_classify_intent), edit=_edit_keeping_marks),  # type: ignore[arg-type]
     NodeView("ClassifyAttributes", "Classify Attributes (LLM)", "Classify",
              "Fills attribute slots, each with one of its allowed values.",
              _fitted(_classify_attributes)),  # type: ignore[arg-type]
     NodeView("Guard", "Guard (rules)", "Classify",
              "Checks the player's line, or a reply before it is spoken, against named rules (patterns, a plugin, "
              "the model) and branches on the first rule broken; a line that breaks none passes.",
-             _fitted(_guard), colour=(140, 56, 76)),  # type: ignore[arg-type]
+             _fitted(_guard), colour=(140, 56, 76), edit=_edit_keeping_marks),  # type: ignore[arg-type]
     NodeView("Retrieve", "Retrieve", "Memory",
              "Finds the knowledge entries that best match the line and puts them in a slot.",
              _fitted(_retrieve)),  # type: ignore[arg-type]

@@ -9,8 +9,9 @@ The mark is one undo step on the asset's ``game_events``; the canvas draws a mar
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
 from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import (
     QComboBox,
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from editor.model.commands import SetAgentFieldCommand
+from editor.model.commands import MacroCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.model.document import Document
 from runtime.asset.model import Asset, NodeBase
 from runtime.nodes.base import SLOT_PATTERN
@@ -50,6 +51,11 @@ def marks_of(asset: Asset, node_id: str) -> list[str]:
     return out
 
 
+def marked_exits(asset: Asset, node_id: str) -> set[str]:
+    """The ports of ``node_id`` a game event is marked on (the canvas puts a diamond before each)."""
+    return {event.exit for event in asset.game_events if event.node == node_id and event.exit}
+
+
 def mark_game_event(document: Document, node_id: str, name: str, exit: str = WHEN_RUNS) -> SetAgentFieldCommand:
     """The undo command that adds the game event ``name`` on ``node_id`` (or its port ``exit``).
     Raises ValueError for a name the asset would refuse or a mark that is already there."""
@@ -61,6 +67,34 @@ def mark_game_event(document: Document, node_id: str, name: str, exit: str = WHE
         raise ValueError(f"{node_id} is already marked as {name}")
     command = SetAgentFieldCommand(document, "game_events", old, [*old, new])
     command.setText(f"Mark {node_id} as game event {name}")
+    return command
+
+
+def edit_keeping_marks(document: Document, node_id: str, field: str, value: Any) -> MacroCommand | None:
+    """The Properties dock's edit of a node whose exits are records (a Guard's policies, a Classify
+    Intent's intents): renaming one renames its port, so a game event marked on that port follows it,
+    in the same undo step. None: the dock's plain edit."""
+    node = document.node(node_id)
+    marked = [e for e in document.asset.game_events if e.node == node_id and e.exit]
+    if not marked or field == "id":
+        return None
+    try:
+        changed = type(node).model_validate({**node.model_dump(), field: value})
+    except ValidationError:
+        return None
+    before, after = list(node.exits()), list(changed.exits())
+    if len(before) != len(after) or before == after:
+        return None
+    renamed = {old: new for old, new in zip(before, after, strict=True) if old != new}
+    if len(renamed) != 1:  # not one port renamed: moved or replaced, which a mark cannot follow
+        return None
+    old_events = [e.model_dump() for e in document.asset.game_events]
+    new_events = [{**e, "exit": renamed.get(e["exit"], e["exit"])} if e["node"] == node_id else e for e in old_events]
+    if new_events == old_events:
+        return None
+    command = MacroCommand(f"Change {node_id} {field.replace('_', ' ')}")
+    SetNodeFieldCommand(document, node_id, field, getattr(node, field), value, command)
+    SetAgentFieldCommand(document, "game_events", old_events, new_events, command)
     return command
 
 

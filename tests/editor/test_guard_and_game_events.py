@@ -148,6 +148,9 @@ def test_marking_a_node_adds_a_game_event_that_undo_removes_and_the_canvas_draws
     assert "quest_complete" in item.toolTip()
     doc.push(mark_game_event(doc, "gate", "let_in", "default_exit"))
     assert marks_of(doc.asset, "gate") == ["let_in (on exit passes)"]
+    assert window.canvas.drawing.canvas_node("gate").view.game_exits == {"default_exit"}
+    window.canvas.center_on("gate")
+    shot(window.canvas.widget, "canvas-game-exit.png")
 
     # The validation warning is in Problems, and clicking it selects the node.
     qtbot.waitUntil(lambda: any(p.node_id == "reward" and "game acts on" in p.message
@@ -205,6 +208,24 @@ def test_the_context_menu_marks_the_node_under_the_cursor(window, qtbot, monkeyp
     assert "let_in (on exit passes)" in window.canvas.drawing.canvas_node("gate").view.toolTip()
     window.undo_action.trigger()
     assert doc.asset.game_events == []
+
+
+def test_a_game_event_on_a_renamed_policy_follows_it_in_one_undo_step(window, qtbot):
+    doc = window.document
+    window.set_asset(Asset.model_validate(GUARDED))
+    doc.push(mark_game_event(doc, "gate", "caught_lying", "policy:narration"))
+    window.canvas.select(["gate"])
+    policies = window.properties.form.editors["policies"]
+    policies.list.setCurrentRow(0)
+    name = policies.form.editors["name"]
+    name.line.setText("storytelling")
+    name.line.editingFinished.emit()
+    assert doc.node("gate").policies[0].name == "storytelling"
+    assert doc.asset.game_events[0].exit == "policy:storytelling"
+    assert marks_of(doc.asset, "gate") == ["caught_lying (on exit storytelling)"]
+    window.undo_action.trigger()
+    assert doc.node("gate").policies[0].name == "narration"
+    assert doc.asset.game_events[0].exit == "policy:narration"
 
 
 def test_the_agent_form_edits_game_events(window, qtbot):
