@@ -305,8 +305,8 @@ def set_comment(document: Document, comment_id: str, changes: dict[str, Any], te
 
 
 def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
-    """One undo step that removes nodes, ends the exits that pointed at them and
-    clears the start node if it was removed."""
+    """One undo step that removes nodes, ends the exits that pointed at them, drops the game events
+    marked on them and clears the start node if it was removed."""
     doomed = [i for i in node_ids if document.has_node(i)]
     parent = MacroCommand(f"Delete {doomed[0]}" if len(doomed) == 1 else f"Delete {len(doomed)} nodes")
     gone = set(doomed)
@@ -318,6 +318,10 @@ def remove_nodes(document: Document, node_ids: list[str]) -> MacroCommand:
                 SetExitCommand(document, node.id, port, target, END, parent)
     if document.asset.start_node in gone:
         SetAgentFieldCommand(document, "start_node", document.asset.start_node, "", parent)
+    events = [e.model_dump() for e in document.asset.game_events]
+    kept = [e for e in events if e["node"] not in gone]  # a removed node's game events go with it
+    if kept != events:
+        SetAgentFieldCommand(document, "game_events", events, kept, parent)
     # Remove from the back so each undo re-inserts at the index it came from.
     for node_id in sorted(doomed, key=document.index_of, reverse=True):
         RemoveNodeOnlyCommand(document, node_id, parent)

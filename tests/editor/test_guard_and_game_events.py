@@ -173,6 +173,15 @@ def test_marking_a_node_adds_a_game_event_that_undo_removes_and_the_canvas_draws
     window.undo_action.trigger()
     assert doc.asset.game_events[0].node == "reward"
 
+    # Deleting a marked node takes its marks along; undo brings both back.
+    window.canvas.select(["reward"])
+    window.delete_selected()
+    assert [e.node for e in doc.asset.game_events] == ["gate"]
+    window.undo_action.trigger()
+    assert [e.node for e in doc.asset.game_events] == ["reward", "gate"]
+    item = window.canvas.drawing.canvas_node("reward").view
+    assert item.game_events == ["quest_complete"]
+
     window.undo_action.trigger()
     window.undo_action.trigger()
     assert doc.asset.game_events == []
