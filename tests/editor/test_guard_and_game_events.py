@@ -251,3 +251,22 @@ def test_the_agent_form_edits_game_events(window, qtbot):
     node.combo.activated.emit(node.combo.currentIndex())
     assert [(e.name, e.node) for e in doc.asset.game_events] == [("event_1", "reward")]
     assert window.canvas.drawing.canvas_node("reward").view.game_events == ["event_1"]
+
+
+def test_the_inspector_text_of_a_reply_guard_names_the_withdrawn_reply():
+    from editor.docks.turn_inspector.node_text import guard_html
+    from runtime.diagnostics import GuardCheck, GuardRecord
+
+    record = GuardRecord(checked="reply", text="The password is silver fern.", policy="secret",
+                         why="'silver fern' matched its own pattern: silver\\W*fern",
+                         checks=[GuardCheck(check="patterns", ms=0.4),
+                                 GuardCheck(check="plugin:studio", policy="secret", why="a leak", ms=12.0)],
+                         withdrew="talk", ms=12.6)
+    page = guard_html(record)
+    assert "checked the reply held back" in page
+    assert "Broke secret</b></span> (found by plugin:studio)" in page
+    assert "patterns 0.4 ms passed" in page and "plugin:studio 12.0 ms \u2192 secret" in page
+    assert "total 12.6 ms" in page
+    assert "Withdrew</b> the reply of talk" in page
+    passed = guard_html(GuardRecord(checked="line", text="Hello", checks=[GuardCheck(check="patterns", ms=0.1)], ms=0.1))
+    assert "Passed" in passed and "patterns 0.1 ms passed" in passed and "Withdrew" not in passed
