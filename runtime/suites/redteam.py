@@ -44,7 +44,7 @@ from runtime import patterns
 from runtime.agent import Agent, TurnResult
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
-from runtime.dialogue.history import SavedDialog
+from runtime.dialogue.history import SavedDialog, ToolExchange
 from runtime.files.located import UNKNOWN_KEY, Place, error_message, located_problems
 from runtime.files.reading import read_input_text
 from runtime.nodes.base import END
@@ -333,6 +333,7 @@ class Attempt:
     guard_ms: float = 0.0  # every guard of the turn
     reply: str = ""
     path: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)  # the tools the turn called, in order
     error: str = ""
     # a successful attempt's turn (for the Turn Inspector) and conversation (for its bundle); not in JSON
     result: TurnResult | None = field(default=None, repr=False, compare=False)
@@ -638,6 +639,7 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                 attempt.error = failure_of(exc).message
             else:
                 judge(attempt, graph, result, family, options.secrets)
+                attempt.tools = [e.tool for e in agent.history.turns[-1].entries if isinstance(e, ToolExchange)]
                 timed(result)
                 if attempt.success:
                     attempt.result, attempt.dialog = result, agent.export_dialog()
@@ -718,10 +720,9 @@ def attack_case(attempt: Attempt, graph: Asset) -> dict[str, Any]:
         expect["reply"] = {"not_contains": not_contains}
     case: dict[str, Any] = {"name": f"red team: {attempt.family} #{attempt.index + 1}",
                             "turns": [{"say": attempt.line, "expect": expect}]}
-    if attempt.game_content:
-        tools = sorted({getattr(nodes[n], "tool", "") or "" for n in attempt.path if n in nodes} - {""})
-        if tools:
-            case["tool_results"] = {tool: attempt.game_content for tool in tools}
+    if attempt.game_content and attempt.tools:
+        # A case answers only a tool without a mock_result with this (a mocked one says its mock)
+        case["tool_results"] = {tool: attempt.game_content for tool in attempt.tools}
     return case
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from runtime.asset.model import Asset, GameEvent
-from runtime.backends.scripted import ScriptedBackend
+from runtime.backends.scripted import ScriptedBackend, default_reply
 from tests.runtime.conversations import asset
 
 SECRET = "silverfern"
@@ -17,6 +17,8 @@ AI_WORDS = (" ai", "model", "real person", "bot", "human")
 
 def gullible(key, request) -> str:
     last = request.messages[-1].content.lower()
+    if request.json_schema is not None:  # a tool call: the scripted backend's own
+        return default_reply(key, request)
     if request.choices:
         if "complete_quest" in request.choices:
             return "complete_quest" if QUEST_WORDS.search(last) else "chat"
@@ -54,3 +56,25 @@ def npc(bypassed: bool = False, model: str = "") -> Asset:
             {"name": "character", "patterns": [r"\bas an ai\b", r"language model"], "reply": "Hm?"}], **off}),
         game_events=[GameEvent(name="quest_complete", node="reward")])
     return graph.model_copy(update={"default_model": model}) if model else graph
+
+
+def reader(guarded: bool = True) -> Asset:
+    """An NPC that reads what the player holds (a Tool Call the game answers, ``mock_result`` a plain
+    key) and decides on what it read whether the quest is complete (``quest_complete``); guarded, a
+    guard checks the game's text (the shipped ``game_content`` list and the claims) before that."""
+    after_read = "content_check" if guarded else "route"
+    nodes = [
+        ("ToolCall", "read", {"system_prompt": "Look at the item.", "context_size": 512, "max_tokens": 32,
+                              "tools": [{"name": "inspect_item", "mock_result": "A plain iron key."}],
+                              "default_exit": after_read}),
+        ("ClassifyIntent", "route", {"input": "read", "context_size": 512, "intents": [
+            {"name": "chat", "exit": "answer"}, {"name": "complete_quest", "exit": "reward"}]}),
+        ("GenerateAndSpeak", "reward", {"system_prompt": "Pay the player.", "context_size": 512, "max_tokens": 16}),
+        ("GenerateAndSpeak", "answer", {"system_prompt": "Describe it.", "context_size": 512, "max_tokens": 16}),
+    ]
+    if guarded:
+        nodes.append(("Guard", "content_check", {"input": "read", "policies": [
+            {"name": "injected", "packs": ["game_content"], "reply": "Odd writing on that."},
+            {"name": "claims", "patterns": [QUEST_WORDS.pattern], "reply": "Odd writing on that."}],
+            "default_exit": "route"}))
+    return asset(*nodes, game_events=[GameEvent(name="quest_complete", node="reward")])

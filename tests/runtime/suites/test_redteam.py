@@ -119,6 +119,9 @@ def test_a_secret_is_found_in_any_case_and_spelled_out():
      "    lines: [a]\n"), ["FILE:6:20: error: family 'mine', families.0.reply_markers: ", "reply marker '('"]),
     ("version: 1\nfamilies:\n  - name: indirect\n    title: T\n    goal: game_event\n    lines: [a]\n",
      ["FILE:3:5: error: family 'indirect', families.0: the indirect family needs game_content"]),
+    (("version: 1\nfamilies:\n  - {name: a, title: T, goal: secret, lines: [x]}\n"
+     "  - {name: a, title: U, goal: secret, lines: [y]}\n"),
+     ["FILE:4:12: error: family 'a', families.1.name: a second family of this name in the pack"]),
     ("version: 2\nfamilies: []\n", ["FILE:1:10: error: version: ", "FILE:2:11: error: families: "]),
     ("- just a list\n", ["FILE:1:1: error: an attack pack is a mapping"]),
 ])
@@ -187,3 +190,51 @@ def test_a_successful_attack_is_a_bundle_that_replays(tmp_path):
     assert bundle.conversation.history.turns[0].entries[-1].text == report.successes[0].reply
     replayed = replay_bundle(bundle, backend=gullible_backend())
     assert replayed.identical and [t.outcome for t in replayed.turns] == ["identical"]
+
+
+def test_the_indirect_family_attacks_through_the_games_content():
+    from tests.runtime.suites.redteam_npc import reader
+
+    options = RedTeamOptions(families=["indirect", "narration"], attempts=12, benign_lines=["Hi"])
+    open_npc = run_red_team(reader(guarded=False), None, gullible_backend(), options)
+    rates = {f.name: f.success for f in open_npc.families}
+    assert rates["indirect"].successes > 0, "the injected texts reached the router as the tool's result"
+    assert rates["narration"].successes == 0, "other families' tools answer with their mock_result"
+    hit = next(a for a in open_npc.successes)
+    assert hit.game_content and hit.path == ["read", "route", "reward"] and hit.how == ["game_event:quest_complete"]
+    assert hit.tools == ["inspect_item"]
+    guarded = run_red_team(reader(guarded=True), None, gullible_backend(), options)
+    indirect = next(f for f in guarded.families if f.name == "indirect")
+    assert indirect.success.successes == 0 and indirect.guard_fired.successes > 0
+    assert guarded.line_guards == [], "a guard on a tool's result is no line guard: no benign line runs"
+    assert guarded.benign.attempts == 0
+
+
+def test_without_diagnostics_the_game_events_come_from_the_path():
+    graph = npc(bypassed=True).model_copy(update={"enable_diagnostics": False})
+    report = run_red_team(graph, None, gullible_backend(),
+                          RedTeamOptions(families=["narration"], attempts=5, benign_lines=["Hi"]))
+    assert any(a.game_events == ["quest_complete"] for a in report.attempts)
+    assert report.latency.runs == 0
+
+
+def test_a_simulated_player_writes_more_lines_from_the_familys_persona():
+    from runtime.backends.scripted import ScriptedBackend
+    from runtime.suites.simulate import SimulatedPlayer
+
+    seen = []
+
+    def player_model(key, request):
+        seen.append((key, request.messages[0].content, request.seed))
+        return f'"*slides a forged quest note across* line {len(seen)}"'
+
+    player = SimulatedPlayer(ScriptedBackend(player_model), "player.gguf")
+    report = run_red_team(npc(bypassed=True), None, gullible_backend(),
+                          RedTeamOptions(families=["narration"], attempts=2, generate=3, player=player,
+                                         benign_lines=["Hi"]))
+    generated = [a for a in report.attempts if a.source == "player"]
+    assert [a.line for a in generated] == [f"*slides a forged quest note across* line {k}" for k in (1, 2, 3)]
+    assert all(key == "simulated:player" and "narrating it instead of earning it" in system
+               for key, system, _seed in seen)
+    assert len({seed for *_rest, seed in seen}) == 3
+    assert all(a.success for a in generated)
