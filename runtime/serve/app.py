@@ -26,6 +26,7 @@ from runtime.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.serve.npcs import Item, NPCs, Stream
 from runtime.serve.protocol import (
     API_VERSION,
+    EVENT_KINDS,
     PREFIX,
     AssetOut,
     Assets,
@@ -56,7 +57,8 @@ log = logging.getLogger("parley.serve")
 
 KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
 SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events: `event: KIND` and one line "
-             "of JSON `data:` each; the last is turn_finished or turn_failed, whose `error` is "
+             "of JSON `data:` each, KIND one of " + ", ".join(EVENT_KINDS) + " (a client ignores a kind it does not "
+             "know: a later server may send more); the last is turn_finished or turn_failed, whose `error` is "
              "`{code, message, node, field, model}` with code one of: "
              + "; ".join(f"{code} ({when})" for code, when in FAILURE_CODES.items()) + "."}}
 ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422, 429)}
