@@ -314,16 +314,20 @@ def _flattened(asset: Asset, folder: Path | None, reading: _Reading) -> tuple[li
             return after if target == END else namespaced(ns, target)
 
         nodes.append(node.entered(namespaced(ns, behaviour.start_node), str(path.parent)))
+        ids = {n.id for n in inner}
         for n in inner:
-            nodes.append(_moved(n, ns, lead, node.exit_targets))
+            nodes.append(_moved(n, ns, lead, node.exit_targets, ids))
     return nodes, variables
 
 
-def _moved(node: NodeBase, ns: str, lead, targets: dict[str, str]) -> NodeBase:
+def _moved(node: NodeBase, ns: str, lead, targets: dict[str, str], ids: set[str] = frozenset()) -> NodeBase:
     """``node`` of a behaviour as the node ``ns`` of the asset running it has it: its id namespaced,
     its exits led on (``lead``); the behaviour's own Exit nodes go on to the Subgraph node's
-    ``targets``."""
+    ``targets``. A node that checks the reply of one of the behaviour's nodes (``ids``; a Guard's
+    input) checks that node under its namespaced id, the slot it writes."""
     new_id = namespaced(ns, node.id)
+    checked = node.checks_reply_of()
+    renamed = {"input": namespaced(ns, checked)} if checked in ids else {}
     if isinstance(node, Exit):
         if node.exits():  # an Exit of a behaviour nested further in: led on already, within its behaviour
             return node.model_copy(update={"id": new_id}).leading_to(lead(node.exits()["default_exit"]))
@@ -336,4 +340,4 @@ def _moved(node: NodeBase, ns: str, lead, targets: dict[str, str]) -> NodeBase:
         # led on under its own last name, then renamed
         plain = node.model_copy(update={"id": "behaviour_node"})
         node = plain.with_exits({port: lead(target) for port, target in exits.items()})
-    return node.model_copy(update={"id": new_id})
+    return node.model_copy(update={"id": new_id, **renamed})
