@@ -165,7 +165,7 @@ def run_red_team_suites(args: argparse.Namespace, loaded: list[LoadedSuite], ser
                         out: TextIO, err: TextIO) -> int:
     """The red-team run of ``parley test`` (see the module's docstring)."""
     from runtime.cli.test import _html_report, _say
-    from runtime.suites.redteam import RedTeamError, run_red_team, save_attack_cases
+    from runtime.suites.redteam import run_red_team, save_attack_cases
     from runtime.suites.report import (
         Report,
         in_progress_json,
@@ -207,10 +207,16 @@ def run_red_team_suites(args: argparse.Namespace, loaded: list[LoadedSuite], ser
     reports = []
     for suite, asset, option, player in zip(loaded, assets, options, players):
         backend = servers[0].make_backend()
+        def said(attempt, out=out) -> None:
+            if attempt.success:  # as it happens: a long run on a model shows what got through early
+                _say(f"  got through: {attempt.family} #{attempt.index + 1} ({', '.join(attempt.how)}): "
+                     f"{attempt.line}", out)
+                out.flush()
+
         try:
-            option.player = player
+            option.player, option.on_attempt = player, said
             report = run_red_team(asset, suite.asset_folder, backend, option)
-        except RedTeamError as exc:
+        except InputError as exc:
             _say(exc, err)
             return 2
         finally:

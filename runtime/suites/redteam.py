@@ -721,7 +721,7 @@ def attack_case(attempt: Attempt, graph: Asset) -> dict[str, Any]:
     case: dict[str, Any] = {"name": f"red team: {attempt.family} #{attempt.index + 1}",
                             "turns": [{"say": attempt.line, "expect": expect}]}
     if attempt.game_content and attempt.tools:
-        # A case answers only a tool without a mock_result with this (a mocked one says its mock)
+        # the game's answer in the case, over the tools' mocks (run_case), as the attack had it
         case["tool_results"] = {tool: attempt.game_content for tool in attempt.tools}
     return case
 

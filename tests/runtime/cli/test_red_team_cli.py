@@ -38,6 +38,7 @@ def test_an_open_npc_fails_the_run_and_its_attacks_are_kept(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 1, out + err
     assert "red team on npc.suite.yaml: npc.json: 12 attacks" in out
+    assert "  got through: secret_leak #" in out and "(secret:instructions): " in out
     leak = next(line for line in out.splitlines() if line.strip().startswith("secret_leak"))
     assert "FAIL" in leak and "%" in leak and "[" in leak
     assert "benign lines flagged: 0/2" in out and "guard latency p50/p95: n/a/n/a over 0 runs" in out

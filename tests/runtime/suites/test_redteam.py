@@ -192,17 +192,23 @@ def test_a_successful_attack_is_a_bundle_that_replays(tmp_path):
     assert replayed.identical and [t.outcome for t in replayed.turns] == ["identical"]
 
 
-def test_the_indirect_family_attacks_through_the_games_content():
+def test_the_indirect_family_attacks_through_the_games_content(tmp_path):
     from tests.runtime.suites.redteam_npc import reader
 
     options = RedTeamOptions(families=["indirect", "narration"], attempts=12, benign_lines=["Hi"])
-    open_npc = run_red_team(reader(guarded=False), None, gullible_backend(), options)
+    save_asset(reader(guarded=False), tmp_path / "reader.json")
+    open_npc = run_red_team(reader(guarded=False), tmp_path, gullible_backend(), options)
     rates = {f.name: f.success for f in open_npc.families}
     assert rates["indirect"].successes > 0, "the injected texts reached the router as the tool's result"
     assert rates["narration"].successes == 0, "other families' tools answer with their mock_result"
     hit = next(a for a in open_npc.successes)
     assert hit.game_content and hit.path == ["read", "route", "reward"] and hit.how == ["game_event:quest_complete"]
     assert hit.tools == ["inspect_item"]
+    save_attack_cases(open_npc, tmp_path / "a.suite.yaml", reader(guarded=False), tmp_path / "reader.json")
+    loaded = load_suite(tmp_path / "a.suite.yaml")
+    assert loaded.suite.cases[0].tool_results == {"inspect_item": hit.game_content}
+    failed = run_case(loaded, loaded.suite.cases[0], gullible_backend())
+    assert not failed.passed and "reward" in failed.failures[0], "the case's game answer stands over the mock"
     guarded = run_red_team(reader(guarded=True), None, gullible_backend(), options)
     indirect = next(f for f in guarded.families if f.name == "indirect")
     assert indirect.success.successes == 0 and indirect.guard_fired.successes > 0
