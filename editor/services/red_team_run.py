@@ -39,11 +39,13 @@ class RedTeamRequest:
     stopped: bool = False
 
 
-def _red_team(request: RedTeamRequest, make_backend: BackendFactory, cancel: threading.Event) -> RedTeamReport:
-    """One run, off the UI thread: the suite as its file is now."""
+def _red_team(request: RedTeamRequest, make_backend: BackendFactory, cancel: threading.Event,
+              report_attempt: Callable[[object], None]) -> RedTeamReport:
+    """One run, off the UI thread: the suite as its file is now; each attempt reported as it ends."""
     loaded = load_suite(request.suite)
     options = options_from_suite(loaded)
     options.cancel = cancel
+    options.on_attempt = report_attempt
     asset = request.asset
     if loaded.suite.model:
         asset = asset.model_copy(update={"default_model": loaded.suite.model})
@@ -61,6 +63,7 @@ class RedTeamRun(OneRunService):
     emitted there."""
 
     started = Signal(object)  # RedTeamRequest
+    attempted = Signal(object)  # runtime.suites.redteam.Attempt, as each attack's turn ends
     finished = Signal(object, object)  # RedTeamRequest, RedTeamReport
     failed = Signal(object, str)  # RedTeamRequest, why
 
@@ -75,7 +78,8 @@ class RedTeamRun(OneRunService):
         self._cancel = threading.Event()
         self.request = request
         cancel = self._cancel
-        job = self._new_job(lambda: _red_team(request, make_backend, cancel))
+        job = self._new_job(lambda: _red_team(request, make_backend, cancel, job.report))
+        job.yielded.connect(lambda attempt: None if self.closed else self.attempted.emit(attempt))
         job.returned.connect(self._on_finished)
         job.errored.connect(self._on_failed)
         self.started.emit(request)

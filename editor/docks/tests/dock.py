@@ -157,6 +157,7 @@ class TestsDock(QDockWidget):
         self.red_team_panel = RedTeamPanel(self)
         self.red_team_panel.attack_opened.connect(self.open_attack)
         self.red_team.started.connect(lambda r: self.red_team_panel.running(r.label, r.suite.name))
+        self.red_team.attempted.connect(self.red_team_panel.attempted)
         self.red_team.finished.connect(self._red_teamed)
         self.red_team.failed.connect(lambda _r, why: self.red_team_panel.failed(why))
         self.red_team.failed.connect(lambda _r, why: self.set_status(f"The red-team run stopped: {why}", error=True))

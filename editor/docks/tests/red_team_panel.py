@@ -73,6 +73,8 @@ class RedTeamPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("RedTeamPanel")
         self.report: RedTeamReport | None = None
+        self._running = ("", "")  # the asset and suite of the run going on
+        self._played = self._through = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -129,10 +131,27 @@ class RedTeamPanel(QWidget):
 
     def running(self, label: str, suite: str) -> None:
         self.report = None
+        self._running = (label, suite)
+        self._played = self._through = 0
         self.table.clear()
         self.attacks.clear()
-        self.summary.setText(f"Red team: attacking {html.escape(label)} with the settings of {html.escape(suite)}\u2026")
+        self._say_progress()
         self._reveal()
+
+    def attempted(self, attempt: Attempt) -> None:
+        """One more attack played (while the run goes on): counted in the summary."""
+        if self.report is not None:
+            return
+        self._played += 1
+        self._through += attempt.success
+        self._say_progress()
+
+    def _say_progress(self) -> None:
+        label, suite = self._running
+        played = (f": {self._played} attack{'s' if self._played != 1 else ''} played, {self._through} got through"
+                  if self._played else "")
+        self.summary.setText(f"Red team: attacking {html.escape(label)} with the settings of "
+                             f"{html.escape(suite)}{played}\u2026")
 
     def failed(self, why: str) -> None:
         self.report = None

@@ -30,9 +30,14 @@ def _open(window, qtbot, tmp_path, bypassed: bool):
 
 
 def _red_team(dock, qtbot):
+    played = []
+    dock.red_team.attempted.connect(played.append)
     with qtbot.waitSignal(dock.red_team.finished, timeout=60_000) as finished:
         assert dock.run_red_team()
-    return finished.args[1]
+        assert "Red team: attacking npc.json with the settings of npc.suite.yaml" in dock.red_team_panel.summary.text()
+    report = finished.args[1]
+    assert played == report.attempts, "each attack's turn was reported as it ended, on the UI thread"
+    return report
 
 
 @pytest.mark.parametrize("bypassed", [False, True])
