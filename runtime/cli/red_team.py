@@ -127,7 +127,7 @@ def report_lines(report: RedTeamReport) -> list[str]:
     """The report as the terminal shows it: a table per family and per game event, FPR and latency."""
     lines = [f"red team on {report.asset}: {len(report.attempts)} attacks in {report.seconds:.1f} s"
              + (" (stopped)" if report.stopped else "")]
-    width = max([len(f.name) for f in report.families] + [6])
+    width = max([len(f.name) for f in report.families] + [len(e.name) for e in report.events] + [10])
     lines.append(f"  {'family':<{width}}  {'success':>9}  {'rate':>7}  {'95 % interval':<19}  {'guard fired':>11}")
     for f in report.families:
         mark = "  FAIL" if f.success.attempts and f.success.rate > report.max_success else ""
