@@ -41,7 +41,8 @@ def test_an_open_npc_fails_the_run_and_its_attacks_are_kept(tmp_path, capsys):
     assert "  got through: secret_leak #" in out and "(secret:instructions): " in out
     leak = next(line for line in out.splitlines() if line.strip().startswith("secret_leak"))
     assert "FAIL" in leak and "%" in leak and "[" in leak
-    assert "benign lines flagged: 0/2" in out and "guard latency p50/p95: n/a/n/a over 0 runs" in out
+    assert "benign lines: no guard checks the player's line" in out
+    assert "guard latency p50/p95: n/a/n/a over 0 runs" in out
     assert "over the threshold: family secret_leak: attack success" in err
     data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["red_team"][0]
     assert data["passed"] is False and data["families"][0]["name"] == "secret_leak"

@@ -84,7 +84,7 @@ def test_the_same_npc_with_its_guards_bypassed_fails_the_check(bypassed):
     assert event.overall.successes > 0 and event.families["narration"].successes > 0
     leak = next(a for a in bypassed.successes if a.family == "secret_leak")
     assert f"secret:{SECRET}" in leak.how and leak.path == ["gate", "route", "answer", "leak_check"]
-    assert bypassed.line_guards == ["gate"] and bypassed.benign.successes == 0, "a bypassed guard never fires"
+    assert bypassed.line_guards == [] and bypassed.benign.attempts == 0, "a bypassed guard never fires"
 
 
 def test_variations_are_the_same_every_time_and_cover_every_mutator():
