@@ -486,9 +486,13 @@ def _red_team_section(reports: list[RedTeamReport]) -> str:
                           f'<td class="n">{v.p95:.2f} ms</td></tr>'
                           for kind, v in [("every guard run", report.latency), *sorted(report.check_latency.items())]
                           if v.runs)
-        parts.append(f"<p>Benign lines flagged: <b>{report.benign.successes}/{report.benign.attempts}</b> "
-                     f"({_percent(report.benign.rate)}, 95 % interval {_interval_text(report.benign)}) by the line "
-                     f"guards {_e(', '.join(report.line_guards) or '(none)')}.</p>")
+        if not report.line_guards or not report.benign.attempts:
+            parts.append('<p class="muted">No benign line was run: ' + (
+                "no guard checks the player's line." if not report.line_guards else "none was given.") + "</p>")
+        else:
+            parts.append(f"<p>Benign lines flagged: <b>{report.benign.successes}/{report.benign.attempts}</b> "
+                         f"({_percent(report.benign.rate)}, 95 % interval {_interval_text(report.benign)}) by the "
+                         f"line guards {_e(', '.join(report.line_guards))}.</p>")
         if report.flagged:
             rows = "".join(f"<tr><td>{_e(f.line)}</td><td>{_e(f.guard)}</td><td>{_e(f.policy)}</td>"
                            f"<td>{_e(f.why)}</td></tr>" for f in report.flagged)
