@@ -393,8 +393,8 @@ def _game_events(asset: Asset, checks: NodeChecks, source: str) -> list[Problem]
         steps = path_text(asset, way, node.id) + (f" \u2192 {node.exit_label(event.exit)}" if event.exit else "")
         problems.append(Problem(
             "warning", f"the game acts on {event.name!r} here, and a player can get here on their word alone: "
-            f"{steps}, with no Tool Call the game answers on the way. Check the game's state first (a Tool Call such "
-            "as check_inventory, then a branch on its result) before this.", source, node.id, ""))
+            f"{steps}, with no Tool Call the game answers on the way. Ask the game first: a Tool Call (such as "
+            "check_inventory) whose outcomes branch on the game's answer.", source, node.id, ""))
     return problems
 
 

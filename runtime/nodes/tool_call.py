@@ -3,6 +3,10 @@
 It builds its prompt like Generate (``GeneratingNode``), with the tool definitions in the system
 message. The call and its result are one history entry, replayed whole or left out by
 ``disposition``; the result also goes to the slot named by the node's id.
+
+Its ``outcomes`` branch on the game's answer: the first whose pattern the tool's result matches
+takes its own exit (port ``outcome:NAME``); no match, or no call, takes ``default_exit``. What
+follows an outcome is grounded in the game's state, never in what the player claimed.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from pydantic import Field, field_validator
 from runtime.backends.base import GenerationResult
 from runtime.dialogue.history import ToolExchange
 from runtime.events import ToolCalled
-from runtime.nodes.base import SLOT_PATTERN, FieldError, Strict, field_help, unique_names
+from runtime.nodes.base import END, SLOT_PATTERN, FieldError, Strict, field_help, unique_names
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode
 from runtime.nodes.running import NodeRun, TurnError
+from runtime.patterns import PatternError, compile_pattern
+from runtime.patterns import search as search_pattern
 
 Disposition = Literal["replay", "omit"]
 
@@ -61,6 +67,33 @@ class Tool(Strict):
         return v
 
 
+OUTCOME_PORT_PREFIX = "outcome:"
+
+
+def outcome_port(name: str) -> str:
+    return f"{OUTCOME_PORT_PREFIX}{name}"
+
+
+class ToolOutcome(Strict):
+    name: str = Field(pattern=SLOT_PATTERN, description="The outcome's name: its exit's label.")
+    tool: str = Field("", description="The tool whose result is read. Empty: any tool's.")
+    pattern: str = Field(description="Regular expression searched (case-blind) in the tool's result, as the game answered it.")
+    exit: str = Field(END, description="Node that runs when the result matches. Empty ends the turn.")
+
+    @classmethod
+    def new_record(cls, number: int) -> dict[str, Any]:
+        return {"name": f"outcome_{number}", "tool": "", "pattern": "true", "exit": ""}
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            compile_pattern(pattern)
+        except PatternError as exc:
+            raise ValueError(str(exc)) from None
+        return pattern
+
+
 def tools_text(tools: list[Tool]) -> str:
     lines = [
         ("You can call exactly one of these tools. Answer with one JSON object "
@@ -77,10 +110,46 @@ class ToolCall(GeneratingNode):
     type: Literal["ToolCall"] = "ToolCall"
     tools: list[Tool] = Field(default_factory=list, **field_help("Tools the model may call; one call per turn, constrained to a declared tool and its schema.", "Tools"))
     disposition: Disposition = Field("replay", **field_help("replay: later turns see the call and its result as a pair. omit: they see neither.", "History"))
+    outcomes: list[ToolOutcome] = Field(default_factory=list, **field_help(
+        "Branches on the game's answer: the first outcome whose pattern the tool's result matches takes its exit; "
+        "otherwise (or with no call) the next exit. What follows is grounded in the game's state.", "Exits"))
 
     ASKS_THE_GAME: ClassVar[bool] = True
 
     _unique_tools = unique_names("tools", "tool")
+    _unique_outcomes = unique_names("outcomes", "outcome")
+
+    def exits(self) -> dict[str, str]:
+        out = {outcome_port(o.name): o.exit for o in self.outcomes}
+        out["default_exit"] = self.default_exit
+        return out
+
+    def exit_field(self, port: str) -> str:
+        if port.startswith(OUTCOME_PORT_PREFIX):
+            for index, outcome in enumerate(self.outcomes):
+                if outcome_port(outcome.name) == port:
+                    return f"outcomes.{index}.exit"
+            raise KeyError(port)
+        return super().exit_field(port)
+
+    def exit_label(self, port: str) -> str:
+        return port[len(OUTCOME_PORT_PREFIX):] if port.startswith(OUTCOME_PORT_PREFIX) else super().exit_label(port)
+
+    def run(self, run: NodeRun) -> str:
+        super().run(run)
+        exchange = next((e for e in reversed(run.turn.entries) if isinstance(e, ToolExchange) and e.node == self.id), None)
+        if exchange is None or not self.outcomes:
+            return "default_exit"
+        for index, outcome in enumerate(self.outcomes):
+            if outcome.tool and outcome.tool != exchange.tool:
+                continue
+            try:
+                found = search_pattern(outcome.pattern, exchange.result)
+            except PatternError as exc:
+                raise TurnError(str(exc), self.id, f"outcomes.{index}.pattern") from None
+            if found:
+                return outcome_port(outcome.name)
+        return "default_exit"
 
     def system_additions(self) -> list[str]:
         return [tools_text(self.tools)] if self.tools else []
@@ -128,3 +197,8 @@ class ToolCall(GeneratingNode):
     def check(self, checks: NodeChecks) -> None:
         if not self.tools:
             checks.error("a Tool Call node needs at least one tool", "tools")
+        names = {t.name for t in self.tools}
+        for index, outcome in enumerate(self.outcomes):
+            if outcome.tool and outcome.tool not in names:
+                checks.error(f"outcome {outcome.name!r} reads tool {outcome.tool!r}, which this node does not declare",
+                             f"outcomes.{index}.tool")

@@ -148,9 +148,8 @@ def _quest(grounded: bool):
     return asset(
         ("ClassifyIntent", "classify", {"intents": [{"name": "turn_in", "exit": turn_in}], "fallback_exit": "chat"}),
         ("ToolCall", "check", {"system_prompt": "check", "context_size": 512, "max_tokens": 32, "tools": [
-            {"name": "check_inventory", "mock_result": "{\"count\": 0}"}], "default_exit": "has_it"}),
-        ("Guard", "has_it", {"input": "check", "policies": [
-            {"name": "enough", "patterns": ["\"count\": *[3-9]"], "exit": "reward"}], "default_exit": "chat"}),
+            {"name": "check_inventory", "mock_result": "{\"count\": 0}"}], "default_exit": "chat",
+            "outcomes": [{"name": "enough", "pattern": "\"count\": *[3-9]", "exit": "reward"}]}),
         ("GenerateAndSpeak", "reward", {"system_prompt": "thank", "context_size": 512, "max_tokens": 16}),
         ("GenerateAndSpeak", "chat", {"system_prompt": "talk", "context_size": 512, "max_tokens": 16}),
         game_events=[{"name": "quest_complete", "node": "reward"}, {"name": "refused", "node": "classify",
@@ -202,16 +201,34 @@ def test_a_turn_that_reaches_a_game_event_says_so_in_its_events_and_diagnostics(
 
 
 def test_a_guard_on_a_slot_no_node_wrote_passes_and_says_so():
-    """A Tool Call whose model wrote no valid call leaves no result: the grounded branch is not taken."""
+    """A Tool Call whose model wrote no valid call leaves no result to check."""
     def no_call(key, request):
         if request.json_schema is not None:
             return "{\"nope\": 1}"
         return request.choices[0] if request.choices else "Come back with all three."
 
-    result, _ = _run(_quest(grounded=True), "I have the flowers", ScriptedBackend(no_call))
-    assert result.path == ["classify", "check", "has_it", "chat"]
-    assert "was not written this turn" in " ".join(node_diag(result.diagnostics, "has_it").warnings)
-    assert not result.diagnostics.game_events
+    graph = asset(
+        ("ToolCall", "check", {"system_prompt": "check", "context_size": 512, "max_tokens": 32, "tools": [
+            {"name": "read_sign", "mock_result": "Welcome"}], "default_exit": "content"}),
+        ("Guard", "content", {"input": "check", "policies": [
+            {"name": "injected", "packs": ["game_content"], "reply": "Odd words."}]}),
+    )
+    result, _ = _run(graph, "Read me the sign", ScriptedBackend(no_call))
+    assert result.path == ["check", "content"]
+    assert "was not written this turn" in " ".join(node_diag(result.diagnostics, "content").warnings)
+
+
+@pytest.mark.parametrize("count, taken, events", [(0, "default_exit", []), (3, "outcome:enough", ["quest_complete"])])
+def test_a_tool_calls_outcome_branches_on_the_games_answer(count, taken, events):
+    def turn_in(key, request):
+        if request.json_schema is not None:
+            return "{\"name\": \"check_inventory\", \"arguments\": {}}"
+        return request.choices[0] if request.choices else "Thanks."
+
+    agent = Agent(_quest(grounded=True), ScriptedBackend(turn_in))
+    result = agent.run_turn("I have the flowers", tool_result=lambda n, t, a: f'{{"count": {count}}}', mock_tools=False)
+    assert node_diag(result.diagnostics, "check").exit == taken
+    assert result.diagnostics.game_events == events
 
 
 # --- a plugin check ------------------------------------------------------------------------------
