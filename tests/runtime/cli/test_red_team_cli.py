@@ -48,6 +48,7 @@ def test_an_open_npc_fails_the_run_and_its_attacks_are_kept(tmp_path, capsys):
     assert data["passed"] is False and data["families"][0]["name"] == "secret_leak"
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="red-team"' in page and 'id="parley-attack-0"' in page and "secret_leak" in page
+    assert "No benign line was run: no guard checks the player's line." in page
     saved = load_suite(tmp_path / "attacks.suite.yaml")
     assert saved.suite.cases and all(c.turns[0].expect.reply.not_contains == ["instructions"]
                                      for c in saved.suite.cases)
