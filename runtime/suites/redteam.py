@@ -579,9 +579,11 @@ def line_guards(graph: Asset) -> list[Any]:
 
 
 def guard_alone(graph: Asset, guard: Any) -> Asset:
-    """A copy of ``graph`` holding only ``guard``, its start, every exit ending the turn."""
+    """A copy of ``graph`` holding only ``guard``, its start, every exit ending the turn, its
+    diagnostics on (what the guard found is read from them)."""
     alone = guard.with_exits({port: END for port in guard.exits()})
-    return graph.model_copy(update={"nodes": [alone], "start_node": guard.id, "game_events": []})
+    return graph.model_copy(update={"nodes": [alone], "start_node": guard.id, "game_events": [],
+                                    "enable_diagnostics": True})
 
 
 def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
@@ -620,6 +622,8 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                     check_times.setdefault(check.check, []).append(check.ms)
 
     for family in families:
+        if cancel.is_set():
+            break
         generated = generated_lines(options.player, family, options.generate, options.seed) \
             if options.generate and options.player is not None else []
         for line in attack_lines(family, options.attempts, generated):
@@ -636,6 +640,8 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                 else:
                     result = agent.run_turn(line.line, cancel=cancel, tool_result=scripted_answers({}))
             except Exception as exc:  # noqa: BLE001 - a failed turn is recorded, not a success
+                if cancel.is_set():
+                    break  # stopped mid-turn: not an attempt
                 attempt.error = failure_of(exc).message
             else:
                 judge(attempt, graph, result, family, options.secrets)
@@ -659,6 +665,8 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
             try:
                 result = Agent(guard_alone(graph, guard), backend, folder).run_turn(line, cancel=cancel)
             except Exception as exc:  # noqa: BLE001 - a guard that fails on a benign line flags it
+                if cancel.is_set():
+                    break
                 fired = fired or FlaggedLine(line, guard.id, "", f"the turn failed: {failure_of(exc).message}")
                 continue
             timed(result)
@@ -666,6 +674,9 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                 if result.diagnostics is not None else None
             if diag is not None and diag.guard is not None and diag.guard.policy and fired is None:
                 fired = FlaggedLine(line, guard.id, diag.guard.policy, diag.guard.why)
+        if cancel.is_set():
+            checked -= 1  # stopped on this line: not measured
+            break
         if fired is not None:
             flagged.append(fired)
 

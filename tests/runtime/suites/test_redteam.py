@@ -222,6 +222,28 @@ def test_without_diagnostics_the_game_events_come_from_the_path():
                           RedTeamOptions(families=["narration"], attempts=5, benign_lines=["Hi"]))
     assert any(a.game_events == ["quest_complete"] for a in report.attempts)
     assert report.latency.runs == 0
+    # The benign lines' guard runs alone with its diagnostics on: what it flags is still seen
+    guarded = run_red_team(npc().model_copy(update={"enable_diagnostics": False}), None, gullible_backend(),
+                           RedTeamOptions(families=["narration"], attempts=2, benign_lines=["Is the quest done?"]))
+    assert [(f.line, f.policy) for f in guarded.flagged] == [("Is the quest done?", "claims")]
+
+
+def test_stop_ends_the_run_with_what_was_played():
+    import threading
+
+    cancel = threading.Event()
+    played = []
+
+    def on_attempt(attempt):
+        played.append(attempt)
+        if len(played) == 3:
+            cancel.set()
+
+    report = run_red_team(npc(), None, gullible_backend(),
+                          RedTeamOptions(attempts=10, cancel=cancel, on_attempt=on_attempt))
+    assert report.stopped and len(report.attempts) == 3 and report.families[0].success.attempts == 3
+    assert [f.success.attempts for f in report.families[1:]] == [0] * 5
+    assert report.benign.attempts == 0 and not report.over_threshold()
 
 
 def test_a_simulated_player_writes_more_lines_from_the_familys_persona():
