@@ -387,6 +387,7 @@ class Guard(Classifier):
         return None
 
     def _say(self, run: NodeRun, line: str) -> None:
+        run.diag.output = line
         run.turn.entries.append(Reply(self.id, line, True))
         run.turn.replies.append(line)
         run.emit(Token(self.id, line))
