@@ -718,6 +718,10 @@ def node_to_dict(node: Any) -> dict[str, Any]:
 def _node_dict(raw: dict[str, Any]) -> dict[str, Any]:
     if not raw.get("bypassed"):
         raw.pop("bypassed", None)  # written only when true, so files without bypassed nodes stay as they were
+    entry = NODE_TYPES.get(raw.get("type", ""))
+    for name in entry.model.WRITTEN_WHEN_SET if entry is not None else ():
+        if not raw.get(name):
+            raw.pop(name, None)  # a field added later, written only when set, so older files save as they were
     return _ordered(raw, _NODE_KEY_ORDER, _TRAILING_NODE_KEYS)
 
 

@@ -203,6 +203,9 @@ class NodeBase(Strict):
     STREAMS_TO_CHAT: ClassVar[bool] = False
     # Its system prompt can be changed between turns (Agent.set_system_prompt).
     RUNTIME_SYSTEM_PROMPT: ClassVar[bool] = False
+    # Fields written to a file only when set (not empty, not false): fields added to the type later,
+    # so that files saved before them save unchanged.
+    WRITTEN_WHEN_SET: ClassVar[tuple[str, ...]] = ()
     # The game answers it as it runs (a Tool Call's result comes from the game): what follows is
     # grounded in the game's state, not in the player's word (``Asset.game_events``).
     ASKS_THE_GAME: ClassVar[bool] = False

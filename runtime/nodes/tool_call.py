@@ -115,6 +115,7 @@ class ToolCall(GeneratingNode):
         "otherwise (or with no call) the next exit. What follows is grounded in the game's state.", "Exits"))
 
     ASKS_THE_GAME: ClassVar[bool] = True
+    WRITTEN_WHEN_SET: ClassVar[tuple[str, ...]] = ("outcomes",)
 
     _unique_tools = unique_names("tools", "tool")
     _unique_outcomes = unique_names("outcomes", "outcome")

@@ -86,6 +86,9 @@ def test_diagnostics_equal_the_golden_file() -> None:
         assert actual.pop("backend") == "scripted (deterministic test replies)"
         # added later too: whether a node was bypassed (none is here)
         assert [node.pop("bypassed") for node in actual["nodes"]] == [False] * len(actual["nodes"])
+        # and later still: a Guard node's record and the game events reached (no Guard, no mark here)
+        assert [node.pop("guard") for node in actual["nodes"]] == [None] * len(actual["nodes"])
+        assert actual.pop("game_events") == []
         assert actual == expected, f"turn {turn} differs from the golden diagnostics"
 
 
