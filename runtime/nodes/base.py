@@ -229,6 +229,11 @@ class NodeBase(Strict):
         player-facing node that does not speak is only shown to the player as text."""
         return False
 
+    def guards_the_line(self) -> bool:
+        """Whether this node checks the player's line against rules before the graph answers (a line
+        guard): red-team runs measure its false positives by running it alone on benign lines."""
+        return False
+
     def checks_reply_of(self) -> str:
         """The node whose reply this node checks before the player sees it (a Guard on that node's
         slot), or ''. The agent holds that node's tokens and sentences back until this node runs."""

@@ -245,6 +245,9 @@ class Guard(Classifier):
     def checks_reply_of(self) -> str:
         return self.input
 
+    def guards_the_line(self) -> bool:
+        return not self.input
+
     # --- exits ------------------------------------------------------------------------------
 
     def exits(self) -> dict[str, str]:

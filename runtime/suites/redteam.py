@@ -575,7 +575,7 @@ def attack_lines(family: AttackFamily, attempts: int, generated: list[str] = ())
 
 def line_guards(graph: Asset) -> list[Any]:
     """The Guard nodes of ``graph`` that check the player's line (``input`` empty) and run (not bypassed)."""
-    return [n for n in graph.nodes if n.type_name == "Guard" and not getattr(n, "input", "") and not n.bypassed]
+    return [n for n in graph.nodes if n.guards_the_line() and not n.bypassed]
 
 
 def guard_alone(graph: Asset, guard: Any) -> Asset:
