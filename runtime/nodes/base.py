@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.backends.base import REPEAT_LAST_N
-from runtime.names import ID_PATTERN, OPTIONAL_SLOT_PATTERN, SLOT_PATTERN, FreeFormData, VariableValue
+from runtime.names import (
+    ID_PATTERN,
+    OPTIONAL_SLOT_PATTERN,
+    SLOT_PATTERN,
+    FreeFormData,
+    VariableValue,
+    without_surrogates,
+)
 from runtime.prompting.budget import TOKENS_PER_MESSAGE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,10 +60,11 @@ __all__ = [
 
 
 class FieldError(ValueError):
-    """A cross-field constraint broken; ``field`` names the field the error belongs to."""
+    """A cross-field constraint broken; ``field`` names the field the error belongs to. A lone
+    surrogate quoted from the value is written as U+FFFD (pydantic encodes messages as UTF-8)."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(without_surrogates(message))
         self.field = field
 
 

@@ -163,6 +163,19 @@ def test_any_structure_loads_or_is_a_clear_error(raw):
     check_dict(raw)
 
 
+def test_a_lone_surrogate_quoted_in_an_error_message_is_a_clear_error():
+    # a tool property's schema that is a string holding one: the message quotes the value, and
+    # pydantic encodes messages as UTF-8 (it raised UnicodeEncodeError, found by the fuzzing below)
+    tool = {"name": "check", "parameters": {"type": "object", "properties": {"item": "\ud800"}}}
+    try:
+        asset_from_dict({"nodes": [{"id": "a", "type": "ToolCall", "tools": [tool]}]}, "fuzz.json")
+    except AssetError as exc:
+        _printable(exc.problems)
+        assert any("a.tools.0.parameters.properties.item" in str(p) for p in exc.problems)
+    else:
+        raise AssertionError("a property schema that is a string loaded")
+
+
 def test_huge_numbers_in_fields_and_free_form_data_are_clear_errors():
     check_dict({"nodes": [{"id": "a", "type": "Generate", "seed": 10**5000}], "metadata": {"x": [-(10**5000)]}})
 
