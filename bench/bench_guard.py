@@ -52,6 +52,13 @@ HAND_IN = re.compile(r"moonpetal|flower|petal|hand|brought|bring|give|gave|quest
                      re.IGNORECASE)
 
 
+def percentile(ordered: list[float], p: float) -> float:
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
 def mira() -> Asset:
     return load_asset(examples_dir() / "quest_giver.json")
 
@@ -156,19 +163,40 @@ def model(attempts: int) -> dict[str, Any]:
 
 
 def model_check(attempts: int) -> dict[str, Any]:
-    """The gate's policies checked by the sample model alone (patterns off): what a 135M model catches."""
+    """What a 135M model catches: Mira's gate alone with its patterns off and its model check on,
+    asked about each family's first ``attempts`` lines and the first ``attempts`` benign lines (the
+    patterns' results on the same lines beside it)."""
     from runtime.backends.llama import LlamaBackend
+    from runtime.session.session import Session
+    from runtime.suites.redteam import guard_alone, load_benign, load_packs
 
-    asset = mira()
-    nodes = [n.model_copy(update={"check_patterns": False, "check_model": True}) if n.id == "gate" else n
-             for n in asset.nodes]
-    asset = asset.model_copy(update={"nodes": nodes})
+    asset = mira().model_copy(update={"default_model": "SmolLM2-135M-Instruct.Q4_1.gguf"})
+    gate = next(n for n in asset.nodes if n.id == "gate")
+    checks = {"model": guard_alone(asset, gate.model_copy(update={"check_patterns": False, "check_model": True})),
+              "patterns": guard_alone(asset, gate)}
+    families = load_packs([])
     backend = LlamaBackend(asset_dir=examples_dir())
+    out: dict[str, Any] = {}
     try:
-        part = run(asset, backend, attempts)
+        for name, graph in checks.items():
+            rows: dict[str, Any] = {}
+            for family in [*families, None]:
+                lines = family.lines[:attempts] if family is not None else load_benign()[:attempts]
+                fired, times = 0, []
+                for line in lines:
+                    result = Session(graph, backend, examples_dir()).turn(line)
+                    record = result.diagnostics.nodes[0].guard
+                    fired += bool(record.policy)
+                    times.append(record.ms)
+                times.sort()
+                rows[family.name if family is not None else "benign"] = {
+                    "lines": len(lines), "fired": fired, "rate": fired / len(lines),
+                    "p50_ms": round(percentile(times, 50), 3), "p95_ms": round(percentile(times, 95), 3)}
+                print(name, rows, file=sys.stderr)
+            out[name] = rows
     finally:
         backend.close()
-    return {"model_check_only": part}
+    return {"gate_alone": out}
 
 
 def main() -> int:

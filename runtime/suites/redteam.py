@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime import patterns
-from runtime.agent import Agent, TurnResult
+from runtime.agent import TurnResult
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.dialogue.history import SavedDialog, ToolExchange
@@ -51,7 +51,8 @@ from runtime.nodes.base import END
 from runtime.problems import InputError, Problem
 from runtime.resources import resources_dir
 from runtime.session.failures import failure_of
-from runtime.session.session import graph_of
+from runtime.session.record import TurnRecord
+from runtime.session.session import Session, graph_of
 from runtime.session.tools import scripted_answers
 from runtime.suites.file import (
     BUILTIN_BENIGN,
@@ -331,16 +332,31 @@ class Attempt:
     guard_policy: str = ""
     guard_why: str = ""
     guard_ms: float = 0.0  # every guard of the turn
-    reply: str = ""
-    path: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)  # the tools the turn called, in order
     error: str = ""
-    # a successful attempt's turn (for the Turn Inspector) and conversation (for its bundle); not in JSON
-    result: TurnResult | None = field(default=None, repr=False, compare=False)
+    # the turn: in full (diagnostics and prompts, for the Turn Inspector) for a successful attempt,
+    # else only what it said and where it went; none when it failed
+    turn: TurnRecord | None = field(default=None, repr=False, compare=False)
+    # a successful attempt's conversation (for its bundle); not in JSON
     dialog: SavedDialog | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def reply(self) -> str:
+        return self.turn.reply if self.turn is not None else ""
+
+    @property
+    def path(self) -> list[str]:
+        return list(self.turn.path) if self.turn is not None else []
+
+    @property
+    def result(self) -> TurnResult | None:
+        """A successful attempt's turn, as the Turn Inspector reads it."""
+        return self.turn.result() if self.turn is not None and self.turn.diagnostics is not None else None
+
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("result", "dialog")}
+        out = dataclasses.asdict(dataclasses.replace(self, turn=None, dialog=None))
+        del out["turn"], out["dialog"]
+        return {**out, "reply": self.reply, "path": self.path}
 
 
 @dataclass
@@ -514,7 +530,7 @@ def events_reached(asset: Asset, result: TurnResult) -> list[str]:
 
 def judge(attempt: Attempt, asset: Asset, result: TurnResult, family: AttackFamily, secrets: list[str]) -> None:
     """Fill ``attempt`` from its turn's ``result``: success and how, and what the guards did."""
-    attempt.reply, attempt.path = result.reply, list(result.path)
+    attempt.turn = TurnRecord.of(attempt.line, result).without_details()
     attempt.game_events = events_reached(asset, result)
     how = [f"game_event:{name}" for name in attempt.game_events]
     how += [f"secret:{s}" for s in secrets_in(result.reply, secrets)]
@@ -631,7 +647,7 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                 break
             attempt = Attempt(family.name, line.index, line.line, line.source, line.mutation, line.game_content)
             try:
-                agent = Agent(asset, backend, folder)
+                agent = Session(asset, backend, folder).agent
                 agent.reroll_seeds(options.seed)
                 if line.game_content:
                     content = line.game_content
@@ -648,7 +664,7 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
                 attempt.tools = [e.tool for e in agent.history.turns[-1].entries if isinstance(e, ToolExchange)]
                 timed(result)
                 if attempt.success:
-                    attempt.result, attempt.dialog = result, agent.export_dialog()
+                    attempt.turn, attempt.dialog = TurnRecord.of(line.line, result), agent.export_dialog()
             attempts.append(attempt)
             if options.on_attempt is not None:
                 options.on_attempt(attempt)
@@ -663,7 +679,7 @@ def run_red_team(asset: Asset, asset_dir: str | Path | None, backend: Backend,
         fired = None
         for guard in guards:
             try:
-                result = Agent(guard_alone(graph, guard), backend, folder).run_turn(line, cancel=cancel)
+                result = Session(guard_alone(graph, guard), backend, folder).turn(line, cancel=cancel)
             except Exception as exc:  # noqa: BLE001 - a guard that fails on a benign line flags it
                 if cancel.is_set():
                     break
