@@ -55,8 +55,8 @@ describe("a game reacting to the herbalist's guard and quest (quest_giver.json)"
     assert.deepEqual(events.filter((e) => e.kind === "game_event").map((e) => e.data),
       [{ node: "reward", name: "quest_complete", exit: "" }]);
     assert.deepEqual(done.game_events, ["quest_complete"]);
-    // the bag check is a Guard too: its "enough" policy is the exit to the reward
-    assert.deepEqual(done.guard, { policy: "enough", exit: "policy:enough", node: "count" });
+    // the bag check is a Tool Call whose "enough" outcome leads to the reward: no guard fired
+    assert.deepEqual(done.guard, NO_GUARD);
   });
 
   test("a plain line sends neither, and the turn's guard is empty", OPTIONS, async () => {

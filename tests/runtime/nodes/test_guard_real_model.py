@@ -84,6 +84,10 @@ def test_the_model_check_answers_a_policy_name_or_ok(sample_model, backend):
         result, _ = _turn(graph, backend, line)
         gate = node_diag(result.diagnostics, "gate")
         assert [c.check for c in gate.guard.checks] == ["model"] and gate.guard.checks[0].ms > 0
-        assert gate.output.strip() in ("bribery", "threat", "ok")
-        assert gate.exit == ("default_exit" if gate.output.strip() == "ok" else f"policy:{gate.output.strip()}")
+        # the grammar holds the answer to a policy name or "ok" (which breaks none); a broken policy's
+        # canned line is what the guard says
+        policy = gate.guard.checks[0].policy
+        assert policy in ("bribery", "threat", "") and gate.guard.policy == policy
+        assert gate.exit == (f"policy:{policy}" if policy else "default_exit")
+        assert gate.output == {"bribery": "No.", "threat": "Guards!", "": ""}[policy] or not policy
         assert "The player offers money or gifts to bend the rules." in gate.input.prompt[0].content
