@@ -220,7 +220,8 @@ class Guard(Classifier):
     check_patterns: bool = Field(True, **field_help("Search each policy's patterns and pattern lists (fast, exact).", "Guard"))
     check_plugin: str = Field("", **field_help(f"A {PLUGIN_GROUP} entry point to ask as well (a studio's own classifier). Empty asks none.", "Guard"))
     check_model: bool = Field(False, **field_help(
-        "Also ask this node's model whether the line breaks a policy's description (slower; a small model misses a lot).", "Guard"))
+        "Also ask this node's model whether the line breaks a policy's description. Slower, and only as good as the "
+        "model: the 135M sample model flags benign lines too; measure it with a red-team run.", "Guard"))
     system_prompt: str = Field(default_factory=lambda: default_prompt("guard_system"), **field_help(
         "Instructions for the model check.", "Model", multiline=True))
     context_size: int = Field(1024, ge=0, le=1_048_576, **field_help("The model check's own context window. 0 uses the model's size.", "Model"))
