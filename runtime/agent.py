@@ -54,6 +54,7 @@ from runtime.events import (
 )
 from runtime.models.journal import DecodeJournal
 from runtime.nodes import failure_text
+from runtime.nodes.base import replies_checked
 from runtime.nodes.running import (
     NodeRun,
     RecordedPrompt,
@@ -490,8 +491,7 @@ class Agent:
     @property
     def _held_replies(self) -> set[str]:
         """The player-facing nodes whose replies a guard checks before they are spoken."""
-        nodes = self._nodes
-        return {h for h in (n.checks_reply_of() for n in nodes.values()) if h in nodes and nodes[h].PLAYER_FACING}
+        return {h for held in replies_checked(self._nodes).values() for h in held}
 
     # --- what node types share -----------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "VariableValue",
     "field_help",
     "is_valid_id",
+    "replies_checked",
 ]
 
 
@@ -334,6 +336,25 @@ def unique_names(field: str, what: str) -> Any:
         return records
 
     return field_validator(field)(check)
+
+
+def replies_checked(nodes: Mapping[str, NodeBase]) -> dict[str, list[str]]:
+    """Reply guard id -> the player-facing nodes whose replies it checks before they are spoken: the
+    one it names (``checks_reply_of``), then every other speaking node wired into it (an exit that
+    leads to it), in graph order. The agent holds all of them back; the guard checks the one that led
+    to it. A guard on a slot that is not a player-facing node's reply is not in it."""
+    out: dict[str, list[str]] = {}
+    for node in nodes.values():
+        named = node.checks_reply_of()
+        if named in nodes and nodes[named].PLAYER_FACING:
+            out[node.id] = [named]
+    for node in nodes.values():
+        if not node.PLAYER_FACING or node.checks_reply_of() or node.guards_the_line():
+            continue  # a guard's own canned line is not checked again
+        for target in dict.fromkeys(node.exits().values()):
+            if target in out and node.id not in out[target]:
+                out[target].append(node.id)
+    return out
 
 
 def is_valid_id(text: str) -> bool:

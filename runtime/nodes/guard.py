@@ -4,8 +4,11 @@ branches on the first policy the line breaks.
 What it checks is ``input``: the player's line (empty), or a slot. A slot that is a player-facing
 node's output (its id) is that node's reply *before it is spoken*: the agent holds the node's
 tokens and sentences back until the guard has run (``checks_reply_of``); a broken policy
-withdraws the reply (the player never sees it, and later turns never replay it). A slot that is
-a Tool Call's result checks what the game handed the NPC (an item's name, a sign's text).
+withdraws the reply (the player never sees it, and later turns never replay it). Such a reply
+guard also checks every other player-facing node wired into it (an exit leading to it): the agent
+holds their replies too, and the guard checks the one that led to it this turn, so one guard can
+keep a secret for all of an NPC's speaking nodes. A slot that is a Tool Call's result checks what
+the game handed the NPC (an item's name, a sign's text).
 
 Each policy is an exit (port ``policy:NAME``, stored in ``policies.N.exit``); a line that breaks
 none takes ``default_exit``. A policy's ``reply`` is a canned line the guard says itself, so a
@@ -214,7 +217,8 @@ class Guard(Classifier):
     type: Literal["Guard"] = "Guard"
     input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help(
         "What is checked. Empty: the player's line, before the graph answers. A player-facing node's id: its reply, "
-        "held back until the guard passes it. A Tool Call's id: what the game answered.", "Guard"))
+        "held back until the guard passes it (and the reply of any other speaking node wired into this guard). "
+        "A Tool Call's id: what the game answered.", "Guard"))
     policies: list[GuardPolicy] = Field(default_factory=list, **field_help(
         "The rules a line must keep; the first one broken takes its own exit.", "Policies"))
     check_patterns: bool = Field(True, **field_help("Search each policy's patterns and pattern lists (fast, exact).", "Guard"))
@@ -297,14 +301,24 @@ class Guard(Classifier):
 
     # --- running ------------------------------------------------------------------------------
 
+    def _held_reply(self, run: NodeRun) -> str:
+        """The held reply this guard checks: the node that led here when its reply is held back (a
+        speaking node wired into a reply guard), else ``input``'s when it is held; '' for none."""
+        path = run.turn.path
+        before = path[-2] if len(path) > 1 and path[-1] == self.id else ""
+        if before and before in run.turn.held and before in run.turn.slots:
+            return before
+        return self.input if self.input in run.turn.held else ""
+
     def run(self, run: NodeRun) -> str:
         started = time.perf_counter()
-        held = self.input if self.input in run.turn.held else ""
-        if self.input and self.input not in run.turn.slots:
+        held = self._held_reply(run)
+        source = held or self.input
+        if source and source not in run.turn.slots:
             # Nothing to check (a Tool Call that called no tool): nothing breaks a policy.
-            run.diag.warnings.append(f"slot {self.input!r} was not written this turn; the guard checked nothing "
+            run.diag.warnings.append(f"slot {source!r} was not written this turn; the guard checked nothing "
                                      "and passed the turn on")
-        text = run.line(self.input) if not self.input or self.input in run.turn.slots else ""
+        text = run.line(source) if not source or source in run.turn.slots else ""
         checked = text[:MAX_CHECKED_CHARS]
         record = GuardRecord(checked="reply" if held else "line", text=checked)
         run.diag.guard = record
