@@ -36,6 +36,15 @@ class DocumentFollower(QObject):
 
     def _on_node_added(self, node_id: str) -> None:
         self.drawing.draw_node(node_id)
+        self._refresh_reply_guards(node_id)
+
+    def _refresh_reply_guards(self, changed: str) -> None:
+        """A reply guard's summary lists the speaking nodes wired into it: redrawn when another node
+        (its exits) changes, comes or goes."""
+        drawing, asset = self.drawing, self.document.asset
+        for node in asset.nodes:
+            if node.id != changed and node.checks_reply_of() and node.id in drawing.nodes:
+                apply_appearance(drawing.nodes[node.id].view, node, asset)
 
     def _on_node_removed(self, node_id: str) -> None:
         drawing = self.drawing
@@ -51,6 +60,7 @@ class DocumentFollower(QObject):
                     drawing.waiting[node_id].add((source, pipe.output_port.name))
                 pipe.delete()
         drawing.graph.remove_node(canvas_node, push_undo=False)
+        self._refresh_reply_guards(node_id)
 
     def _on_node_changed(self, node_id: str, _field: str) -> None:
         drawing = self.drawing
@@ -71,6 +81,7 @@ class DocumentFollower(QObject):
         for port in wanted:
             drawing.sync_exit(node_id, port)
         self.overlays.node_changed(node_id)
+        self._refresh_reply_guards(node_id)
 
     def _on_node_moved(self, node_id: str) -> None:
         if node_id in self.drawing.pending:
@@ -93,6 +104,7 @@ class DocumentFollower(QObject):
         canvas_node.view.asset_id = new
         drawing.nodes[new] = canvas_node
         apply_appearance(canvas_node.view, self.document.node(new), self.document.asset)
+        self._refresh_reply_guards(new)
 
     def _on_agent_changed(self, field: str) -> None:
         if field == "start_node":

@@ -33,6 +33,7 @@ from runtime.asset.model import (
     ToolCall,
 )
 from runtime.nodes import MAX_PROBLEM_CHARS, NODE_TYPES, PLUGIN_PROBLEMS, node_type
+from runtime.nodes.base import replies_checked
 from runtime.nodes.guard import Guard
 from runtime.prompting.templates import TemplateError, check_template
 
@@ -229,14 +230,18 @@ def _classify_attributes(node: ClassifyAttributes, asset: Asset) -> list[str]:
 
 def _guard(node: Guard, asset: Asset) -> list[str]:
     checked = f"checks: {node.input}" if node.input else "checks the player's line"
+    replies = replies_checked({n.id: n for n in asset.nodes}).get(node.id, [])
+    if len(replies) > 1:  # the speaking nodes wired into a reply guard are checked too
+        checked = "checks replies: " + ", ".join(replies)
     checks = [name for name, on in (("patterns", node.check_patterns), (f"plugin {node.check_plugin}", node.check_plugin),
                                      ("model", node.check_model)) if on]
     usual = checks == ["patterns"]  # the default: left out
     tail = [] if usual else _settings(f"by {', '.join(checks)}" if checks else "no check on",
                                       model_label(node, asset) if node.check_model else "")
-    if not node.policies:
-        return _fill([checked], "no policies: every line passes", tail[:1])
-    return _fill([checked], "rules: " + " / ".join(p.name for p in node.policies), tail[:1])
+    rules = "rules: " + " / ".join(p.name for p in node.policies) if node.policies else "no policies: every line passes"
+    if len(replies) > 1:  # the replies first, on the lines the rules leave
+        return _fill([], checked, [_short(rules), *tail[:1]][:SUMMARY_LINES - 1])
+    return _fill([checked], rules, tail[:1])
 
 
 def _retrieve(node: Retrieve, asset: Asset) -> list[str]:

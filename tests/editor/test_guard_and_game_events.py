@@ -13,6 +13,7 @@ from editor.canvas.node_types import categories, view_of
 from editor.docks.palette.dock import PaletteDock
 from editor.docks.properties.field_editors import ChoiceEditor, LineEditor, LinesEditor
 from editor.docks.turn_inspector.dock import TurnInspectorDock
+from editor.model.commands import SetNodeFieldCommand
 from editor.model.game_events import GameEventDialog, exit_choices, mark_game_event, marks_of
 from runtime.asset.model import Asset, new_node
 from runtime.backends.scripted import ScriptedBackend
@@ -64,6 +65,29 @@ def test_the_guard_summary_names_what_it_checks_and_its_rules():
     assert view_of("Guard").summary(asset.nodes[0], asset) == ["checks the player's line", "rules: narration / secret"]
     held = new_node("Guard", "leak", input="reply", check_model=True)
     assert view_of("Guard").summary(held, asset)[:2] == ["checks: reply", "no policies: every line passes"]
+
+
+def test_a_reply_guard_summary_lists_the_speaking_nodes_wired_into_it(window, qtbot):
+    """Wiring a second speaking node into a reply guard makes the guard check its reply too: the
+    guard's summary on the canvas says so as the exit is connected, and again after undo."""
+    doc = window.document
+    raw = {**GUARDED, "nodes": [
+        *GUARDED["nodes"][:2],
+        {"id": "refuse", "type": "GenerateAndSpeak", "system_prompt": "Refuse.", "position": [360, 200]},
+        {"id": "leak", "type": "Guard", "input": "reply", "position": [720, 200],
+         "policies": [{"name": "secret", "patterns": ["silverfern"], "reply": "Not that."}]}]}
+    window.set_asset(Asset.model_validate(raw))
+    doc.push(SetNodeFieldCommand(doc, "reply", "default_exit", "reward", "leak"))
+
+    def summary() -> list[str]:
+        return window.canvas.drawing.canvas_node("leak").view.summary
+
+    assert summary()[0] == "checks: reply"
+    doc.push(SetNodeFieldCommand(doc, "refuse", "default_exit", "", "leak"))
+    assert summary()[:2] == ["checks replies: reply, refuse", "rules: secret"]
+    shot(window.canvas.viewer, "reply_guard_wired.png")
+    window.undo_action.trigger()
+    assert summary()[0] == "checks: reply"
 
 
 def test_a_policy_added_in_properties_is_a_port_and_undo_takes_it_away(window, qtbot):
