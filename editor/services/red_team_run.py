@@ -9,7 +9,6 @@ the UI thread; each successful attack keeps its turn, which the dock opens in th
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,13 +16,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from editor.threads.thread_service import OneRunService
+from editor.threads.thread_service import RequestRunService
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.suites.file import load_suite
 from runtime.suites.redteam import RedTeamReport, options_from_suite, run_red_team
-
-log = logging.getLogger("parley.editor")
 
 BackendFactory = Callable[[], Backend]
 
@@ -58,50 +55,24 @@ def _red_team(request: RedTeamRequest, make_backend: BackendFactory, cancel: thr
     return report
 
 
-class RedTeamRun(OneRunService):
+class RedTeamRun(RequestRunService):
     """The window's red-team runs (one at a time). Lives on the UI thread; all its signals are
-    emitted there."""
+    emitted there: ``started`` (RedTeamRequest), ``attempted``, then ``finished`` (RedTeamRequest,
+    RedTeamReport) or ``failed`` (RedTeamRequest, why)."""
 
-    started = Signal(object)  # RedTeamRequest
     attempted = Signal(object)  # runtime.suites.redteam.Attempt, as each attack's turn ends
-    finished = Signal(object, object)  # RedTeamRequest, RedTeamReport
-    failed = Signal(object, str)  # RedTeamRequest, why
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__("parley-red-team", parent)
-        self.request: RedTeamRequest | None = None
 
     def start(self, request: RedTeamRequest, make_backend: BackendFactory) -> bool:
         """Run on the worker thread; False when one is going on or the window closed."""
-        if self.busy or self.closed:
+        cancel = self._begin(request)
+        if cancel is None:
             return False
-        self._cancel = threading.Event()
-        self.request = request
-        cancel = self._cancel
         job = self._new_job(lambda: _red_team(request, make_backend, cancel, job.report))
         job.yielded.connect(lambda attempt: None if self.closed else self.attempted.emit(attempt))
-        job.returned.connect(self._on_finished)
-        job.errored.connect(self._on_failed)
-        self.started.emit(request)
-        job.start()
-        return True
+        return self._launch(job)
 
-    def stop(self) -> None:
-        """Cancel the running turn; the attacks and benign lines not played yet are skipped."""
-        if self.busy and self.request is not None:
-            self.request.stopped = True
-            self._cancel.set()
-
-    def _on_finished(self, report: RedTeamReport) -> None:
-        if self.closed:
-            return
-        self._end()
-        self.finished.emit(self.request, report)
-
-    def _on_failed(self, exc: Exception) -> None:
-        if self.closed:
-            return
-        request = self.request
-        log.error("the red-team run on %s failed", request.suite if request else "?", exc_info=exc)
-        self._end()
-        self.failed.emit(self.request, str(exc) if hasattr(exc, "problems") else f"{type(exc).__name__}: {exc}")
+    def _failure_text(self, exc: Exception) -> str:
+        return str(exc) if hasattr(exc, "problems") else super()._failure_text(exc)

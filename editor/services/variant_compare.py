@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 
 from editor.services.suite_run import TurnComparison
 from editor.session.record import InspectedTurn
-from editor.threads.thread_service import OneRunService
+from editor.threads.thread_service import RequestRunService
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.diagnostics import NodeDiagnostics, NodeInput, PromptMessage, TurnDiagnostics
@@ -101,53 +101,20 @@ def _compare(request: VariantRequest, make_backend: BackendFactory, cancel: thre
     return compare_variants(loaded, request.variant, backend=make_backend, cancel=cancel)
 
 
-class VariantComparison(OneRunService):
+class VariantComparison(RequestRunService):
     """The window's variant comparisons (one at a time). Lives on the UI thread; all its signals
-    are emitted there (so widgets and pytest-qt only see UI-thread signals)."""
-
-    started = Signal(object)  # VariantRequest
-    finished = Signal(object, object)  # VariantRequest, VariantReport
-    failed = Signal(object, str)  # VariantRequest, why
+    are emitted there (so widgets and pytest-qt only see UI-thread signals): ``started``
+    (VariantRequest), then ``finished`` (VariantRequest, VariantReport) or ``failed`` (VariantRequest, why)."""
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__("parley-variant-compare", parent)
-        self.request: VariantRequest | None = None
 
     def start(self, request: VariantRequest, make_backend: BackendFactory) -> bool:
         """Compare on the worker thread; False when one is going on or the window closed."""
-        if self.busy or self.closed:
+        cancel = self._begin(request)
+        if cancel is None:
             return False
-        self._cancel = threading.Event()
-        self.request = request
-        cancel = self._cancel
-        job = self._new_job(lambda: _compare(request, make_backend, cancel))
-        job.returned.connect(self._on_finished)
-        job.errored.connect(self._on_failed)
-        self.started.emit(request)
-        job.start()
-        return True
-
-    def stop(self) -> None:
-        """Cancel the running turn; the cases not run yet are skipped. ``finished`` (or ``failed``) follows."""
-        if self.busy and self.request is not None:
-            self.request.stopped = True
-            self._cancel.set()
-
-    def _on_finished(self, report: VariantReport) -> None:
-        if self.closed:
-            return
-        self._end()
-        self.finished.emit(self.request, report)
-
-    def _on_failed(self, exc: Exception) -> None:
-        if self.closed:
-            return
-        # a comparison that cannot run: said in the panel, never a crash
-        request = self.request
-        log.error("comparing %s with %s failed", request.suite if request else "?",
-                  request.variant if request else "?", exc_info=exc)
-        self._end()
-        self.failed.emit(self.request, f"{type(exc).__name__}: {exc}")
+        return self._launch(self._new_job(lambda: _compare(request, make_backend, cancel)))
 
 
 # --- the divergence as two turns the Turn Inspector shows side by side ------------------------

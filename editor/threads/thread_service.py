@@ -15,7 +15,8 @@ windows saved what they keep.
 
 Subclasses: ``editor.session.local.LiveConversation`` (the runtime, one long-lived thread),
 ``editor.session.follow.ServerAttach``, and the
-``OneRunService``s (a download, a test run, a self-test: one job at a time).
+``OneRunService``s (a download, a test run, a self-test: one job at a time), among them the
+``RequestRunService``s that answer a request (a variant comparison, a red-team run).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 
@@ -137,3 +139,56 @@ class OneRunService(ThreadService):
     def _after_shutdown(self) -> None:
         self.job = None
         self._set_busy(False)
+
+
+class RequestRunService(OneRunService):
+    """A ``OneRunService`` whose run answers a request (a dataclass with a ``stopped`` flag, such as
+    a variant comparison's or a red-team run's): ``started`` (request), then ``finished`` (request,
+    report) or ``failed`` (request, why), all on the UI thread. A subclass's ``start`` calls
+    ``_begin``, makes its job with ``_new_job`` and hands it to ``_launch``."""
+
+    started = Signal(object)  # the request
+    finished = Signal(object, object)  # the request, its report
+    failed = Signal(object, str)  # the request, why
+
+    def __init__(self, thread_name: str, parent: QObject | None = None) -> None:
+        super().__init__(thread_name, parent)
+        self.request: Any = None
+
+    def _begin(self, request: Any) -> threading.Event | None:
+        """The new run's stop flag, or None when one is going on or the window closed."""
+        if self.busy or self.closed:
+            return None
+        self._cancel = threading.Event()
+        self.request = request
+        return self._cancel
+
+    def _launch(self, job: ThreadJob) -> bool:
+        job.returned.connect(self._on_finished)
+        job.errored.connect(self._on_failed)
+        self.started.emit(self.request)
+        job.start()
+        return True
+
+    def stop(self) -> None:
+        """Cancel the running turn; what was not run yet is skipped. ``finished`` (or ``failed``) follows."""
+        if self.busy and self.request is not None:
+            self.request.stopped = True
+            self._cancel.set()
+
+    def _on_finished(self, report: object) -> None:
+        if self.closed:
+            return
+        self._end()
+        self.finished.emit(self.request, report)
+
+    def _on_failed(self, exc: Exception) -> None:
+        if self.closed:
+            return
+        # a run that cannot go on: said in its panel, never a crash
+        log.error("%s failed on %r", self.thread_name, self.request, exc_info=exc)
+        self._end()
+        self.failed.emit(self.request, self._failure_text(exc))
+
+    def _failure_text(self, exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}"
