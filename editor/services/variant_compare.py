@@ -26,11 +26,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QFileDialog,
-    QHBoxLayout,
     QHeaderView,
-    QLabel,
     QSplitter,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -40,6 +37,7 @@ from PySide6.QtWidgets import (
 from editor.services.suite_run import TurnComparison
 from editor.session.record import InspectedTurn
 from editor.threads.thread_service import RequestRunService
+from editor.widgets.report_head import ReportHead
 from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.diagnostics import NodeDiagnostics, NodeInput, PromptMessage, TurnDiagnostics
@@ -244,21 +242,11 @@ class VariantPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
-        self.summary = QLabel(self)
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        head = ReportHead(self, "Close the comparison", self.clear)
+        self.summary, self.close_button = head.summary, head.close_button
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                              | Qt.TextInteractionFlag.LinksAccessibleByMouse)
         self.summary.linkActivated.connect(self._link)
-        self.close_button = QToolButton(self)
-        self.close_button.setText("\u00d7")
-        self.close_button.setToolTip("Close the comparison")
-        self.close_button.setAutoRaise(True)
-        self.close_button.clicked.connect(lambda _c=False: self.clear())
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.summary, 1)
-        head.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
         layout.addLayout(head)
         self.table = QTreeWidget(self)
         self.table.setObjectName("variantTable")

@@ -12,17 +12,15 @@ from typing import ClassVar
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QHeaderView,
-    QLabel,
     QSplitter,
-    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from editor.widgets.report_head import ReportHead
 from runtime.suites.redteam import Attempt, Rate, RedTeamReport
 
 PASSED, FAILED, DIM = QColor(110, 200, 120), QColor(235, 95, 80), QColor(150, 150, 150)
@@ -78,19 +76,8 @@ class RedTeamPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
-        self.summary = QLabel(self)
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
-        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.close_button = QToolButton(self)
-        self.close_button.setText("\u00d7")
-        self.close_button.setToolTip("Close the red-team report")
-        self.close_button.setAutoRaise(True)
-        self.close_button.clicked.connect(lambda _c=False: self.clear())
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.summary, 1)
-        head.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
+        head = ReportHead(self, "Close the red-team report", self.clear)
+        self.summary, self.close_button = head.summary, head.close_button
         layout.addLayout(head)
         self.table = QTreeWidget(self)
         self.table.setObjectName("redTeamTable")
