@@ -187,12 +187,7 @@ class AssetNodeItem(NodeItem):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(colour)
             painter.drawEllipse(badge)
-            painter.setPen(QColor(20, 20, 20))
-            font = QFont()
-            font.setBold(True)
-            font.setPointSizeF(8)
-            painter.setFont(font)
-            painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, "!")
+            _bold_text(painter, badge, "!", 8, QColor(20, 20, 20))
         painter.restore()
 
     def refresh_tooltip(self) -> None:
@@ -216,12 +211,7 @@ class AssetNodeItem(NodeItem):
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QColor(*GAME_EVENT_COLOUR))
         painter.drawRoundedRect(tag, 3, 3)
-        painter.setPen(QColor(30, 24, 8))
-        font = QFont()
-        font.setBold(True)
-        font.setPointSizeF(7)
-        painter.setFont(font)
-        painter.drawText(tag, Qt.AlignmentFlag.AlignCenter, "GAME")
+        _bold_text(painter, tag, "GAME", 7, QColor(30, 24, 8))
 
 
 def coverage_label_html(label: str, count: int) -> str:
@@ -292,6 +282,16 @@ class TerminalItem(NodeItem):
     def _calc_size_horizontal(self):
         width, height = super()._calc_size_horizontal()
         return max(width, 90.0), height
+
+
+def _bold_text(painter: QPainter, rect: QRectF, text: str, points: float, colour: QColor) -> None:
+    """``text`` in bold, centred in ``rect``: a badge's or tag's label."""
+    painter.setPen(colour)
+    font = QFont()
+    font.setBold(True)
+    font.setPointSizeF(points)
+    painter.setFont(font)
+    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, text)
 
 
 def apply_appearance(item: AssetNodeItem, node: NodeBase, asset: Asset) -> None:
