@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication
 from editor.canvas import context_menu
 from editor.canvas.node_types import categories, view_of
 from editor.docks.palette.dock import PaletteDock
-from editor.docks.properties.field_editors import ChoiceEditor, LineEditor, LinesEditor
+from editor.docks.properties.field_editors import ChoiceEditor, LinesEditor
 from editor.docks.turn_inspector.dock import TurnInspectorDock
 from editor.model.commands import SetNodeFieldCommand
 from editor.model.game_events import GameEventDialog, exit_choices, mark_game_event, marks_of
@@ -269,12 +269,28 @@ def test_the_agent_form_edits_game_events(window, qtbot):
     assert "Game" in form.sections
     events = form.editors["game_events"]
     events.add_button.click()
-    node = events.form.editors["node"]
-    assert isinstance(node, ChoiceEditor) and isinstance(events.form.editors["exit"], LineEditor)
+    node, exit = events.form.editors["node"], events.form.editors["exit"]
+    assert isinstance(node, ChoiceEditor) and isinstance(exit, ChoiceEditor)
     node.combo.setCurrentIndex(node.combo.findData("reward"))
     node.combo.activated.emit(node.combo.currentIndex())
     assert [(e.name, e.node) for e in doc.asset.game_events] == [("event_1", "reward")]
     assert window.canvas.drawing.canvas_node("reward").view.game_events == ["event_1"]
+
+    # the exit is picked from the ports of the node the event names, listed anew when it changes
+    def ports() -> list[str]:
+        exit.combo.showPopup()
+        exit.combo.hidePopup()
+        return [exit.combo.itemData(i) for i in range(exit.combo.count())]
+
+    assert ports() == ["", "default_exit"]
+    node.combo.setCurrentIndex(node.combo.findData("gate"))
+    node.combo.activated.emit(node.combo.currentIndex())
+    assert ports() == ["", "policy:narration", "policy:secret", "default_exit"]
+    exit.combo.setCurrentIndex(exit.combo.findData("policy:narration"))
+    exit.combo.activated.emit(exit.combo.currentIndex())
+    assert [(e.node, e.exit) for e in doc.asset.game_events] == [("gate", "policy:narration")]
+    assert exit.combo.currentText() == "when it takes exit \u201cnarration\u201d"
+    shot(events, "game_event_exit_choice.png")
 
 
 def test_the_inspector_text_of_a_reply_guard_names_the_withdrawn_reply():

@@ -16,6 +16,7 @@ from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
 from editor.model.commands import MacroCommand, RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.model.document import Document, FieldRejected
+from editor.model.game_events import exit_choices
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.asset.validation import ModelFiles
 from runtime.nodes import node_model
@@ -81,7 +82,7 @@ class PropertiesDock(QDockWidget):
         form = self._forms.get(key)
         if form is None:
             if key == "@agent":
-                form = ModelForm(Asset, self._start_choices, exclude=AGENT_EXCLUDE)
+                form = ModelForm(Asset, self._start_choices, exclude=AGENT_EXCLUDE, port_choices=self._port_choices)
                 form.field_edited.connect(self._agent_edited)
             else:
                 view = view_of(key)
@@ -169,6 +170,12 @@ class PropertiesDock(QDockWidget):
         return [("(none)", "")] + [
             (f"{n.display_title} ({n.id})" if n.title else n.id, n.id) for n in self.document.asset.nodes
         ]
+
+    def _port_choices(self, node_id: str) -> list[tuple[str, str]]:
+        """A game event's "when": the node running, or one of its exits (none for a node not there)."""
+        if not self.document.has_node(node_id):
+            return [("when the node runs", "")]
+        return exit_choices(self.document.node(node_id))
 
     def _refresh_choices(self) -> None:
         form = self.form

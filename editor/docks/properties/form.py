@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -53,14 +54,18 @@ def _list_item_model(annotation: Any) -> type[BaseModel] | None:
 
 
 # Records whose ``exit`` is one of a node's ports, not a node: the field named here takes the node
-# choices instead, and ``exit`` is typed (``policy:narration``).
+# choices instead, and ``exit`` picks one of that node's ports (``PortChoices``).
 NODE_FIELD_OF: dict[type[BaseModel], str] = {GameEvent: "node"}
+
+# (label, port) for a node's id: the choices of a record's ``exit`` that names one of its node's ports.
+PortChoices = Callable[[str], list[tuple[str, str]]]
 
 
 def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = None,
-                node_fields: tuple[str, ...] = EXIT_FIELDS) -> FieldEditor:
+                node_fields: tuple[str, ...] = EXIT_FIELDS, port_choices: PortChoices | None = None) -> FieldEditor:
     """The editor for one field, chosen from its name, type, constraints and flags; ``node_fields``
-    name the fields that pick a node from ``exit_choices``."""
+    name the fields that pick a node from ``exit_choices``; ``port_choices`` lists a node's ports for
+    the records that pick one (``NODE_FIELD_OF``)."""
     annotation = info.annotation
     origin = typing.get_origin(annotation)
     if name in node_fields and exit_choices is not None:
@@ -85,7 +90,8 @@ def make_editor(name: str, info: FieldInfo, exit_choices: ExitChoices | None = N
     if item_model is not None:
         node_field = NODE_FIELD_OF.get(item_model)
         record_form = ModelForm(item_model, exit_choices, grouped=False,
-                                node_fields=(node_field,) if node_field else EXIT_FIELDS)
+                                node_fields=(node_field,) if node_field else EXIT_FIELDS,
+                                port_choices=port_choices if node_field else None)
         return ModelListEditor(item_model, record_form)
     if origin is list:
         return LinesEditor()
@@ -105,10 +111,13 @@ class ModelForm(QWidget):
 
     def __init__(self, model: type[BaseModel], exit_choices: ExitChoices | None = None,
                  exclude: tuple[str, ...] = (), grouped: bool = True, group_order: tuple[str, ...] = GROUP_ORDER,
-                 node_fields: tuple[str, ...] = EXIT_FIELDS, parent: QWidget | None = None) -> None:
+                 node_fields: tuple[str, ...] = EXIT_FIELDS, port_choices: PortChoices | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.editors: dict[str, FieldEditor] = {}
+        self._values: dict[str, Any] = {}  # the values shown, for choices that depend on another field
+        node_field = NODE_FIELD_OF.get(model) if port_choices is not None else None
         self.sections: dict[str, QGroupBox] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -131,10 +140,13 @@ class ModelForm(QWidget):
             form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
             form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
             for name, info in groups[group]:
-                editor = make_editor(name, info, exit_choices, node_fields)
+                if node_field and name == "exit":  # one of the ports of the node the record names
+                    editor: FieldEditor = ChoiceEditor(lambda: port_choices(str(self._values.get(node_field, ""))))
+                else:
+                    editor = make_editor(name, info, exit_choices, node_fields, port_choices)
                 editor.setObjectName(f"field:{name}")
                 editor.setToolTip(tooltip(name, info))
-                editor.edited.connect(lambda value, merge, n=name: self.field_edited.emit(n, value, merge))
+                editor.edited.connect(lambda value, merge, n=name: self._edited(n, value, merge))
                 self.editors[name] = editor
                 if isinstance(editor, BoolEditor):
                     form.addRow("", editor)
@@ -148,10 +160,20 @@ class ModelForm(QWidget):
                         form.addRow(label, editor)
         layout.addStretch(1)
 
+    def _edited(self, name: str, value: Any, merge: bool) -> None:
+        self._values[name] = value
+        if name == NODE_FIELD_OF.get(self.model) and "exit" in self.editors:
+            self.editors["exit"].refresh_choices()  # the new node's ports
+        self.field_edited.emit(name, value, merge)
+
     def set_values(self, values: dict[str, Any] | BaseModel) -> None:
         for name, editor in self.editors.items():
             value = getattr(values, name) if isinstance(values, BaseModel) else values.get(name)
-            editor.set_value(value)
+            self._values[name] = value
+        for name, editor in self.editors.items():
+            if name == "exit" and NODE_FIELD_OF.get(self.model):
+                editor.refresh_choices()  # before its value: the ports of this record's node
+            editor.set_value(self._values[name])
 
     def refresh_choices(self) -> None:
         for editor in self.editors.values():
