@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the server gives it a pipe as stdin: however the game ends, the server ends with it)")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="VAR",
                    help=f"environment variable holding the token every request must carry (default {TOKEN_ENV})")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page's origin (scheme://host[:port]) whose scripts may call the server from a browser: "
+                   "its preflights are answered and its requests allowed, with the token as ever (repeatable; "
+                   "every other origin is treated as before)")
     p.add_argument("--max-body", type=int, default=d.max_body, metavar="BYTES", help="largest request body")
     p.add_argument("--max-line", type=int, default=d.max_line, metavar="CHARS", help="longest player line")
     p.add_argument("--max-sessions", type=int, default=d.max_sessions, metavar="N", help="most sessions at once")
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     limits = Limits(args.max_body, args.max_line, args.max_sessions, args.max_stream_events, args.tool_timeout)
     config = ServeConfig(args.host, args.port, [Path(a) for a in args.assets], token_from(args.token_env), limits,
-                         args.workers, token_env=args.token_env, exit_with_parent=args.exit_with_parent)
+                         args.workers, token_env=args.token_env, exit_with_parent=args.exit_with_parent,
+                         cors_origins=list(args.cors_origin))
     try:
         check_config(config)
         backend = _backend(args, config.asset_dirs[0])

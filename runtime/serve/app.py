@@ -93,13 +93,20 @@ class RequestGuard:
 
     With no token on a loopback address (``local_only``), a request must name this computer in its
     Host header and come from no other site's web page (Origin): otherwise any web page the player
-    opens could drive the server, through DNS rebinding or a plain cross-site POST."""
+    opens could drive the server, through DNS rebinding or a plain cross-site POST.
+
+    ``cors_origins`` (``--cors-origin``) are the web pages' origins allowed to call the server from a
+    browser: their preflights (``OPTIONS`` with ``Access-Control-Request-Method``) are answered here,
+    before the token is asked for (a browser sends none with a preflight), and every answer to them,
+    errors included, allows that origin, so a page can read what went wrong. Every other origin is
+    refused or left without CORS headers exactly as before."""
 
     def __init__(self, app: ASGIApp, token: str | None, max_body: int, max_requests: int = MAX_REQUESTS,
                  body_seconds: float = BODY_SECONDS) -> None:
         self.app, self.token, self.max_body = app, token, max_body
         self.max_requests, self.body_seconds = max_requests, body_seconds
         self.local_only = False  # the server sets it when it listens on a loopback address without a token
+        self.cors_origins: frozenset[str] = frozenset()  # set by the server from --cors-origin
         self.active = 0  # requests being answered; only the event loop's thread touches it
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -118,13 +125,19 @@ class RequestGuard:
 
     async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = dict(scope.get("headers") or [])
+        origin = headers.get(b"origin")
+        allowed = origin is not None and origin.decode("latin-1") in self.cors_origins
+        if allowed:
+            send = _allowing(send, origin)
+            if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
+                return await _preflight(send)
         if self.token is not None:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, b"Bearer " + self.token.encode()):
                 return await _send_error(send, ServeError("unauthorized", "give the server's token as "
                                                           "'Authorization: Bearer TOKEN'"))
         elif self.local_only:
-            refused = _not_local(headers)
+            refused = _not_local(headers, origin_allowed=allowed)
             if refused:
                 return await _send_error(send, ServeError("unauthorized", refused))
         length = headers.get(b"content-length")
@@ -169,14 +182,56 @@ class RequestGuard:
         return ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
 
 
-def _not_local(headers: dict[bytes, bytes]) -> str:
-    """Why a request to a loopback server is not from this computer's programs ("" when it is)."""
+# What a page of an allowed origin may send: the token, a JSON body and a resumed stream's last id.
+CORS_METHODS = b"GET, POST, PUT, PATCH, DELETE"
+CORS_HEADERS = b"authorization, content-type, last-event-id"
+CORS_MAX_AGE = b"600"  # seconds a browser may keep a preflight's answer
+
+
+def _allowing(send: Callable[[dict[str, Any]], Awaitable[None]], origin: bytes) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """``send`` with ``origin`` allowed on the answer's head (a stream's too)."""
+    async def allowing(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"access-control-allow-origin", origin),
+                                               (b"vary", b"Origin")]}
+        await send(message)
+
+    return allowing
+
+
+async def _preflight(send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+    await send({"type": "http.response.start", "status": 204,
+                "headers": [(b"access-control-allow-methods", CORS_METHODS),
+                            (b"access-control-allow-headers", CORS_HEADERS),
+                            (b"access-control-max-age", CORS_MAX_AGE), (b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def cors_origin(text: str) -> str:
+    """``text`` as a web page's origin (``scheme://host[:port]``, lowercased, no path), as browsers
+    send it in ``Origin``; ValueError saying why it is not one."""
+    value = text.strip().lower().rstrip("/")
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or any(c in rest for c in "/?#@ *"):
+        raise ValueError(f"--cors-origin {text!r} is not a web page's origin: give scheme://host[:port], such "
+                         "as https://game.example or http://localhost:8080 (no path, no wildcard)")
+    name, colon, port = rest.rpartition(":") if not rest.endswith("]") else (rest, "", "")
+    if colon and not (port.isdigit() and name):
+        raise ValueError(f"--cors-origin {text!r}: the port must be a number")
+    if colon and port == {"http": "80", "https": "443"}[scheme]:
+        return f"{scheme}://{name}"  # a browser leaves the scheme's own port out of Origin
+    return value
+
+
+def _not_local(headers: dict[bytes, bytes], *, origin_allowed: bool = False) -> str:
+    """Why a request to a loopback server is not from this computer's programs ("" when it is);
+    ``origin_allowed``: its web page's origin is one ``--cors-origin`` allows."""
     host = headers.get(b"host")
     if host is not None and not _is_local_name(_host_name(host.decode("latin-1"))):
         return ("the request's Host header names another computer; this server answers requests to localhost "
                 "or its loopback address only (listen on another --host, with a token, to be reached by name)")
     origin = headers.get(b"origin")
-    if origin is not None:
+    if origin is not None and not origin_allowed:
         name = origin.decode("latin-1").partition("://")[2] if b"://" in origin else ""
         if not _is_local_name(_host_name(name.partition("/")[0])):
             return "requests from another site's web page are refused (its Origin is not this computer)"

@@ -22,7 +22,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch
-from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, RequestGuard, create_app
+from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, RequestGuard, cors_origin, create_app
 from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
 from runtime.serve.protocol import PreviousCrash
@@ -53,6 +53,7 @@ class ServeConfig:
     token_env: str = TOKEN_ENV  # the environment variable the token came from (named in errors)
     exit_with_parent: bool = False  # end when standard input reaches EOF or the parent process ends
     shutdown_seconds: float = SHUTDOWN_SECONDS  # SIGTERM or POST /v1/shutdown to the end of serving
+    cors_origins: list[str] = field(default_factory=list)  # web pages' origins a browser may call from
 
 
 @dataclass
@@ -105,6 +106,11 @@ def check_config(config: ServeConfig) -> None:
                                f"in the environment variable {config.token_env} (named by --token-env) first")
     if config.token is not None and len(config.token) < 16:
         raise ServeConfigError("the token is shorter than 16 characters; use a long random one")
+    for origin in config.cors_origins:
+        try:
+            cors_origin(origin)
+        except ValueError as exc:
+            raise ServeConfigError(str(exc)) from None
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -195,6 +201,7 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
     if isinstance(app, RequestGuard):
         app.max_requests, app.body_seconds = config.max_requests, config.body_seconds
         app.local_only = config.token is None and is_loopback(config.host)
+        app.cors_origins = frozenset(cors_origin(o) for o in config.cors_origins)
     protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_seconds": config.header_seconds})
     server = uvicorn.Server(uvicorn.Config(
         # no limit_concurrency: uvicorn's counts idle connections and answers plain text; the guard
@@ -235,11 +242,12 @@ def running_server(backend: Backend, asset_dirs: list[Path] | list[str], *, toke
                    workers: int = 8, start_seconds: float = 30.0, header_seconds: float = HEADER_SECONDS,
                    body_seconds: float = BODY_SECONDS, max_requests: int = MAX_REQUESTS,
                    store: SessionStore | None = None,
-                   shutdown_seconds: float = SHUTDOWN_SECONDS) -> Iterator[str]:
+                   shutdown_seconds: float = SHUTDOWN_SECONDS, cors_origins: list[str] | None = None) -> Iterator[str]:
     """Serve in a thread of this process; yields the base URL once it accepts connections. The
     backend stays the caller's (not closed here)."""
     config = ServeConfig(host, port, [Path(d) for d in asset_dirs], token, limits or Limits(), workers,
-                         header_seconds, body_seconds, max_requests, shutdown_seconds=shutdown_seconds)
+                         header_seconds, body_seconds, max_requests, shutdown_seconds=shutdown_seconds,
+                         cors_origins=list(cors_origins or []))
     server, npcs = make_server(config, backend, store=store)
     sock = bind(host, port)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="parley-serve", daemon=True)
