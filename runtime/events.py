@@ -31,9 +31,12 @@ class NodeStarted(NodeEvent):
 
 @dataclass(frozen=True)
 class NodeText(NodeEvent):
-    """Text a node produced: a ``Token`` or a ``Speak``."""
+    """Text a node produced: a ``Token`` or a ``Speak``. ``reply``: it is part of the reply the player
+    sees (a player-facing node's output that is the turn's reply, or a guard's canned line), not an
+    inner node's (a classifier's, a Tool Call's JSON): a game shows only these."""
 
     text: str
+    reply: bool = False
 
 
 @dataclass(frozen=True)

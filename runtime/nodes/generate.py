@@ -113,28 +113,32 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
             min_p=self.min_p, repeat_penalty=self.repeat_penalty, seed=run.seed(self.seed), json_schema=self.output_schema(),
         )
         splitter = SentenceSplitter() if self.speaks() else None
+        reply = self.is_reply()
 
         def on_token(text: str) -> None:
-            run.emit(Token(self.id, text))
+            run.emit(Token(self.id, text, reply))
             if splitter is not None:
                 for sentence in splitter.feed(text):
-                    run.emit(Speak(self.id, sentence))
+                    run.emit(Speak(self.id, sentence, reply))
 
         result = run.generate(model, request, on_token)
         if splitter is not None:
             for sentence in splitter.flush():
-                run.emit(Speak(self.id, sentence))
+                run.emit(Speak(self.id, sentence, reply))
         run.record(prompt.messages, result, budget.limit, prompt.counted_tokens)
         self.use_output(run, result)
         return "default_exit"
 
+    def is_reply(self) -> bool:
+        """Whether this node's output is part of the turn's reply (the player sees it as it streams)."""
+        return self.PLAYER_FACING and self.history_role == "assistant"
+
     def use_output(self, run: NodeRun, result: GenerationResult) -> None:
         """What the output becomes: a reply in the history, this node's slot, and (for player-facing
         nodes that replay) part of the turn's reply."""
-        replay = self.history_role == "assistant"
-        run.turn.entries.append(Reply(self.id, result.text, replay))
+        run.turn.entries.append(Reply(self.id, result.text, self.history_role == "assistant"))
         run.turn.slots[self.id] = result.text
-        if self.PLAYER_FACING and replay:
+        if self.is_reply():
             run.turn.replies.append(result.text)
 
     # --- validation ---------------------------------------------------------------------------

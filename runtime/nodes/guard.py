@@ -408,10 +408,10 @@ class Guard(Classifier):
         run.diag.output = line
         run.turn.entries.append(Reply(self.id, line, True))
         run.turn.replies.append(line)
-        run.emit(Token(self.id, line))
+        run.emit(Token(self.id, line, True))
         splitter = SentenceSplitter()
         for sentence in [*splitter.feed(line), *splitter.flush()]:
-            run.emit(Speak(self.id, sentence))
+            run.emit(Speak(self.id, sentence, True))
 
     # --- validation ---------------------------------------------------------------------------
 

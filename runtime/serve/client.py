@@ -82,6 +82,12 @@ class ServerEvent:
     kind: str
     data: dict[str, Any]
 
+    @property
+    def is_reply(self) -> bool:
+        """A token or speak of the reply the player sees, not an inner node's (a Tool Call's JSON, a
+        classifier's label): the only text a game shows as it streams."""
+        return self.kind in ("token", "speak") and self.data.get("reply") is True
+
 
 @dataclass(frozen=True)
 class ToolRequest:

@@ -251,7 +251,7 @@ def event_data(event: Event) -> dict[str, Any]:
 NODE_EVENTS: dict[str, type[NodeEvent]] = {cls.kind: cls for cls in (NodeStarted, Token, Speak, ToolCalled, Summarized,
                                                                       TurnWarning, Guarded, GameEventReached,
                                                                       NodeFinished)}
-_EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, dict: dict, list: list}
+_EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, bool: bool, dict: dict, list: list}
 
 
 def event_from_data(kind: str, data: dict[str, Any]) -> NodeEvent | None:

@@ -77,3 +77,20 @@ def test_on_the_sample_model_a_server_killed_mid_reply_is_server_gone_with_the_l
             client.turn(npc.id, "Tell me about the inn", on_event=on_event)
         assert (gone.value.code, gone.value.line) == ("server_gone", "Tell me about the inn"), gone.value
         assert seen[-1] == "token" and client.resumes == len(TRIES)
+
+
+def test_only_the_reply_the_player_sees_is_marked_as_reply() -> None:
+    """A Tool Call node streams its JSON as tokens too: a game that shows every token showed
+    '{"name": "check_stock", ...' before the reply. ``is_reply`` marks the reply node's only, and they
+    add up to the turn's reply."""
+    with parley_serve_process("--backend", "scripted", "--assets", str(examples_dir())) as served, \
+            ParleyClient(served.url) as client:
+        npc = client.create_session("tool_calling.json")
+        seen: list[ServerEvent] = []
+        outcome = client.turn(npc.id, "How many arrows are there?", tools=lambda call: '{"count": 240}',
+                              on_event=seen.append)
+    tokens = [e for e in seen if e.kind == "token"]
+    assert {e.data["node"] for e in tokens if not e.is_reply} == {"lookup"}  # the tool call's JSON
+    assert {e.data["node"] for e in tokens if e.is_reply} == {"reply"}
+    assert "".join(e.data["text"] for e in tokens if e.is_reply) == outcome.reply
+    assert "check_stock" in "".join(e.data["text"] for e in tokens if not e.is_reply)

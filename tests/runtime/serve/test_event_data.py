@@ -10,8 +10,9 @@ from runtime.serve.protocol import EVENT_KINDS, NODE_EVENTS, event_data, event_f
 
 EVERY_NODE_EVENT = [
     events.NodeStarted("reply", "Generate"),
-    events.Token("reply", "Good"),
-    events.Speak("reply", "Good evening."),
+    events.Token("reply", "Good", True),
+    events.Speak("reply", "Good evening.", True),
+    events.Token("lookup", '{"name": "check_stock"', False),
     events.ToolCalled("lookup", "check_stock", {"item": "arrows", "count": 2}, "240 arrows"),
     events.Summarized("memory", 7, 4, 312, "The traveller asked for a room."),
     events.TurnWarning("reply", "the prompt was trimmed"),
@@ -35,3 +36,8 @@ def test_the_servers_own_kinds_are_no_runtime_event_and_a_misfit_is_named():
     assert event_from_data("node_started", {"node": "reply"}) == events.NodeStarted("reply", "")  # an older server
     with pytest.raises(ValueError, match="summarized event's covered_through is 'seven', not int"):
         event_from_data("summarized", {"node": "memory", "covered_through": "seven"})
+
+
+def test_a_token_from_an_older_server_is_no_reply_and_the_flag_survives_the_wire():
+    assert event_from_data("token", {"node": "reply", "text": "Hi"}) == events.Token("reply", "Hi", False)
+    assert event_data(events.Token("reply", "Hi", True))["reply"] is True
