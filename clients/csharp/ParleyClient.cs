@@ -83,6 +83,20 @@ namespace Parley
             object v;
             return Data.TryGetValue(key, out v) && v is string ? (string)v : "";
         }
+
+        /// <summary>A true/false field of the data (false when it is missing or not one).</summary>
+        public bool Flag(string key)
+        {
+            object v;
+            return Data.TryGetValue(key, out v) && v is bool && (bool)v;
+        }
+
+        /// <summary>A token or speak event of the reply the player sees (not an inner node's, such as a Tool
+        /// Call's JSON or a classifier's label): the only text a game shows as it streams.</summary>
+        public bool IsReply
+        {
+            get { return (Kind == "token" || Kind == "speak") && Flag("reply"); }
+        }
     }
 
     /// <summary>A tool call the turn waits on: answer it by returning the result text from Turn's tools.</summary>

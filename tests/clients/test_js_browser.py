@@ -42,9 +42,9 @@ window.result = (async () => {
   let shown = "";
   const done = await client.turn(npc.id, "How many arrows are there?", {
     tools: (request) => { tools.push(request.tool); return JSON.stringify({ item: "arrows", count: 40 }); },
-    // the reply node's tokens only: the Tool Call node's are its JSON, never shown to a player
+    // the reply the player sees only (data.reply): the Tool Call node streams its JSON as tokens too
     onEvent: (event) => {
-      if (event.kind === "token" && event.data.node === "reply") { shown += event.data.text; subtitle.textContent = shown; }
+      if (event.kind === "token" && event.data.reply) { shown += event.data.text; subtitle.textContent = shown; }
     },
   });
   return { session: npc.id, reply: done.reply, tools, shown, path: done.path };

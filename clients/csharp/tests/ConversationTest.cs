@@ -17,6 +17,7 @@ using System.Collections.Generic;
 using System.Linq;
 using System.Net.Http;
 using System.Reflection;
+using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
 using Parley;
@@ -189,8 +190,15 @@ static class ConversationTest
             var kinds = new List<string>();
             var requests = new List<ToolRequest>();
             var tokens = 0;
+            var shown = new StringBuilder();  // what a subtitle shows: the reply's tokens, never the tool call's JSON
+            var inner = new StringBuilder();
             var first = await Within(client.Turn(id, "How many arrows are there?", r => { requests.Add(r); return answer; },
-                                                 e => { kinds.Add(e.Kind); if (e.Kind == "token") tokens++; }), "turn 1");
+                                                 e => {
+                                                     kinds.Add(e.Kind);
+                                                     if (e.Kind != "token") return;
+                                                     tokens++;
+                                                     (e.IsReply ? shown : inner).Append(e.Text("text"));
+                                                 }), "turn 1");
             Check(requests.Count == 1 && requests[0].Tool == "check_stock" && requests[0].CallId.Length > 0, "one tool request");
             Check(Json.Str(requests[0].Arguments, "item") == "there" && requests[0].ArgumentsJson == "{\"item\":\"there\"}",
                   "tool arguments: " + requests[0].ArgumentsJson);
@@ -200,6 +208,8 @@ static class ConversationTest
             Check(kinds[0] == "turn_started" && kinds.Contains("tool_request") && kinds.Contains("tool_call")
                   && kinds.IndexOf("tool_request") < kinds.IndexOf("tool_call") && kinds.Last() == "turn_finished"
                   && tokens > 0, "events: " + string.Join(",", kinds));
+            Check(shown.ToString() == first.Reply && inner.ToString().Contains("check_stock"),
+                  "IsReply marks the reply's tokens only: shown '" + shown + "', inner '" + inner + "'");
             Check((await client.GetSession(id)).Turns == 1, "one turn");
             Check((await client.Turns(id)).Single().Reply == first.Reply, "the turn list has the reply");
             Ok("turn with a tool call");
