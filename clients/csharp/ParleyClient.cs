@@ -317,28 +317,53 @@ namespace Parley
         /// ParleyException "turn_lost" (a server answers, but none has the turn: the one that ran it stopped
         /// before it finished) or "server_gone" (no try to resume it reached a server), its Line the player's
         /// line to say again; "unavailable" when the turn's first request could not connect at all.
-        /// cancelOnDisconnect: the server cancels the turn when its stream drops, and the client does not resume.</summary>
+        /// cancelOnDisconnect: the server cancels the turn when its stream drops, and the client does not resume.
+        /// toolsAsync: instead of tools, a tool whose answer takes asynchronous game work (a lookup, a coroutine:
+        /// see Answered); the turn's events wait for its answer, on the caller's context, as they do for tools.</summary>
         public Task<TurnResult> Turn(string sessionId, string line, Func<ToolRequest, string> tools = null,
                                      Action<TurnEvent> onEvent = null,
                                      CancellationToken cancel = default(CancellationToken), string instructions = "",
-                                     bool cancelOnDisconnect = false)
+                                     bool cancelOnDisconnect = false, Func<ToolRequest, Task<string>> toolsAsync = null)
         {
             var body = new Dictionary<string, object> { { "line", line }, { "instructions", instructions ?? "" } };
             if (cancelOnDisconnect) body["cancel_on_disconnect"] = true;
             return Stream(sessionId, "/turns", Json.Write(body), new RunState { Line = line ?? "", NoResume = cancelOnDisconnect },
-                          tools, onEvent, cancel);
+                          Either(tools, toolsAsync), onEvent, cancel);
         }
 
         /// <summary>Runs turn <paramref name="turn"/> (from 0) again on a new branch; otherwise like Turn.</summary>
         public Task<TurnResult> Regenerate(string sessionId, int turn, Func<ToolRequest, string> tools = null,
                                            Action<TurnEvent> onEvent = null,
                                            CancellationToken cancel = default(CancellationToken),
-                                           bool cancelOnDisconnect = false)
+                                           bool cancelOnDisconnect = false, Func<ToolRequest, Task<string>> toolsAsync = null)
         {
             var body = new Dictionary<string, object> { { "turn", turn } };
             if (cancelOnDisconnect) body["cancel_on_disconnect"] = true;
             return Stream(sessionId, "/regenerate", Json.Write(body), new RunState { NoResume = cancelOnDisconnect },
-                          tools, onEvent, cancel);
+                          Either(tools, toolsAsync), onEvent, cancel);
+        }
+
+        /// <summary>A coroutine-friendly tool for Turn's toolsAsync: <paramref name="tools"/> gets each request and
+        /// a callback to call with the result whenever it has one (say, at the end of a coroutine it starts:
+        /// <c>Answered((call, answer) =&gt; StartCoroutine(LookUp(call, answer)))</c>). A tool that never answers
+        /// ends its turn with the server's tool_timeout.</summary>
+        public static Func<ToolRequest, Task<string>> Answered(Action<ToolRequest, Action<string>> tools)
+        {
+            if (tools == null) throw new ArgumentNullException("tools");
+            return request =>
+            {
+                var answer = new TaskCompletionSource<string>();
+                tools(request, result => answer.TrySetResult(result ?? ""));
+                return answer.Task;
+            };
+        }
+
+        static Func<ToolRequest, Task<string>> Either(Func<ToolRequest, string> tools, Func<ToolRequest, Task<string>> toolsAsync)
+        {
+            if (tools != null && toolsAsync != null)
+                throw new ArgumentException("give tools or toolsAsync, not both");
+            if (tools == null) return toolsAsync;
+            return request => Task.FromResult(tools(request)); // a throw comes out at once, as before
         }
 
         // --- the turn's stream -----------------------------------------------------------------------------
@@ -380,7 +405,7 @@ namespace Parley
         }
 
         async Task<TurnResult> Stream(string sessionId, string route, string body, RunState state,
-                                      Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, CancellationToken cancel)
+                                      Func<ToolRequest, Task<string>> tools, Action<TurnEvent> onEvent, CancellationToken cancel)
         {
             cancel.ThrowIfCancellationRequested();
             var request = StreamRequest(HttpMethod.Post, baseUrl + S(sessionId) + route);
@@ -569,7 +594,7 @@ namespace Parley
         // Reads one connection's events to the turn's end (the result, or turn_failed's exception); StreamBroke
         // when the stream breaks first. Events whose id was seen before are skipped.
         async Task<TurnResult> Read(HttpResponseMessage response, string sessionId, RunState state,
-                                    Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, List<Task> answers)
+                                    Func<ToolRequest, Task<string>> tools, Action<TurnEvent> onEvent, List<Task> answers)
         {
             StreamReader reader;
             try
@@ -603,7 +628,7 @@ namespace Parley
                     if (hasData && Fresh(state, id))
                     {
                         state.Ended = kind == "turn_finished" || kind == "turn_failed";
-                        var result = Dispatch(sessionId, kind, data.ToString(), id, state, tools, onEvent, answers);
+                        var result = await Dispatch(sessionId, kind, data.ToString(), id, state, tools, onEvent, answers);
                         if (result != null) return result;
                         if (state.Ended) throw new ParleyException("stream_ended", kind + " had no result", 0);
                     }
@@ -665,8 +690,8 @@ namespace Parley
         }
 
         // One whole event: to onEvent, then a tool answered or the turn's end. Returns the result on turn_finished.
-        TurnResult Dispatch(string sessionId, string kind, string raw, string id, RunState state,
-                            Func<ToolRequest, string> tools, Action<TurnEvent> onEvent, List<Task> answers)
+        async Task<TurnResult> Dispatch(string sessionId, string kind, string raw, string id, RunState state,
+                                        Func<ToolRequest, Task<string>> tools, Action<TurnEvent> onEvent, List<Task> answers)
         {
             Dictionary<string, object> data;
             try
@@ -694,7 +719,9 @@ namespace Parley
                     SessionId = sessionId, Node = Json.Str(data, "node"), Tool = Json.Str(data, "tool"),
                     CallId = Json.Str(data, "call_id"), Arguments = arguments, ArgumentsJson = Json.Write(arguments),
                 };
-                string result = tools(request); // a throw ends the turn (Stream stops it) and comes out of Turn
+                // a throw ends the turn (Stream stops it) and comes out of Turn; no ConfigureAwait(false): the
+                // events after it go on to onEvent on the caller's context
+                string result = await tools(request);
                 answers.Add(ToolResult(sessionId, request.CallId, result)); // not awaited: the stream reads on
             }
             else if (kind == "turn_finished")

@@ -36,7 +36,8 @@ RUN_SECONDS = 600.0  # a deadline for the program; its own waits fail sooner (60
 TOOL_TIMEOUT = "10"
 
 SCRIPTED_CHECKS = ("json", "token required", "health and assets", "create session", "turn with a tool call",
-                   "two sessions at once", "turn cancelled by POST /cancel", "turn cancelled by its token", "tool that throws",
+                   "async and callback tools", "two sessions at once", "turn cancelled by POST /cancel",
+                   "turn cancelled by its token", "tool that throws",
                    "history and rewind", "variables and params", "typed errors", "guarded turn and game event",
                    "delete session",
                    "callbacks on the caller's thread")

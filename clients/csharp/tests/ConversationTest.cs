@@ -214,6 +214,26 @@ static class ConversationTest
             Check((await client.Turns(id)).Single().Reply == first.Reply, "the turn list has the reply");
             Ok("turn with a tool call");
 
+            // A tool whose answer takes asynchronous work (awaited, then answered), and the coroutine-friendly
+            // form (the answer comes later, from elsewhere, through a callback).
+            var askedAsync = new List<string>();
+            var asyncId = (await client.CreateSession("tool_calling.json")).Id; // its own: the turn counts below stay
+            var awaited = await Within(client.Turn(asyncId, "How many arrows are there?", onEvent: null,
+                toolsAsync: async r => { askedAsync.Add(r.Tool); await Task.Delay(50); return "40 arrows, awaited"; }),
+                "a turn with an async tool");
+            Check(askedAsync.SequenceEqual(new[] { "check_stock" }) && awaited.Reply.Contains("40 arrows, awaited"),
+                  "the async tool's answer is in the reply: " + awaited.Reply);
+            var later = await Within(client.Turn(asyncId, "How many arrows are there?", toolsAsync: ParleyClient.Answered(
+                (r, reply) => Task.Delay(50).ContinueWith(_ => reply("30 arrows, called back")))),
+                "a turn whose tool answers through a callback");
+            Check(later.Reply.Contains("30 arrows, called back"), "the callback's answer is in the reply: " + later.Reply);
+            var twoTools = false;
+            try { await client.Turn(asyncId, "hi", r => "x", toolsAsync: r => Task.FromResult("y")); }
+            catch (ArgumentException) { twoTools = true; }
+            Check(twoTools, "tools and toolsAsync together are refused");
+            await client.DeleteSession(asyncId);
+            Ok("async and callback tools");
+
             // Two NPCs at once, both waiting for their tool results, answered by hand with ToolResult
             // (needs more than the 2 connections per host that HttpWebRequest allows by default).
             var npcs = new[] { "csharp-guard", "csharp-smith" };
