@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtime.serve import openai_door
 from runtime.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.serve.npcs import Item, NPCs, Stream
 from runtime.serve.protocol import (
@@ -294,6 +295,8 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None,
     async def _internal(_request: Request, error: Exception) -> JSONResponse:
         log.error("a request failed", exc_info=error)
         return error_response(ServeError("internal", f"the server failed ({type(error).__name__}); its log says more"))
+
+    openai_door.register(app, npcs)
 
     @app.get(f"{PREFIX}/health", response_model=Health, responses=ERRORS)
     async def health() -> Health:

@@ -48,6 +48,7 @@ ERROR_STATUS: dict[str, int] = {
     "exists": 409,
     "store_conflict": 409,
     "too_large": 413,
+    "turn_failed": 422,  # a turn answered whole (the OpenAI-compatible door) that failed: its message says why
     "bad_asset": 422,
     "bad_history": 422,
     "limit_reached": 429,
