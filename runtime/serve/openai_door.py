@@ -34,7 +34,7 @@ SESSION_HEADER = "x-parley-session"
 KEEP_ALIVE_SECONDS = 15.0
 
 
-class ChatMessage(BaseModel):
+class OpenAIMessage(BaseModel):
     model_config = ConfigDict(extra="allow")  # name, tool_calls and the rest: not read
 
     role: str
@@ -46,7 +46,7 @@ class ChatCompletionIn(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(description="The asset: its path under one of the server's --assets folders.")
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[OpenAIMessage] = Field(min_length=1)
     stream: bool = False
     user: str = Field("", description="The NPC's session id (or give it as the X-Parley-Session header).")
 
@@ -76,7 +76,7 @@ def register(app: FastAPI, npcs: NPCs) -> None:
         return completion.whole(reply)
 
 
-def _line(messages: list[ChatMessage]) -> str:
+def _line(messages: list[OpenAIMessage]) -> str:
     last = messages[-1]
     if last.role != "user":
         raise ServeError("bad_request", f"messages: the last is the {last.role!r} message; the player's line is the "
