@@ -30,6 +30,9 @@ UNUSED_BY_EITHER_APP = [
     "requests", "urllib3", "cryptography", "charset_normalizer", "rich", "pygments", "markdown_it", "tqdm",
     "numpy.f2py",
     "llama_cpp.server",
+    # the openai package (the tests' client of the OpenAI-compatible door), which llama_cpp.llama imports
+    # in a method never called here (create_chat_completion_openai_v1), with its HTTP stack
+    "openai", "httpx2", "httpcore2",
     "pytest", "_pytest", "pytestqt", "hypothesis", "importlinter", "grimp",
     "unittest", "pydoc", "doctest", "lib2to3",
 ]
