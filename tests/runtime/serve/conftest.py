@@ -7,7 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from runtime.backends.scripted import ScriptedBackend
 from tests.postgres import running_postgres
+
+
+@pytest.fixture
+def backend() -> Iterator[ScriptedBackend]:
+    """The scripted backend a test's server runs on (a module may define its own, as the sample model's)."""
+    backend = ScriptedBackend()
+    yield backend
+    backend.close()
 
 
 @pytest.fixture(scope="session")

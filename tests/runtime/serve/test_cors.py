@@ -26,13 +26,6 @@ PREFLIGHT = {"Origin": GAME, "Access-Control-Request-Method": "POST",
 
 
 @pytest.fixture
-def backend() -> Iterator[ScriptedBackend]:
-    backend = ScriptedBackend()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
 def http(backend: ScriptedBackend) -> Iterator[httpx.Client]:
     with running_server(backend, [examples_dir()], token=TOKEN, cors_origins=[GAME, "http://localhost:8080"]) as url, \
             httpx.Client(base_url=url, timeout=DEADLINE) as client:

@@ -33,13 +33,6 @@ TOOL_LINE = "How many arrows are there?"  # tool_calling.json on the scripted ba
 
 
 @pytest.fixture
-def backend() -> Iterator[ScriptedBackend]:
-    backend = ScriptedBackend()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
 def url(backend: ScriptedBackend) -> Iterator[str]:
     """A server whose header and body deadlines outlast any test's hold (each bounded by DEADLINE):
     tests that hold a connection open on purpose must not race the deadlines, which have tests of their own."""

@@ -37,13 +37,6 @@ JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
-def backend() -> Iterator[ScriptedBackend]:
-    backend = ScriptedBackend()
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
 def guarded(backend: ScriptedBackend) -> Iterator[str]:
     with running_server(backend, [examples_dir()], token=TOKEN) as url:
         yield url
