@@ -136,6 +136,9 @@ class Agent:
         self.windows: dict[str, int] = {}  # node id -> window start (only moves forward)
         self.journals: dict[str, DecodeJournal] = {}  # node id -> how its KV cache was read so far
         self._nodes = {n.id: n for n in self.asset.nodes}
+        # The player-facing nodes whose replies a guard checks before they are spoken (the graph's
+        # exits never change for an agent: change_params refuses them), so worked out once.
+        self._held_replies = {h for held in replies_checked(self._nodes).values() for h in held}
         self._token_counts: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._node_caches: dict[str, dict[str, Any]] = {}  # node id -> what it keeps across turns
         self._running = threading.Lock()
@@ -487,11 +490,6 @@ class Agent:
                 run.emit(GameEventReached(node.id, mark.name, mark.exit))
         run.emit(NodeFinished(node.id, node.type_name, diag.output, port, next_node))
         return next_node
-
-    @property
-    def _held_replies(self) -> set[str]:
-        """The player-facing nodes whose replies a guard checks before they are spoken."""
-        return {h for held in replies_checked(self._nodes).values() for h in held}
 
     # --- what node types share -----------------------------------------------------------------
 

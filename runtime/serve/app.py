@@ -28,6 +28,7 @@ from runtime.serve.npcs import Item, NPCs, Stream
 from runtime.serve.protocol import (
     API_VERSION,
     EVENT_KINDS,
+    KEEP_ALIVE_SECONDS,
     PREFIX,
     AssetOut,
     Assets,
@@ -56,7 +57,6 @@ from runtime.session.record import TurnRecord
 
 log = logging.getLogger("parley.serve")
 
-KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
 SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events: `event: KIND` and one line "
              "of JSON `data:` each, KIND one of " + ", ".join(EVENT_KINDS) + " (a client ignores a kind it does not "
              "know: a later server may send more); the last is turn_finished or turn_failed, whose `error` is "

@@ -12,8 +12,9 @@ Parley NPC, graph and all.
 - A tool with a ``mock_result`` is answered with it. A tool the game must answer cannot be answered
   through this door: the turn is stopped, and the answer says to use the native protocol.
 
-A failed turn is an error in OpenAI's shape (``{"error": {"message", "type", "code"}}``) with the
-status of its code. In a stream, where the status has been sent, it is the stream's last ``data:``.
+Errors are the server's typed JSON (``{"error": {"code", "message"}}``, which the ``openai`` package
+reads as its own), with the status of their code; a failed turn answered whole is ``turn_failed``.
+In a stream, where the status has been sent, the error is the stream's last ``data:``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.serve.npcs import NPCs, Stream
-from runtime.serve.protocol import ERROR_STATUS, ServeError
+from runtime.serve.npcs import Item, NPCs, Stream
+from runtime.serve.protocol import ERROR_STATUS, KEEP_ALIVE_SECONDS, ServeError
 
 SESSION_HEADER = "x-parley-session"
-KEEP_ALIVE_SECONDS = 15.0
 
 
 class OpenAIMessage(BaseModel):
@@ -161,7 +161,7 @@ async def _items(npcs: NPCs, stream: Stream, *, keep_alive: bool = False) -> Asy
         if item.kind == "turn_failed" and asked:
             message = (f"the NPC's tool {asked!r} needs the game's answer, which this door cannot give: give the tool "
                        "a mock_result, or run the turn on POST /v1/sessions/ID/turns and answer its tool_request")
-            item = type(item)("turn_failed", {**item.data, "error": {"code": "bad_request", "message": message}})
+            item = Item("turn_failed", {**item.data, "error": {"code": "bad_request", "message": message}})
         yield item
 
 

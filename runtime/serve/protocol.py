@@ -237,6 +237,8 @@ class TurnLines(BaseModel):
 
 # --- events -------------------------------------------------------------------------------------
 
+KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
+
 # A client ignores a kind it does not know: a newer server may send more (guarded and game_event came later).
 EVENT_KINDS = ("watching", "turn_queued", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
                "warning", "guarded", "game_event", "node_finished", "turn_finished", "turn_failed")
