@@ -49,6 +49,7 @@ from runtime.events import (
     GameEventReached,
     NodeFinished,
     NodeStarted,
+    ReplyTagged,
     TurnFinished,
     TurnWarning,
 )
@@ -115,6 +116,7 @@ class TurnResult:
     # Kept with diagnostics on or off: a game acts on them.
     guard: TurnGuard = field(default_factory=TurnGuard)
     game_events: list[str] = field(default_factory=list)  # the marked events reached (``Asset.game_events``), in order
+    tags: dict[str, str] = field(default_factory=dict)  # the asset's reply_tags the turn's nodes wrote: name -> value
 
 
 class Agent:
@@ -425,7 +427,7 @@ class Agent:
         fired = next((n for n in run.nodes if n.guard is not None and n.guard.policy), None)
         guard = TurnGuard(fired.guard.policy, fired.exit, fired.node) if fired is not None and fired.guard else TurnGuard()
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
-                          self.backend.label, repeated, guard, list(run.game_events))
+                          self.backend.label, repeated, guard, list(run.game_events), dict(run.tags))
 
     def _walk(self, run: TurnState, cancel: threading.Event) -> None:
         """Run the graph's nodes from the start node to END."""
@@ -488,6 +490,10 @@ class Agent:
             if mark.node == node.id and mark.exit in ("", port):
                 run.game_events.append(mark.name)
                 run.emit(GameEventReached(node.id, mark.name, mark.exit))
+        for name in self.asset.reply_tags:
+            if name in run.slots and run.tags.get(name) != str(run.slots[name]):
+                run.tags[name] = value = str(run.slots[name])
+                run.emit(ReplyTagged(node.id, name, value))
         run.emit(NodeFinished(node.id, node.type_name, diag.output, port, next_node))
         return next_node
 

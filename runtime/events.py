@@ -100,6 +100,16 @@ class GameEventReached(NodeEvent):
 
 
 @dataclass(frozen=True)
+class ReplyTagged(NodeEvent):
+    """A node wrote a slot the asset sends the game with the reply (``Asset.reply_tags``): a mood or a
+    gesture the game shows as the reply streams."""
+
+    kind: ClassVar[str] = "tag"
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
 class NodeFinished(NodeEvent):
     kind: ClassVar[str] = "node_finished"
     type: str
@@ -116,7 +126,7 @@ class TurnFinished:
     path: list[str] = field(default_factory=list)
 
 
-Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | Guarded | GameEventReached | NodeFinished | TurnFinished
+Event = NodeStarted | Token | Speak | ToolCalled | Summarized | TurnWarning | Guarded | GameEventReached | ReplyTagged | NodeFinished | TurnFinished
 EventCallback = Callable[[Event], None]
 
 # A sentence ends at . ! ? or … (optionally followed by closing quotes or brackets) and then whitespace.

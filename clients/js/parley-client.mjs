@@ -14,11 +14,13 @@
  * @typedef {{policy: string, exit: string, node: string}} TurnGuard  the first policy a Guard node found
  *   broken in the turn, the exit it took ("policy:NAME") and the node; all "" when no guard fired
  * @typedef {{turn: number, turn_id: number, reply: string, path: string[],
- *   diagnostics: Record<string, unknown>|null, guard: TurnGuard, game_events: string[]}} TurnFinished
- *   game_events: the asset's marked game events the turn reached, by name, in order
+ *   diagnostics: Record<string, unknown>|null, guard: TurnGuard, game_events: string[],
+ *   tags: Record<string, string>}} TurnFinished
+ *   game_events: the asset's marked game events the turn reached, by name, in order; tags: the asset's
+ *   reply_tags the turn's nodes wrote (a mood, a gesture), name -> value
  * @typedef {{kind: string, data: any, id?: string}} ParleyEvent  kind: turn_started, turn_queued,
  *   node_started, token, speak, tool_request, tool_call, summarized, warning, guarded, game_event,
- *   node_finished, turn_finished, turn_failed (a kind this client does not know, from a newer server, is
+ *   tag, node_finished, turn_finished, turn_failed (a kind this client does not know, from a newer server, is
  *   handed on as it came); id: the event's SSE id (RUN.N) when the server gave one
  * @typedef {{node: string, policy: string, exit: string, check: string, why: string,
  *   checked: "line"|"reply"}} Guarded  a guarded event's data: a Guard found `policy` broken (check:
@@ -47,11 +49,12 @@
  */
 
 /**
- * turn_finished's data with guard and game_events always there (a server from before they were sent
+ * turn_finished's data with guard, game_events and tags always there (a server from before they were sent
  * leaves them out). @param {any} data @returns {TurnFinished}
  */
 function finishedTurn(data) {
-  return { ...data, guard: { policy: "", exit: "", node: "", ...data?.guard }, game_events: data?.game_events ?? [] };
+  return { ...data, guard: { policy: "", exit: "", node: "", ...data?.guard }, game_events: data?.game_events ?? [],
+    tags: data?.tags ?? {} };
 }
 
 /** Every failure the client reports: an error JSON answer, a failed turn, a lost connection. */

@@ -737,8 +737,9 @@ def asset_to_dict(asset: Asset) -> dict[str, Any]:
         raw["comments"] = [_ordered(c, _COMMENT_KEY_ORDER) for c in raw["comments"]]
     else:
         raw.pop("comments", None)  # written only when there are some
-    if not raw.get("game_events"):
-        raw.pop("game_events", None)  # written only when there are some
+    for key in ("game_events", "reply_tags"):
+        if not raw.get(key):
+            raw.pop(key, None)  # written only when there are some
     if raw.get("double_text") == Asset.model_fields["double_text"].default:
         raw.pop("double_text")  # written only when not the default, so older files save as they were
     return _ordered(raw, _ASSET_KEY_ORDER, _TRAILING_ASSET_KEYS)

@@ -135,6 +135,10 @@ class Asset(Strict):
     game_events: list[GameEvent] = Field(default_factory=list, **_help(
         "The nodes and exits whose outcome the game acts on (a quest step, a reward, a price). Validation warns when "
         "a player can reach one on their word alone; parley test --red-team measures attacks on each.", "Game"))
+    reply_tags: list[str] = Field(default_factory=list, **_help(
+        "Slots the game gets with each reply, for an emotion or an animation (mood, gesture): a Classify Attributes "
+        "node fills them from its allowed values. parley serve sends a tag event as soon as a node writes one, "
+        "before the reply's words, and the finished turn lists them.", "Game"))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
     comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))
@@ -145,6 +149,16 @@ class Asset(Strict):
         bad = [k for k in v if not re.fullmatch(SLOT_PATTERN, k)]
         if bad:
             raise ValueError(f"variable names must be identifiers: {', '.join(map(repr, bad))}")
+        return v
+
+    @field_validator("reply_tags")
+    @classmethod
+    def _tag_names(cls, v: list[str]) -> list[str]:
+        for index, name in enumerate(v):
+            if not re.fullmatch(SLOT_PATTERN, name):
+                raise FieldError(str(index), f"reply tag {name!r} is not a slot name (letters, digits and _)")
+            if name in v[:index]:
+                raise FieldError(str(index), f"reply tag {name!r} is listed twice")
         return v
 
     @field_validator("comments")

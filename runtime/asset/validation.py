@@ -229,6 +229,7 @@ class Validator:
             problems += reported
             if asset.game_events:
                 problems += _game_events(asset, checks, source)
+        problems += _reply_tags(asset, source)
 
         if models is not None:
             reported_models: set[str] = set()
@@ -396,6 +397,14 @@ def _game_events(asset: Asset, checks: NodeChecks, source: str) -> list[Problem]
             f"{steps}, with no Tool Call the game answers on the way. Ask the game first: a Tool Call (such as "
             "check_inventory) whose outcomes branch on the game's answer.", source, node.id, ""))
     return problems
+
+
+def _reply_tags(asset: Asset, source: str) -> list[Problem]:
+    """A warning for each reply tag no node writes: the game would never get it."""
+    written = {slot for node in asset.nodes for slot in node.slots_written()}
+    return [Problem("warning", f"reply tag {name!r} is written by no node, so the game never gets it: add it as an "
+                    "attribute of a Classify Attributes node (its slot), or remove it", source, "", f"reply_tags.{index}")
+            for index, name in enumerate(asset.reply_tags) if name not in written]
 
 
 def ungrounded_paths(asset: Asset, checks: NodeChecks) -> dict[str, tuple[str, str]]:

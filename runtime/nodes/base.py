@@ -244,6 +244,11 @@ class NodeBase(Strict):
         guard): red-team runs measure its false positives by running it alone on benign lines."""
         return False
 
+    def slots_written(self) -> list[str]:
+        """The slots a run of it may write (its output goes to the slot named by its id): what
+        ``Asset.reply_tags`` may name."""
+        return [self.id]
+
     def checks_reply_of(self) -> str:
         """The node whose reply this node checks before the player sees it (a Guard on that node's
         slot), or ''. The agent holds that node's tokens and sentences back until this node runs."""

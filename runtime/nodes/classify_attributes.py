@@ -52,6 +52,9 @@ class ClassifyAttributes(Classifier):
     def exits(self) -> dict[str, str]:
         return {"default_exit": self.default_exit}
 
+    def slots_written(self) -> list[str]:
+        return [self.id, *(a.target_slot for a in self.attributes)]
+
     _unique_attributes = unique_names("attributes", "attribute")
 
     # --- the question to the model -----------------------------------------------------------

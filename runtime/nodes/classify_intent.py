@@ -56,6 +56,9 @@ class ClassifyIntent(Classifier):
     slot: str = Field("intent", pattern=SLOT_PATTERN, **field_help("Slot the chosen intent's name is written to.", "Intents"))
     fallback_exit: str = Field(END, **field_help("Node that runs when classification fails. Empty ends the turn.", "Exits"))
 
+    def slots_written(self) -> list[str]:
+        return [self.id, self.slot]
+
     def exits(self) -> dict[str, str]:
         out = {intent_port(i.name): i.exit for i in self.intents}
         out["fallback_exit"] = self.fallback_exit

@@ -74,6 +74,7 @@ class TurnState:
     # implements its tools; the mocks are for testing in the editor).
     mock_tools: bool = True
     game_events: list[str] = field(default_factory=list)  # the marked events reached, by name
+    tags: dict[str, str] = field(default_factory=dict)  # the asset's reply_tags sent so far: name -> value
     # Node id -> the tokens and sentences of its reply, held back until a Guard checks it.
     held: dict[str, list[Event]] = field(default_factory=dict)
 

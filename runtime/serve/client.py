@@ -130,6 +130,11 @@ class TurnEnd(HoldsRecord):
         """The game events (the asset's ``game_events``) the turn reached, by name, in order."""
         return self.record.game_events
 
+    @property
+    def tags(self) -> dict[str, str]:
+        """The asset's ``reply_tags`` the turn's nodes wrote (a mood, a gesture): name -> value."""
+        return self.record.tags
+
 
 ToolFunction = Callable[[ToolRequest], str]
 EventFunction = Callable[[ServerEvent], None]

@@ -766,7 +766,7 @@ class NPCs:
         turn_finished, with the record as ``GET turns/{id}`` gives a turn this server did not run, and
         what the game reacts to (the guard that fired, the game events reached)."""
         lean = TurnRecord(record.turn_id, record.index, record.line, record.reply, guard=record.guard,
-                          game_events=list(record.game_events))
+                          game_events=list(record.game_events), tags=dict(record.tags))
         return {"run": stream.run, "id": stream.event_id(stream.sent + 1), "kind": last.kind,
                 "data": {"turn": record.index, **lean.to_json()}}
 

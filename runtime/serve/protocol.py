@@ -17,6 +17,7 @@ from runtime.events import (
     NodeEvent,
     NodeFinished,
     NodeStarted,
+    ReplyTagged,
     Speak,
     Summarized,
     Token,
@@ -241,7 +242,7 @@ KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so
 
 # A client ignores a kind it does not know: a newer server may send more (guarded and game_event came later).
 EVENT_KINDS = ("watching", "turn_queued", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
-               "warning", "guarded", "game_event", "node_finished", "turn_finished", "turn_failed")
+               "warning", "guarded", "game_event", "tag", "node_finished", "turn_finished", "turn_failed")
 
 
 def event_data(event: Event) -> dict[str, Any]:
@@ -253,7 +254,7 @@ def event_data(event: Event) -> dict[str, Any]:
 # kind -> the runtime event a node sends as it runs (the turn's start and end are the server's own events)
 NODE_EVENTS: dict[str, type[NodeEvent]] = {cls.kind: cls for cls in (NodeStarted, Token, Speak, ToolCalled, Summarized,
                                                                       TurnWarning, Guarded, GameEventReached,
-                                                                      NodeFinished)}
+                                                                      ReplyTagged, NodeFinished)}
 _EMPTY: dict[type, Callable[[Any], Any]] = {str: str, int: int, bool: bool, dict: dict, list: list}
 
 

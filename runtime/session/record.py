@@ -36,12 +36,13 @@ class TurnRecord:
     # What a game reacts to, kept whether or not the asset has diagnostics on
     guard: TurnGuard = field(default_factory=TurnGuard)  # the first policy a Guard found broken ('' when none)
     game_events: list[str] = field(default_factory=list)  # the marked game events it reached, in order
+    tags: dict[str, str] = field(default_factory=dict)  # the asset's reply_tags its nodes wrote: name -> value
 
     @classmethod
     def of(cls, line: str, result: TurnResult) -> TurnRecord:
         """The record of a turn the agent just ran on ``line``."""
         return cls(result.turn_id, result.turn, line, result.reply, list(result.path), result.diagnostics,
-                   dict(result.prompts), result.backend, result.guard, list(result.game_events))
+                   dict(result.prompts), result.backend, result.guard, list(result.game_events), dict(result.tags))
 
     def without_details(self) -> TurnRecord:
         """The record less its diagnostics and prompts (most of its memory): what it said and where it went."""
@@ -50,7 +51,8 @@ class TurnRecord:
     def result(self) -> TurnResult:
         """The record as the runtime's ``TurnResult`` (what the Turn Inspector and replays read)."""
         return TurnResult(self.index, self.reply, list(self.path), {}, self.diagnostics, dict(self.prompts),
-                          self.turn_id, self.backend, guard=self.guard, game_events=list(self.game_events))
+                          self.turn_id, self.backend, guard=self.guard, game_events=list(self.game_events),
+                          tags=dict(self.tags))
 
     def to_json(self) -> dict[str, Any]:
         return _adapter().dump_python(self, mode="json")

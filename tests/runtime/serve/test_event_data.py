@@ -18,6 +18,7 @@ EVERY_NODE_EVENT = [
     events.TurnWarning("reply", "the prompt was trimmed"),
     events.Guarded("gate", "narration", "policy:narration", "patterns", "'appear' (list 'narration')", "line"),
     events.GameEventReached("gate", "call_the_watch", "policy:narration"),
+    events.ReplyTagged("feel", "mood", "wistful"),
     events.NodeFinished("route", "ClassifyIntent", "room", "intent:room", "reply"),
 ]
 
