@@ -1,9 +1,10 @@
-"""The C# client (clients/csharp/ParleyClient.cs) built with Mono's mcs and run with mono against a
-real ``parley serve`` process: a whole scripted conversation (a tool call answered by the client, two
-NPCs waiting on tools at once, turns cancelled by POST /cancel, by a token and by a failing tool, history,
-variables, params, typed errors, the token) on both of Mono's HTTP handlers, turns whose streams a proxy
-breaks mid-turn (resumed, or lost with the line handed back), a server killed mid-turn (server_gone) and
-one never started (unavailable), and one turn on the real sample model.
+"""The C# client (clients/unity/Runtime/ParleyClient.cs, the one C# protocol core, here on its HttpClient
+transport) built with Mono's mcs and run with mono against a real ``parley serve`` process: a whole
+scripted conversation (a tool call answered by the client, two NPCs waiting on tools at once, turns
+cancelled by POST /cancel, by a token and by a failing tool, history, variables, params, typed errors, the
+token) on both of Mono's HTTP handlers, turns whose streams a proxy breaks mid-turn (resumed, or lost with
+the line handed back), a server killed mid-turn (server_gone) and one never started (unavailable), and one
+turn on the real sample model.
 
 Mono comes from the package registry: when ``mcs`` or ``mono`` is missing and we are root with apt-get,
 the module installs ``mono-mcs`` (which brings ``mono-runtime``) and ``libmono-system-net-http4.0-cil``
@@ -22,12 +23,19 @@ import pytest
 from runtime.resources import examples_dir
 from tests.clients.cutting_proxy import CuttingProxy
 from tests.clients.kill_switch import KillSwitch, closed_url
+from tests.clients.protocol import check_protocol, protocol_env, protocol_server
 from tests.samples import example_on_sample_model
 from tests.servers import parley_serve, parley_serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CSHARP = ROOT / "clients" / "csharp"
-SOURCES = (CSHARP / "ParleyClient.cs", CSHARP / "tests" / "ConversationTest.cs")
+# The core lives in the Unity package (a package added by git URL sees only clients/unity); this test builds
+# it without Unity, on its HttpClient transport.
+CORE = ROOT / "clients" / "unity" / "Runtime" / "ParleyClient.cs"
+UNITY = ROOT / "clients" / "unity"
+# the core, the Unity package's plain-C# conversation (which the protocol driver runs through) and the tests
+SOURCES = (CORE, UNITY / "Runtime" / "ParleyConversation.cs", UNITY / "Tests~" / "ProtocolDriver.cs",
+           CSHARP / "tests" / "ConversationTest.cs")
 MONO_PACKAGES = ("mono-mcs", "libmono-system-net-http4.0-cil")
 TOKEN = "csharp-client-test-token"
 INSTALL_SECONDS = 900.0  # apt-get on a slow mirror
@@ -176,3 +184,17 @@ def test_csharp_client_stops_a_server_by_request_with_its_token(conversation_tes
         server.process.wait(timeout=RUN_SECONDS)
     assert re.findall(r"^ok (.+)$", output, re.MULTILINE) == ["a shutdown by request"], output
     assert server.process.returncode == 0
+
+
+@pytest.mark.parametrize("handler", list(HANDLERS), ids=list(HANDLERS.values()))
+def test_csharp_client_runs_the_shared_protocol_set_over_httpclient(conversation_test: list[str], handler: str) -> None:
+    """clients/protocol/conversation.json by the Unity test's driver, on the HttpClient transport."""
+    with protocol_server("csharp") as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_") or k == "PARLEY_SERVE_STATE"}
+        env.update(protocol_env(url, "csharp"))
+        if handler:
+            env["PARLEY_HANDLER"] = handler
+        done = subprocess.run([*conversation_test, url, "protocol"], env=env, capture_output=True, text=True,
+                              encoding="utf-8", errors="replace", timeout=RUN_SECONDS, check=False)
+    assert done.returncode == 0, f"ConversationTest.exe protocol exited {done.returncode}:\n{done.stdout}{done.stderr}"
+    check_protocol(done.stdout, "csharp")

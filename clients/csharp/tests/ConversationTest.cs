@@ -28,9 +28,10 @@ static class ConversationTest
 
     static int Main(string[] args)
     {
-        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume" && args[1] != "gone" && args[1] != "shutdown"))
+        if (args.Length != 2 || (args[1] != "scripted" && args[1] != "model" && args[1] != "resume" && args[1] != "gone"
+                                  && args[1] != "shutdown" && args[1] != "protocol"))
         {
-            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume|gone|shutdown");
+            Console.Error.WriteLine("usage: ConversationTest.exe URL scripted|model|resume|gone|shutdown|protocol");
             return 2;
         }
         try
@@ -45,6 +46,9 @@ static class ConversationTest
                 MainThread.Run(() => Resume(args[0], Environment.GetEnvironmentVariable("PARLEY_SUFFIX") ?? ".cs"));
             else if (args[1] == "gone") Gone(args[0]).GetAwaiter().GetResult();
             else if (args[1] == "shutdown") Shutdown(args[0]).GetAwaiter().GetResult();
+            // the protocol test set (clients/protocol), by the driver the Unity package's test runs, over HttpClient
+            else if (args[1] == "protocol")
+                MainThread.Run(() => ProtocolDriver.Run(() => new HttpClientTransport(Handler()), Console.Out));
             else Model(args[0]).GetAwaiter().GetResult();
             Console.WriteLine("all passed");
             return 0;

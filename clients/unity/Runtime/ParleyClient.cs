@@ -1,6 +1,13 @@
 // ParleyClient.cs: a client for `parley serve` (protocol v1, docs/serving.md) in one file, for Unity and
 // any .NET with System.Net.Http. No JSON library: a small reader/writer for the protocol's values is at
 // the end (Unity's JsonUtility cannot read free-form objects such as tool arguments or diagnostics).
+// The one C# protocol core: the Unity package (clients/unity) and clients/csharp both build this file.
+//
+// HTTP goes through an IParleyTransport: HttpClientTransport (System.Net.Http, the default everywhere but a
+// WebGL player) or, in Unity, UnityWebRequestTransport (UnityWebRequestTransport.cs beside this file; the
+// default in a WebGL player, which has no threads and no sockets). A transport only moves bytes and keeps
+// time: the SSE parsing, resume with Last-Event-ID, error codes, tool answers and JSON are here, once.
+// Nothing here waits on a timer or a thread of its own: delays and silences are the transport's.
 //
 // Objects from the server are Dictionary<string, object>, arrays List<object>, numbers long or double,
 // strings string, true/false bool, null null. C# 7 only, so Mono's mcs and Unity's compiler both take it.
@@ -17,6 +24,7 @@ using System.IO;
 using System.Net;
 using System.Net.Http;
 using System.Net.Sockets;
+using System.Runtime.ExceptionServices;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
@@ -122,6 +130,9 @@ namespace Parley
         public string GuardPolicy = "", GuardExit = "", GuardNode = "";
         /// <summary>The game events (the asset's game_events) the turn reached, by name, in order.</summary>
         public List<string> GameEvents = new List<string>();
+        /// <summary>The reply tags the asset asks for (its reply_tags, e.g. "mood" -> "angry"): the value each
+        /// listed slot had at the turn's end. Empty when the asset lists none (or the server is older).</summary>
+        public Dictionary<string, string> Tags = new Dictionary<string, string>();
         public Dictionary<string, object> Data;
     }
 
@@ -162,35 +173,155 @@ namespace Parley
         public string Line, Reply;
     }
 
+    // --- the transport seam --------------------------------------------------------------------------------
+
+    /// <summary>How a request that got no answer failed: no connection was made (NotConnected: nothing reached
+    /// the server), one was made and broke (Broke), or the request's time ran out (TimedOut).</summary>
+    public enum TransportFailure { NotConnected, Broke, TimedOut }
+
+    /// <summary>A request that got no HTTP answer (an answer with any status is not this).</summary>
+    public sealed class ParleyTransportException : Exception
+    {
+        public readonly TransportFailure Failure;
+
+        public ParleyTransportException(TransportFailure failure, string message, Exception inner = null)
+            : base(message, inner)
+        {
+            Failure = failure;
+        }
+    }
+
+    /// <summary>One HTTP request as the client asks a transport for it.</summary>
+    public sealed class ParleyRequest
+    {
+        public string Method, Url;
+        /// <summary>JSON text (sent as application/json, UTF-8), or null for none.</summary>
+        public string Body;
+        public readonly List<KeyValuePair<string, string>> Headers = new List<KeyValuePair<string, string>>();
+        /// <summary>Send: until the whole answer is in; Open: until its status is (Timeout.InfiniteTimeSpan: none).</summary>
+        public TimeSpan Timeout = System.Threading.Timeout.InfiniteTimeSpan;
+    }
+
+    /// <summary>A whole answer: its status and its body as text.</summary>
+    public sealed class ParleyAnswer
+    {
+        public readonly int Status;
+        public readonly string Body;
+
+        public ParleyAnswer(int status, string body)
+        {
+            Status = status;
+            Body = body ?? "";
+        }
+    }
+
+    /// <summary>What carries the client's HTTP. It moves bytes and keeps time, nothing more: the protocol is
+    /// ParleyClient's. Its tasks may complete on any thread, but must never block one (WebGL has one).</summary>
+    public interface IParleyTransport : IDisposable
+    {
+        /// <summary>One request and its whole answer; ParleyTransportException when no answer came.</summary>
+        Task<ParleyAnswer> Send(ParleyRequest request);
+
+        /// <summary>Opens a streamed answer (an event stream): completes once its status is known.
+        /// ParleyTransportException when no answer came; cancelling the token aborts it
+        /// (OperationCanceledException).</summary>
+        Task<IParleyStream> Open(ParleyRequest request, CancellationToken cancel);
+
+        /// <summary>A wait that holds no thread.</summary>
+        Task Delay(TimeSpan delay, CancellationToken cancel);
+    }
+
+    /// <summary>A streamed answer. Dispose aborts it: a read in flight then ends (with an exception, or 0).</summary>
+    public interface IParleyStream : IDisposable
+    {
+        int Status { get; }
+
+        /// <summary>The next bytes of the body into buffer: how many (0 at its end). Throws when the connection
+        /// breaks, and ParleyTransportException TimedOut when nothing arrives for <paramref name="silence"/>
+        /// (Timeout.InfiniteTimeSpan or zero: no limit).</summary>
+        Task<int> Read(byte[] buffer, TimeSpan silence);
+
+        /// <summary>The rest of the body as text (for an error's answer).</summary>
+        Task<string> ReadToEnd();
+    }
+
+    /// <summary>An event stream's bytes, as they arrive in chunks of any size, turned into its lines: UTF-8
+    /// decoded across chunk boundaries (a character split between two chunks comes out whole), lines ending
+    /// in \n, \r\n or \r (a \r\n split between two chunks is one line end).</summary>
+    public sealed class SseLineReader
+    {
+        readonly Decoder decoder = new UTF8Encoding(false).GetDecoder();
+        readonly StringBuilder partial = new StringBuilder();
+        readonly Queue<string> lines = new Queue<string>();
+        char[] chars = new char[0];
+        bool afterCarriageReturn;
+
+        public void Feed(byte[] bytes, int count)
+        {
+            if (chars.Length < count + 4) chars = new char[count + 4]; // + a character held from the last chunk
+            int n = decoder.GetChars(bytes, 0, count, chars, 0, false);
+            for (int i = 0; i < n; i++)
+            {
+                char c = chars[i];
+                if (afterCarriageReturn && c == '\n')
+                {
+                    afterCarriageReturn = false;
+                    continue;
+                }
+                afterCarriageReturn = c == '\r';
+                if (c == '\n' || c == '\r')
+                {
+                    lines.Enqueue(partial.ToString());
+                    partial.Length = 0;
+                }
+                else partial.Append(c);
+            }
+        }
+
+        /// <summary>The next whole line, if one has arrived.</summary>
+        public bool TryTake(out string line)
+        {
+            if (lines.Count > 0)
+            {
+                line = lines.Dequeue();
+                return true;
+            }
+            line = null;
+            return false;
+        }
+    }
+
     public sealed class ParleyClient : IDisposable
     {
-        readonly HttpClient http;
-        readonly string baseUrl;
+        readonly IParleyTransport transport;
+        readonly string baseUrl, token;
 
         /// <summary>How long an ordinary request may take (a turn's stream has no limit: cancel it instead).</summary>
         public TimeSpan RequestTimeout = TimeSpan.FromSeconds(30);
 
+#if UNITY_WEBGL && !UNITY_EDITOR
         /// <param name="baseUrl">The address `parley serve` printed, e.g. http://127.0.0.1:8765</param>
         /// <param name="token">The server's token (PARLEY_SERVE_TOKEN) when it has one.</param>
+        public ParleyClient(string baseUrl, string token = null)
+            : this(baseUrl, token, new UnityWebRequestTransport()) { } // a WebGL player has no HttpClient
+#else
+        /// <param name="baseUrl">The address `parley serve` printed, e.g. http://127.0.0.1:8765</param>
+        /// <param name="token">The server's token (PARLEY_SERVE_TOKEN) when it has one.</param>
+        /// <param name="handler">HttpClient's handler (null: its default).</param>
         public ParleyClient(string baseUrl, string token = null, HttpMessageHandler handler = null)
+            : this(baseUrl, token, new HttpClientTransport(handler)) { }
+#endif
+
+        /// <summary>A client whose HTTP goes through <paramref name="transport"/> (disposed with the client).</summary>
+        public ParleyClient(string baseUrl, string token, IParleyTransport transport)
         {
+            if (transport == null) throw new ArgumentNullException("transport");
             this.baseUrl = baseUrl.TrimEnd('/') + "/v1";
-            http = handler != null ? new HttpClient(handler) : new HttpClient();
-            http.Timeout = Timeout.InfiniteTimeSpan; // streams are open for as long as a turn runs
-            http.DefaultRequestHeaders.ExpectContinue = false; // .NET Framework's handler would wait for a 100 first
-            if (!string.IsNullOrEmpty(token))
-                http.DefaultRequestHeaders.TryAddWithoutValidation("Authorization", "Bearer " + token);
-            try
-            {
-                // Handlers built on HttpWebRequest (.NET Framework's, older Mono's) allow 2 connections per
-                // host: a turn's stream, its tool result and a cancel need 3. (Elsewhere this has no effect.)
-                var point = ServicePointManager.FindServicePoint(new Uri(this.baseUrl));
-                point.ConnectionLimit = Math.Max(point.ConnectionLimit, 16);
-            }
-            catch (Exception) { }
+            this.token = token;
+            this.transport = transport;
         }
 
-        public void Dispose() { http.Dispose(); }
+        public void Dispose() { transport.Dispose(); }
 
         // --- routes ------------------------------------------------------------------------------------
 
@@ -385,7 +516,7 @@ namespace Parley
             public long Seen; // N of the last event delivered (its id RUN.N)
             public int Attempts; // resume attempts since an event last arrived
             public bool Ended; // turn_finished or turn_failed was read: nothing is left running
-            public HttpResponseMessage Current; // the connection being read
+            public IParleyStream Current; // the connection being read
         }
 
         // The stream broke (EOF before the turn's end, a read error, silence): what a resume is for.
@@ -394,28 +525,34 @@ namespace Parley
             public StreamBroke(string message, Exception inner = null) : base(message, inner) { }
         }
 
-        static HttpRequestMessage StreamRequest(HttpMethod method, string url)
+        ParleyRequest Request(string method, string url, string jsonBody, TimeSpan timeout)
         {
-            var request = new HttpRequestMessage(method, url);
-            request.Headers.Accept.ParseAdd("text/event-stream");
-            // Its own connection, closed after: a stream left mid-turn must not go back to the pool half
-            // read (Mono 6.8's handler reused one, and the next request read the rest of the stream).
-            request.Headers.ConnectionClose = true;
+            var request = new ParleyRequest { Method = method, Url = url, Body = jsonBody, Timeout = timeout };
+            if (!string.IsNullOrEmpty(token))
+                request.Headers.Add(new KeyValuePair<string, string>("Authorization", "Bearer " + token));
             return request;
         }
+
+        ParleyRequest StreamRequest(string method, string url, string jsonBody, TimeSpan timeout)
+        {
+            var request = Request(method, url, jsonBody, timeout);
+            request.Headers.Add(new KeyValuePair<string, string>("Accept", "text/event-stream"));
+            return request;
+        }
+
+        static bool Succeeded(int status) { return status >= 200 && status < 300; }
 
         async Task<TurnResult> Stream(string sessionId, string route, string body, RunState state,
                                       Func<ToolRequest, Task<string>> tools, Action<TurnEvent> onEvent, CancellationToken cancel)
         {
             cancel.ThrowIfCancellationRequested();
-            var request = StreamRequest(HttpMethod.Post, baseUrl + S(sessionId) + route);
-            request.Content = new StringContent(body, Encoding.UTF8, "application/json");
-            HttpResponseMessage response;
+            var request = StreamRequest("POST", baseUrl + S(sessionId) + route, body, Timeout.InfiniteTimeSpan);
+            IParleyStream response;
             try
             {
-                response = await http.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, cancel);
+                response = await transport.Open(request, cancel);
             }
-            catch (HttpRequestException e)
+            catch (ParleyTransportException e)
             {
                 var none = NoAnswer(e);
                 // Never reached: the turn never began. A connection that was made and broke before the answer
@@ -423,9 +560,9 @@ namespace Parley
                 if (none.Code != "server_gone") throw none;
                 throw await Unresumed(sessionId, state, new StreamBroke(none.Message, e));
             }
-            if (!response.IsSuccessStatusCode)
+            if (!Succeeded(response.Status))
             {
-                using (response) throw Failure((int)response.StatusCode, await response.Content.ReadAsStringAsync());
+                using (response) throw Failure(response.Status, await response.ReadToEnd());
             }
             state.Current = response;
             var answers = new List<Task>();
@@ -445,7 +582,7 @@ namespace Parley
                     stopped.TrySetResult(true);
                     var current = Volatile.Read(ref state.Current);
                     if (current != null) current.Dispose();
-                });
+                }, TaskContinuationOptions.ExecuteSynchronously); // not on the thread pool: WebGL has none
             }))
             {
                 try
@@ -500,7 +637,7 @@ namespace Parley
                 }
                 catch (ParleyException) { } // the server is gone or the session with it: nothing to stop
             }
-            System.Runtime.ExceptionServices.ExceptionDispatchInfo.Capture(failure).Throw();
+            ExceptionDispatchInfo.Capture(failure).Throw();
             throw failure; // not reached
         }
 
@@ -531,7 +668,7 @@ namespace Parley
         // doubling delay while no server answers (or one answers 5xx). turn_lost when a server answers that it
         // does not know the run (the one that ran it stopped before the turn finished), or the last try was
         // answered 5xx (a balancer with no server for it); server_gone when the last try reached no server.
-        async Task<HttpResponseMessage> Resume(string sessionId, RunState state, CancellationToken cancel, StreamBroke broke)
+        async Task<IParleyStream> Resume(string sessionId, RunState state, CancellationToken cancel, StreamBroke broke)
         {
             int tries = Math.Max(1, ResumeTries);
             string why = broke.Message;
@@ -545,30 +682,26 @@ namespace Parley
                     throw Gone(state, "no try of " + tries + " to resume the turn reached it: " + why, null);
                 }
                 if (attempt > 0)
-                    await Task.Delay(TimeSpan.FromMilliseconds(ResumeDelay.TotalMilliseconds * (1 << Math.Min(attempt - 1, 16))),
-                                     cancel);
-                var request = StreamRequest(HttpMethod.Get, baseUrl + S(sessionId) + "/runs/" + Uri.EscapeDataString(state.Run)
-                                            + "/events");
-                request.Headers.TryAddWithoutValidation("Last-Event-ID", state.Run + "." + state.Seen);
-                HttpResponseMessage response;
-                using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancel))
+                    await transport.Delay(TimeSpan.FromMilliseconds(ResumeDelay.TotalMilliseconds * (1 << Math.Min(attempt - 1, 16))),
+                                          cancel);
+                var request = StreamRequest("GET", baseUrl + S(sessionId) + "/runs/" + Uri.EscapeDataString(state.Run)
+                                            + "/events", null, RequestTimeout);
+                request.Headers.Add(new KeyValuePair<string, string>("Last-Event-ID", state.Run + "." + state.Seen));
+                IParleyStream response;
+                try
                 {
-                    timeout.CancelAfter(RequestTimeout);
-                    try
-                    {
-                        response = await http.SendAsync(request, HttpCompletionOption.ResponseHeadersRead, timeout.Token);
-                    }
-                    catch (Exception e) when (!cancel.IsCancellationRequested)
-                    {
-                        why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
-                        answered = false;
-                        continue; // no answer (refused, reset, timed out): try again
-                    }
+                    response = await transport.Open(request, cancel);
                 }
-                if (response.IsSuccessStatusCode) return response;
-                int status = (int)response.StatusCode;
+                catch (Exception e) when (!cancel.IsCancellationRequested)
+                {
+                    why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
+                    answered = false;
+                    continue; // no answer (refused, reset, timed out): try again
+                }
+                if (Succeeded(response.Status)) return response;
+                int status = response.Status;
                 string text;
-                using (response) text = await response.Content.ReadAsStringAsync();
+                using (response) text = await response.ReadToEnd();
                 var error = Failure(status, text);
                 if (error.Code == "unknown_run") throw Lost(state, "the server does not know it any more", error);
                 why = error.Message;
@@ -593,19 +726,11 @@ namespace Parley
 
         // Reads one connection's events to the turn's end (the result, or turn_failed's exception); StreamBroke
         // when the stream breaks first. Events whose id was seen before are skipped.
-        async Task<TurnResult> Read(HttpResponseMessage response, string sessionId, RunState state,
+        async Task<TurnResult> Read(IParleyStream response, string sessionId, RunState state,
                                     Func<ToolRequest, Task<string>> tools, Action<TurnEvent> onEvent, List<Task> answers)
         {
-            StreamReader reader;
-            try
-            {
-                reader = new StreamReader(await response.Content.ReadAsStreamAsync(), new UTF8Encoding(false));
-            }
-            catch (Exception e) when (e is IOException || e is HttpRequestException || e is ObjectDisposedException
-                                      || e is WebException)
-            {
-                throw new StreamBroke(e.Message, e);
-            }
+            var lines = new SseLineReader();
+            var buffer = new byte[8192];
             string kind = "message", id = "";
             var data = new StringBuilder();
             bool hasData = false;
@@ -615,11 +740,11 @@ namespace Parley
                 string line;
                 try
                 {
-                    line = await ReadLine(reader, response);
+                    line = await ReadLine(response, lines, buffer);
                 }
-                catch (Exception e) when (!(e is StreamBroke))
+                catch (Exception e)
                 {
-                    throw new StreamBroke(e.Message, e); // reset, aborted, disposed: the connection is gone
+                    throw new StreamBroke(e.Message, e); // reset, aborted, disposed, silent: the connection is gone
                 }
                 if (line == null)
                     throw new StreamBroke("the turn's stream ended before turn_finished or turn_failed (did the server stop?)");
@@ -653,24 +778,18 @@ namespace Parley
             }
         }
 
-        // The next line, or StreamBroke when none comes within StreamIdleTimeout.
-        async Task<string> ReadLine(StreamReader reader, HttpResponseMessage response)
+        // The next line (null at the stream's end: a line left unfinished there is dropped, as an event with
+        // no blank line after it is). The transport throws when nothing comes within StreamIdleTimeout.
+        async Task<string> ReadLine(IParleyStream response, SseLineReader lines, byte[] buffer)
         {
-            var next = reader.ReadLineAsync();
-            if (next.IsCompleted || StreamIdleTimeout <= TimeSpan.Zero || StreamIdleTimeout == Timeout.InfiniteTimeSpan)
-                return await next;
-            using (var quiet = new CancellationTokenSource())
+            string line;
+            while (!lines.TryTake(out line))
             {
-                var silence = Task.Delay(StreamIdleTimeout, quiet.Token);
-                if (await Task.WhenAny(next, silence) != next)
-                {
-                    Observe(next);
-                    response.Dispose(); // the read in flight ends with it
-                    throw new StreamBroke("the stream sent nothing for " + StreamIdleTimeout.TotalSeconds + " s");
-                }
-                quiet.Cancel();
+                int count = await response.Read(buffer, StreamIdleTimeout);
+                if (count <= 0) return null;
+                lines.Feed(buffer, count);
             }
-            return await next;
+            return line;
         }
 
         // Whether the event with SSE id `id` is new (ids are RUN.N); it then counts as seen.
@@ -742,6 +861,8 @@ namespace Parley
                 }
                 var gameEvents = Json.Get(data, "game_events") as List<object>;
                 if (gameEvents != null) foreach (var name in gameEvents) result.GameEvents.Add(name as string ?? "");
+                var tags = Json.Get(data, "tags") as Dictionary<string, object>; // absent unless the asset has reply_tags
+                if (tags != null) foreach (var tag in tags) result.Tags[tag.Key] = tag.Value as string ?? Json.Write(tag.Value);
                 return result;
             }
             else if (kind == "turn_failed")
@@ -790,42 +911,32 @@ namespace Parley
 
         async Task<object> SendOnce(string method, string path, string jsonBody)
         {
-            var request = new HttpRequestMessage(new HttpMethod(method), baseUrl + path);
-            if (jsonBody != null) request.Content = new StringContent(jsonBody, Encoding.UTF8, "application/json");
-            using (var timeout = new CancellationTokenSource(RequestTimeout))
+            ParleyAnswer answer;
+            try
             {
-                HttpResponseMessage response;
-                string text;
-                try
-                {
-                    response = await http.SendAsync(request, HttpCompletionOption.ResponseContentRead, timeout.Token)
-                        .ConfigureAwait(false);
-                    text = response.Content == null ? "" : await response.Content.ReadAsStringAsync().ConfigureAwait(false);
-                }
-                catch (HttpRequestException e)
-                {
-                    throw NoAnswer(e);
-                }
-                catch (OperationCanceledException e)
-                {
-                    throw new ParleyException("timeout", method + " " + path + " had no answer in "
-                                              + RequestTimeout.TotalSeconds + " s", 0, null, "", "", e);
-                }
-                using (response)
-                {
-                    int status = (int)response.StatusCode;
-                    if (!response.IsSuccessStatusCode) throw Failure(status, text);
-                    if (status == 204 || text.Length == 0) return null;
-                    try
-                    {
-                        return Json.Parse(text);
-                    }
-                    catch (FormatException e)
-                    {
-                        throw new ParleyException("bad_response", method + " " + path + " answered what is not JSON: "
-                                                  + e.Message, status, null, "", "", e);
-                    }
-                }
+                answer = await transport.Send(Request(method, baseUrl + path, jsonBody, RequestTimeout)).ConfigureAwait(false);
+            }
+            catch (ParleyTransportException e) when (e.Failure == TransportFailure.TimedOut)
+            {
+                throw new ParleyException("timeout", method + " " + path + " had no answer in "
+                                          + RequestTimeout.TotalSeconds + " s", 0, null, "", "", e);
+            }
+            catch (ParleyTransportException e)
+            {
+                throw NoAnswer(e);
+            }
+            int status = answer.Status;
+            string text = answer.Body;
+            if (!Succeeded(status)) throw Failure(status, text);
+            if (status == 204 || text.Length == 0) return null;
+            try
+            {
+                return Json.Parse(text);
+            }
+            catch (FormatException e)
+            {
+                throw new ParleyException("bad_response", method + " " + path + " answered what is not JSON: "
+                                          + e.Message, status, null, "", "", e);
             }
         }
 
@@ -846,13 +957,153 @@ namespace Parley
 
         // A request no server answered: unavailable when no connection was made (refused, no such host), so
         // nothing reached the server; server_gone when one was made and broke before the answer.
-        ParleyException NoAnswer(Exception e)
+        ParleyException NoAnswer(ParleyTransportException e)
         {
             string why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
-            if (NeverConnected(e)) return new ParleyException("unavailable", "cannot reach " + baseUrl + ": " + why, 0,
-                                                              null, "", "", e);
+            if (e.Failure == TransportFailure.NotConnected)
+                return new ParleyException("unavailable", "cannot reach " + baseUrl + ": " + why, 0, null, "", "", e);
             return new ParleyException("server_gone", "the connection to " + baseUrl + " broke before the answer: " + why,
                                        0, null, "", "", e);
+        }
+
+        // A request nobody awaits must still have its exception looked at, or it is reported as unobserved.
+        internal static void Observe(Task task)
+        {
+            task.ContinueWith(t => { var ignored = t.Exception; },
+                              TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously);
+        }
+    }
+
+#if !(UNITY_WEBGL && !UNITY_EDITOR)
+    /// <summary>The transport on System.Net.Http's HttpClient: any .NET, and Unity outside a WebGL player.</summary>
+    public sealed class HttpClientTransport : IParleyTransport
+    {
+        readonly HttpClient http;
+        string limitedHost; // the host whose connection limit was raised
+
+        public HttpClientTransport(HttpMessageHandler handler = null)
+        {
+            http = handler != null ? new HttpClient(handler) : new HttpClient();
+            http.Timeout = Timeout.InfiniteTimeSpan; // streams are open for as long as a turn runs
+            http.DefaultRequestHeaders.ExpectContinue = false; // .NET Framework's handler would wait for a 100 first
+        }
+
+        public void Dispose() { http.Dispose(); }
+
+        HttpRequestMessage Message(ParleyRequest request)
+        {
+            var uri = new Uri(request.Url);
+            if (limitedHost != uri.Authority)
+            {
+                try
+                {
+                    // Handlers built on HttpWebRequest (.NET Framework's, older Mono's) allow 2 connections per
+                    // host: a turn's stream, its tool result and a cancel need 3. (Elsewhere this has no effect.)
+                    var point = ServicePointManager.FindServicePoint(uri);
+                    point.ConnectionLimit = Math.Max(point.ConnectionLimit, 16);
+                }
+                catch (Exception) { }
+                limitedHost = uri.Authority;
+            }
+            var message = new HttpRequestMessage(new HttpMethod(request.Method), uri);
+            foreach (var header in request.Headers) message.Headers.TryAddWithoutValidation(header.Key, header.Value);
+            if (request.Body != null) message.Content = new StringContent(request.Body, Encoding.UTF8, "application/json");
+            return message;
+        }
+
+        public async Task<ParleyAnswer> Send(ParleyRequest request)
+        {
+            var message = Message(request);
+            using (var timeout = new CancellationTokenSource(request.Timeout))
+            {
+                HttpResponseMessage response;
+                string text;
+                try
+                {
+                    response = await http.SendAsync(message, HttpCompletionOption.ResponseContentRead, timeout.Token)
+                        .ConfigureAwait(false);
+                    text = response.Content == null ? "" : await response.Content.ReadAsStringAsync().ConfigureAwait(false);
+                }
+                catch (HttpRequestException e)
+                {
+                    throw Unanswered(e);
+                }
+                catch (OperationCanceledException e)
+                {
+                    throw new ParleyTransportException(TransportFailure.TimedOut, "no answer in "
+                                                       + request.Timeout.TotalSeconds + " s", e);
+                }
+                using (response) return new ParleyAnswer((int)response.StatusCode, text);
+            }
+        }
+
+        public async Task<IParleyStream> Open(ParleyRequest request, CancellationToken cancel)
+        {
+            var message = Message(request);
+            // Its own connection, closed after: a stream left mid-turn must not go back to the pool half
+            // read (Mono 6.8's handler reused one, and the next request read the rest of the stream).
+            message.Headers.ConnectionClose = true;
+            using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancel))
+            {
+                if (request.Timeout != Timeout.InfiniteTimeSpan) timeout.CancelAfter(request.Timeout);
+                try
+                {
+                    // not ConfigureAwait(false): the caller's context carries on (its callbacks run there)
+                    return new Stream(await http.SendAsync(message, HttpCompletionOption.ResponseHeadersRead, timeout.Token));
+                }
+                catch (HttpRequestException e)
+                {
+                    throw Unanswered(e);
+                }
+                catch (OperationCanceledException e) when (!cancel.IsCancellationRequested)
+                {
+                    throw new ParleyTransportException(TransportFailure.TimedOut, "no answer in "
+                                                       + request.Timeout.TotalSeconds + " s", e);
+                }
+            }
+        }
+
+        public Task Delay(TimeSpan delay, CancellationToken cancel) { return Task.Delay(delay, cancel); }
+
+        sealed class Stream : IParleyStream
+        {
+            readonly HttpResponseMessage response;
+            System.IO.Stream body;
+
+            public Stream(HttpResponseMessage response) { this.response = response; }
+
+            public int Status { get { return (int)response.StatusCode; } }
+
+            public void Dispose() { response.Dispose(); }
+
+            public Task<string> ReadToEnd() { return response.Content.ReadAsStringAsync(); }
+
+            public async Task<int> Read(byte[] buffer, TimeSpan silence)
+            {
+                if (body == null) body = await response.Content.ReadAsStreamAsync();
+                var next = body.ReadAsync(buffer, 0, buffer.Length);
+                if (next.IsCompleted || silence <= TimeSpan.Zero || silence == Timeout.InfiniteTimeSpan) return await next;
+                using (var quiet = new CancellationTokenSource())
+                {
+                    var waited = Task.Delay(silence, quiet.Token);
+                    if (await Task.WhenAny(next, waited) != next)
+                    {
+                        ParleyClient.Observe(next);
+                        response.Dispose(); // the read in flight ends with it
+                        throw new ParleyTransportException(TransportFailure.TimedOut, "the stream sent nothing for "
+                                                           + silence.TotalSeconds + " s");
+                    }
+                    quiet.Cancel();
+                }
+                return await next;
+            }
+        }
+
+        static ParleyTransportException Unanswered(HttpRequestException e)
+        {
+            string why = e.Message + (e.InnerException != null ? " (" + e.InnerException.Message + ")" : "");
+            return new ParleyTransportException(NeverConnected(e) ? TransportFailure.NotConnected : TransportFailure.Broke,
+                                                why, e);
         }
 
         // Whether a failed request says no connection was made. Mono's handlers say it with a SocketException
@@ -888,12 +1139,8 @@ namespace Parley
             return !broke;
         }
 
-        // A request nobody awaits must still have its exception looked at, or it is reported as unobserved.
-        static void Observe(Task task)
-        {
-            task.ContinueWith(t => { var ignored = t.Exception; }, TaskContinuationOptions.OnlyOnFaulted);
-        }
     }
+#endif
 
     /// <summary>A small JSON reader and writer for the protocol's values (RFC 8259). Parse gives
     /// Dictionary&lt;string, object&gt;, List&lt;object&gt;, string, long, double, bool or null; Write takes those,
