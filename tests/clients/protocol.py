@@ -22,19 +22,20 @@ TOOL_TIMEOUT = "10"  # a tool nobody answers (the lost run's) ends its turn this
 STEP = re.compile(r"^step (\d+) (\{.*\})\s*$", re.MULTILINE)
 
 
-def _named(value: Any, client: str) -> Any:
+def named(value: Any, client: str) -> Any:
+    """``value`` with ``{client}`` replaced by ``client`` in every string."""
     if isinstance(value, str):
         return value.replace("{client}", client)
     if isinstance(value, list):
-        return [_named(item, client) for item in value]
+        return [named(item, client) for item in value]
     if isinstance(value, dict):
-        return {key: _named(item, client) for key, item in value.items()}
+        return {key: named(item, client) for key, item in value.items()}
     return value
 
 
 def steps(client: str) -> list[dict[str, Any]]:
     """The script's steps with ``{client}`` replaced by the client's name."""
-    return _named(json.loads(SCRIPT.read_text(encoding="utf-8"))["steps"], client)
+    return named(json.loads(SCRIPT.read_text(encoding="utf-8"))["steps"], client)
 
 
 @contextlib.contextmanager

@@ -10,18 +10,9 @@ import threading
 from typing import Any
 
 from runtime.serve.client import ParleyClient, ParleyError, ServerEvent, ToolRequest, TurnFailed
+from tests.clients.protocol import named
 
 WAIT = 20.0  # a wait's deadline: past it the step fails instead of hanging
-
-
-def _named(value: Any, client: str) -> Any:
-    if isinstance(value, str):
-        return value.replace("{client}", client)
-    if isinstance(value, list):
-        return [_named(item, client) for item in value]
-    if isinstance(value, dict):
-        return {key: _named(item, client) for key, item in value.items()}
-    return value
 
 
 class Seen:
@@ -116,7 +107,7 @@ def run(client: ParleyClient, step: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     name = os.environ["PARLEY_CLIENT"]
     with open(os.environ["PARLEY_PROTOCOL"], encoding="utf-8") as script:
-        steps = _named(json.load(script)["steps"], name)
+        steps = named(json.load(script)["steps"], name)
     with ParleyClient(os.environ["PARLEY_URL"], token=os.environ.get("PARLEY_TOKEN")) as client:
         for n, step in enumerate(steps):
             try:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from runtime.resources import examples_dir
+from tests.apt import apt_install
 from tests.clients.cutting_proxy import CuttingProxy
 from tests.clients.kill_switch import KillSwitch, closed_url
 from tests.clients.protocol import check_protocol, protocol_env, protocol_server
@@ -38,7 +39,6 @@ SOURCES = (CORE, UNITY / "Runtime" / "ParleyConversation.cs", UNITY / "Tests~" /
            CSHARP / "tests" / "ConversationTest.cs")
 MONO_PACKAGES = ("mono-mcs", "libmono-system-net-http4.0-cil")
 TOKEN = "csharp-client-test-token"
-INSTALL_SECONDS = 900.0  # apt-get on a slow mirror
 RUN_SECONDS = 600.0  # a deadline for the program; its own waits fail sooner (60 s each)
 # A client that never answers a tool call fails on the server's tool timeout: this soon, not 30 s.
 TOOL_TIMEOUT = "10"
@@ -60,36 +60,21 @@ def _mono_tools() -> tuple[str, str] | None:
     return (mcs, mono) if mcs and mono and _http_dll(mono).is_file() else None
 
 
-def _install_mono() -> str | None:
-    """Installs Mono with apt-get; None when it worked, else why it could not."""
-    if shutil.which("apt-get") is None:
-        return "mcs, mono or mono's System.Net.Http.dll is missing, and there is no apt-get to install them"
-    if os.geteuid() != 0:
-        return "mcs, mono or mono's System.Net.Http.dll is missing, and only root may apt-get install " + " ".join(
-            MONO_PACKAGES)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update"],
-                    ["apt-get", "install", "-y", "--no-install-recommends", *MONO_PACKAGES]):
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=INSTALL_SECONDS,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            return f"{' '.join(command)} took over {INSTALL_SECONDS:.0f} s"
-        if done.returncode != 0:
-            return f"{' '.join(command)} failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
-    return None
+def mono_tools() -> tuple[str, str]:
+    """mcs and mono, installed with apt-get when missing; skips the test, saying why, when they cannot be."""
+    tools = _mono_tools()
+    if tools is None:
+        why = apt_install(MONO_PACKAGES, "mcs, mono or mono's System.Net.Http.dll")
+        tools = _mono_tools()
+        if tools is None:
+            pytest.skip(why or "apt-get installed Mono, but mcs, mono or System.Net.Http.dll is still missing")
+    return tools
 
 
 @pytest.fixture(scope="module")
 def conversation_test(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The command that runs ConversationTest.exe, built from the client and the test program."""
-    tools = _mono_tools()
-    if tools is None:
-        why = _install_mono()
-        tools = _mono_tools()
-        if tools is None:
-            pytest.skip(why or "apt-get installed Mono, but mcs, mono or System.Net.Http.dll is still missing")
-    mcs, mono = tools
+    mcs, mono = mono_tools()
     exe = tmp_path_factory.mktemp("csharp") / "ConversationTest.exe"
     # C# 7 and no warnings: what Unity's compiler takes, kept clean.
     done = subprocess.run([mcs, "-langversion:7", "-warnaserror", "-r:System.Net.Http.dll", f"-out:{exe}",

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from runtime.resources import examples_dir
+from tests.apt import INSTALL_SECONDS, apt_install
 from tests.clients.console_picture import console_png
 from tests.clients.kill_switch import closed_url
 from tests.clients.protocol import check_protocol, protocol_env, protocol_server
@@ -30,35 +31,16 @@ GODOT = ROOT / "clients" / "godot"
 TWIN = GODOT / "godot3"
 SCREENSHOT = ROOT / "docs" / "screenshot-godot-sample.png"  # the README's picture of the sample's output
 PACKAGE = "godot3-server"
-INSTALL_SECONDS = 900.0  # apt-get on a slow mirror
 RUN_SECONDS = 120.0  # a deadline for the engine; the scripts' own waits fail sooner
 CHECKS = ("event stream", "token required", "tool answered from a signal", "delete answers 204",
           "a stream cut mid-event resumed", "a closed port is unavailable")
-
-
-def _install(package: str) -> str | None:
-    """Installs a Debian package with apt-get; None when it worked, else why it could not."""
-    if shutil.which("apt-get") is None:
-        return f"{package} is missing, and there is no apt-get to install it"
-    if os.geteuid() != 0:
-        return f"{package} is missing, and only root may apt-get install it"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", package]):
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=INSTALL_SECONDS,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            return f"{' '.join(command)} took over {INSTALL_SECONDS:.0f} s"
-        if done.returncode != 0:
-            return f"{' '.join(command)} failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}"
-    return None
 
 
 @pytest.fixture(scope="module")
 def godot() -> str:
     found = shutil.which(PACKAGE)
     if found is None:
-        why = _install(PACKAGE)
+        why = apt_install((PACKAGE,), PACKAGE)
         found = shutil.which(PACKAGE)
         if found is None:
             pytest.skip(why or f"apt-get installed {PACKAGE}, but it is not on PATH")

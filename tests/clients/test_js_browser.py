@@ -10,6 +10,7 @@ HTML report's browser test."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.server
 import json
@@ -84,6 +85,20 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    """``folder`` on a static HTTP server of its own, on another port; yields its origin."""
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(folder)))
+    thread = threading.Thread(target=site.serve_forever, name="static-site", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+        site.server_close()
+        thread.join()
+
+
 @pytest.fixture
 def page_origin(tmp_path: Path) -> Iterator[str]:
     """A static site of its own (the page and the client module) on another port: its origin."""
@@ -93,31 +108,15 @@ def page_origin(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "protocol" / "index.html").write_text(PROTOCOL_PAGE, encoding="utf-8")
     shutil.copyfile(JS / "protocol" / "driver.mjs", tmp_path / "protocol" / "driver.mjs")
     shutil.copyfile(SCRIPT, tmp_path / "conversation.json")
-    handler = functools.partial(_QuietFiles, directory=str(tmp_path))
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=site.serve_forever, name="page-site", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{site.server_address[1]}"
-    finally:
-        site.shutdown()
-        site.server_close()
-        thread.join()
+    with static_site(tmp_path) as origin:
+        yield origin
 
 
 @pytest.fixture
 def js_site() -> Iterator[str]:
     """clients/js as it is, on a static server of its own: the sample page's origin."""
-    handler = functools.partial(_QuietFiles, directory=str(JS))
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=site.serve_forever, name="js-site", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{site.server_address[1]}"
-    finally:
-        site.shutdown()
-        site.server_close()
-        thread.join()
+    with static_site(JS) as origin:
+        yield origin
 
 
 def run_page(executable: str, profile: Path, url: str, result: str = "result", screenshot: Path | None = None) -> dict:

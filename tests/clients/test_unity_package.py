@@ -26,7 +26,7 @@ from runtime.resources import examples_dir
 from tests.clients.console_picture import console_png
 from tests.clients.cutting_proxy import CuttingProxy
 from tests.clients.protocol import check_protocol, protocol_env, protocol_server
-from tests.clients.test_csharp_client import RUN_SECONDS, _install_mono, _mono_tools
+from tests.clients.test_csharp_client import RUN_SECONDS, _mono_tools, mono_tools
 from tests.samples import example_on_sample_model
 from tests.servers import parley_serve
 
@@ -89,12 +89,7 @@ def build_test_program(mcs: str, mono: str, folder: Path, build: str) -> list[st
 @pytest.fixture(scope="module")
 def unity_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """The commands that run UnityPackageTest.exe, built for the desktop and for WebGL."""
-    tools = _mono_tools()
-    if tools is None:
-        why = _install_mono()
-        tools = _mono_tools()
-        if tools is None:
-            pytest.skip(why or "apt-get installed Mono, but mcs, mono or System.Net.Http.dll is still missing")
+    tools = mono_tools()
     folder = tmp_path_factory.mktemp("unity")
     return {build: build_test_program(*tools, folder, build) for build in BUILDS}
 
