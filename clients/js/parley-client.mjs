@@ -527,7 +527,9 @@ export class ParleyClient {
     let last = null;
     let ended = false; // once the stream has ended, a tool that throws must not cancel the session's next turn
     /** @type {string|null} */
-    let run = null; // the turn's run, from turn_started or turn_queued: what a broken stream resumes
+    // the turn's run, from the answer's Parley-Run header (or turn_started or turn_queued, from an older
+    // server): what a broken stream resumes, even one that broke before its first event arrived
+    let run = response.headers?.get("parley-run") || null;
     let seen = 0; // the number N of the last event delivered (its id is RUN.N)
     let fresh = false; // an event arrived since the last break: the resume tries start again
 

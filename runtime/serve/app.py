@@ -30,6 +30,7 @@ from runtime.serve.protocol import (
     EVENT_KINDS,
     KEEP_ALIVE_SECONDS,
     PREFIX,
+    RUN_HEADER,
     AssetOut,
     Assets,
     CancelOut,
@@ -194,6 +195,7 @@ def _allowing(send: Callable[[dict[str, Any]], Awaitable[None]], origin: bytes) 
     async def allowing(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", []), (b"access-control-allow-origin", origin),
+                                               (b"access-control-expose-headers", RUN_HEADER.encode()),
                                                (b"vary", b"Origin")]}
         await send(message)
 
@@ -521,4 +523,7 @@ def _events(npcs: NPCs, stream: Stream, after: int = 0, resumed: bool = False) -
                     log.info("the client disconnected mid-turn (run %s, after event %d): the turn goes on, to be "
                              "resumed from Last-Event-ID %s", stream.run, number, stream.event_id(number), extra=about)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    # The run in the answer's head: a client whose stream breaks before its first event arrives (a
+    # browser drops the last bytes of a chunked body cut short) still knows what to resume.
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", RUN_HEADER: stream.run})

@@ -40,7 +40,7 @@ from httpx_sse import SSEError, connect_sse
 
 from runtime.agent import TurnGuard
 from runtime.diagnostics import TurnDiagnostics
-from runtime.serve.protocol import PREFIX, AssetOut, Health, ProblemOut, SessionOut, TurnLine
+from runtime.serve.protocol import PREFIX, RUN_HEADER, AssetOut, Health, ProblemOut, SessionOut, TurnLine
 from runtime.session.failures import Failure
 from runtime.session.record import HoldsRecord, TurnRecord
 
@@ -332,6 +332,7 @@ class ParleyClient:
                 with connect_sse(self.http, **request) as source:
                     reached = True
                     _raise_for(source.response)
+                    run = run or source.response.headers.get(RUN_HEADER, "")  # known before any event arrives
                     if unanswered is not None:
                         self._answer(session_id, *unanswered)
                         unanswered = None

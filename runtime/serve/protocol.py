@@ -238,6 +238,9 @@ class TurnLines(BaseModel):
 
 # --- events -------------------------------------------------------------------------------------
 
+# A turn's stream names its run in this header too, so a client whose stream breaks before the first
+# event reaches it can still resume it (GET .../runs/RUN/events from the start).
+RUN_HEADER = "Parley-Run"
 KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so proxies keep the stream open
 
 # A client ignores a kind it does not know: a newer server may send more (guarded and game_event came later).

@@ -10,6 +10,8 @@ session id in its path (``/v1/sessions/ID/...``):
   server's turn runs on).
 - ``half.KIND.*``: the same, but the connection is closed in the middle of that event's data line, so
   the client holds half an event it must drop.
+- ``cut.head.*``: only the answer's head is passed on, none of its body: the stream breaks before
+  any event reaches the client (which knows the run from the ``Parley-Run`` header alone).
 - ``lost.KIND.*``: cut as ``cut.``, and the client's resume (GET .../runs/...) goes to the ``other``
   server, which does not know the run (it answers unknown_run, as a replica that did not run the turn would).
 
@@ -137,6 +139,9 @@ class CuttingProxy:
 
     @staticmethod
     def _cut_at(seen: bytes, how: str, kind: str) -> int | None:
+        if kind == "head":
+            end = seen.find(b"\r\n\r\n")
+            return None if end < 0 else end + 4
         start = seen.find(f"event: {kind}\n".encode())
         if start < 0:
             return None

@@ -85,7 +85,8 @@ $("load").addEventListener("click", async () => {
 });
 
 window.sample = (async () => {
-  session = await client.createSession(asset);
+  // ?session=ID talks to a session the server already has (a saved game's NPC); else a new one
+  session = params.get("session") ? await client.getSession(params.get("session")) : await client.createSession(asset);
   $("npc").textContent = (await client.getSession(session.id)).asset_name;
   show("idle");
   const said = [];
