@@ -29,6 +29,15 @@ def test_suite_schema() -> dict[str, Any]:
     return suite_schema()
 
 
+def scene_schema() -> dict[str, Any]:
+    from runtime.scene.model import SceneAsset
+
+    schema = SceneAsset.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Parley Studio scene (several NPCs in one conversation)"
+    return schema
+
+
 def serve_openapi_schema() -> dict[str, Any]:
     from runtime.serve.app import openapi_schema
 
@@ -39,6 +48,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "workflow-asset.schema.json": workflow_asset_schema,
     "turn-diagnostics.schema.json": turn_diagnostics_schema,
     "test-suite.schema.json": test_suite_schema,
+    "scene.schema.json": scene_schema,
     "serve-openapi.json": serve_openapi_schema,  # parley serve's API (docs/serving.md)
 }
 
