@@ -227,6 +227,21 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _say(exc, err)
         return 2
+    from runtime.suites.scenes import is_scene_suite
+
+    scenes = [path for path in args.suites if is_scene_suite(path)]
+    if scenes:
+        if len(scenes) < len(args.suites):
+            _say("scene suites and an agent's suites run apart: give one kind at a time", err)
+            return 2
+        try:
+            servers = _servers(args.backend)
+        except (BackendError, InputError) as exc:
+            _say(exc, err)
+            return 2
+        from runtime.cli.scene_test import run_scene_suites
+
+        return run_scene_suites(args, scenes, servers, out, err, _say)
     loaded, bad = [], False
     for path in args.suites:
         try:
