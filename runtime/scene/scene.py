@@ -158,12 +158,13 @@ class Scene:
     # --- talking ----------------------------------------------------------------------------------
 
     def say(self, line: str | None, *, to: str = "", whisper: bool = False, on_event: SceneCallback | None = None,
-            cancel: threading.Event | None = None, tool_result: Any = None) -> SceneRound:
+            cancel: threading.Event | None = None, tool_result: Any = None, mock_tools: bool = True) -> SceneRound:
         """The player says ``line`` (None: says nothing, and the NPCs carry on among themselves); then
         the director picks up to ``max_npc_lines`` NPCs to speak, one after the other. ``to``: the NPC
         the player speaks to (the ``addressed`` rule picks it first); ``whisper``: only ``to`` hears
-        it. Raises ``SceneError`` for an NPC that is not there, and what a turn raises (``TurnError``,
-        ``TurnCancelled``, ...) with the scene as it was before the round."""
+        it. ``mock_tools=False`` asks ``tool_result`` for every tool call, mocked or not (as
+        ``Agent.run_turn``). Raises ``SceneError`` for an NPC that is not there, and what a turn
+        raises (``TurnError``, ``TurnCancelled``, ...) with the scene as it was before the round."""
         if to and not self.member(to).present:
             raise SceneError([Problem("error", f"{to!r} is not in the scene now", "", field="to")])
         if whisper and not to:
@@ -181,7 +182,7 @@ class Scene:
                                   round_)
                 if not pick.npc:
                     break
-                spoken = self._speak(pick, on_event, cancel, tool_result)
+                spoken = self._speak(pick, on_event, cancel, tool_result, mock_tools)
                 round_.turns.append(spoken)
                 last_text, last_speaker = spoken.result.reply, pick.npc
         except BaseException:
@@ -200,11 +201,11 @@ class Scene:
                       transcript=self._recent, backend=self.backend, session_key=f"{self.session_id}/director")
 
     def _speak(self, pick: Pick, on_event: SceneCallback | None, cancel: threading.Event | None,
-               tool_result: Any) -> SpokenTurn:
+               tool_result: Any, mock_tools: bool = True) -> SpokenTurn:
         member = self.members[pick.npc]
         heard = "\n".join(f"{line.name}: {line.text}" for line in member.pending) or PAUSE
         events = None if on_event is None else (lambda event, npc=pick.npc: on_event(npc, event))
-        run: dict[str, Any] = {"on_event": events, "cancel": cancel}
+        run: dict[str, Any] = {"on_event": events, "cancel": cancel, "mock_tools": mock_tools}
         if tool_result is not None:
             run["tool_result"] = tool_result
         result = member.session.turn(heard, **run)

@@ -31,28 +31,37 @@ from runtime.serve.protocol import (
     KEEP_ALIVE_SECONDS,
     PREFIX,
     RUN_HEADER,
+    SCENE_EVENT_KINDS,
     AssetOut,
     Assets,
     CancelOut,
     ErrorOut,
     Health,
     Live,
+    NewScene,
     NewSession,
     ParamsIn,
     PreviousCrash,
     Ready,
     RegenerateIn,
     RewindIn,
+    SceneLineIn,
+    SceneNpcIn,
+    SceneOut,
+    SceneRewindIn,
+    Scenes,
     ServeError,
     SessionOut,
     Sessions,
     ShuttingDown,
     ToolResultIn,
+    Transcript,
     TurnIn,
     TurnLine,
     TurnLines,
     VariablesIn,
 )
+from runtime.serve.scenes import ServedScenes
 from runtime.session.failures import FAILURE_CODES
 from runtime.session.record import TurnRecord
 
@@ -63,6 +72,12 @@ SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent E
              "know: a later server may send more); the last is turn_finished or turn_failed, whose `error` is "
              "`{code, message, node, field, model}` with code one of: "
              + "; ".join(f"{code} ({when})" for code, when in FAILURE_CODES.items()) + "."}}
+SCENE_SSE = {200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events of one round: `event: "
+                   "KIND` and one line of JSON `data:` each, KIND one of " + ", ".join(SCENE_EVENT_KINDS) + " (a client "
+                   "ignores a kind it does not know). round_started first; scene_line {speaker, name, text, heard_by} "
+                   "for each line said; each NPC's node events and tool_request carry `speaker`; the last is "
+                   "round_finished (RoundOut) or round_failed {line, speaker, error: {code, message, node, field, "
+                   "model}}. Closing the stream cancels the round (it cannot be resumed)."}}
 ERRORS = {code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422, 429)}
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
@@ -279,6 +294,7 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None,
                   description="Runs Parley Studio agents for a game: NPC sessions, turns streamed as Server-Sent "
                   "Events, tool calls answered by the client. See docs/serving.md.")
     app.state.npcs = npcs
+    scenes = ServedScenes(npcs) if npcs is not None else None  # None: only the schema is wanted
 
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Request, error: ServeError) -> JSONResponse:
@@ -445,6 +461,8 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None,
             return dataclasses.replace(record, line=line, reply=reply)
         return TurnRecord(turn_id, len(tree.path(turn_id)) - 1, line, reply)
 
+    register_scenes(app, npcs, scenes)  # type: ignore[arg-type]  # None only for the schema
+
     @app.get(f"{PREFIX}/sessions/{{session_id}}/events", responses={**SSE, **ERRORS})
     async def watch(session_id: str) -> StreamingResponse:
         queue = npcs.watch(session_id)
@@ -467,6 +485,65 @@ def build_api(npcs: NPCs, previous_crash: PreviousCrash | None = None,
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     return app
+
+
+def register_scenes(app: FastAPI, npcs: NPCs, scenes: ServedScenes) -> None:
+    """The scene routes: several NPCs in one conversation (runtime/serve/scenes.py)."""
+
+    @app.post(f"{PREFIX}/scenes", response_model=SceneOut, status_code=201, responses=ERRORS)
+    async def create_scene(body: NewScene) -> SceneOut:
+        """Make a scene from a scene file (*.scene.json) in the served folders; each of its NPCs runs its own
+        asset. Scenes live in memory only: a restart loses them."""
+        return scenes.create(body.scene, body.id).out()
+
+    @app.get(f"{PREFIX}/scenes", response_model=Scenes, responses=ERRORS)
+    async def list_scenes() -> Scenes:
+        return Scenes(scenes=[held.out() for held in list(scenes.scenes.values())])
+
+    @app.get(f"{PREFIX}/scenes/{{scene_id}}", response_model=SceneOut, responses=ERRORS)
+    async def get_scene(scene_id: str) -> SceneOut:
+        return scenes.get(scene_id).out()
+
+    @app.delete(f"{PREFIX}/scenes/{{scene_id}}", status_code=204, responses=ERRORS)
+    async def delete_scene(scene_id: str) -> Response:
+        scenes.delete(scene_id)
+        return Response(status_code=204)
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/lines", responses={**SCENE_SSE, **ERRORS})
+    async def scene_line(scene_id: str, body: SceneLineIn) -> StreamingResponse:
+        """The player says a line (null: nothing, and the NPCs carry on), and the NPCs the director picks
+        answer: one round, streamed. A line while a round runs is busy."""
+        return _events(npcs, scenes.say(scene_id, body.line, body.to, body.whisper, body.mock_tools))
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/tool_results", status_code=204, responses=ERRORS)
+    async def scene_tool_result(scene_id: str, body: ToolResultIn) -> Response:
+        scenes.tool_result(scene_id, body.call_id, body.result)
+        return Response(status_code=204)
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/join", response_model=SceneOut, responses=ERRORS)
+    async def join(scene_id: str, body: SceneNpcIn) -> SceneOut:
+        """The NPC comes into the scene (it hears what was said before only if the scene file says so)."""
+        return scenes.join(scene_id, body.npc).out()
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/leave", response_model=SceneOut, responses=ERRORS)
+    async def leave(scene_id: str, body: SceneNpcIn) -> SceneOut:
+        """The NPC leaves: it hears nothing and says nothing until it joins again."""
+        return scenes.leave(scene_id, body.npc).out()
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/rewind", response_model=SceneOut, responses=ERRORS)
+    async def rewind_scene(scene_id: str, body: SceneRewindIn) -> SceneOut:
+        """Keep the first `rounds` rounds: every NPC's conversation, what it heard and who was there are as
+        they were after them."""
+        return scenes.rewind(scene_id, body.rounds).out()
+
+    @app.post(f"{PREFIX}/scenes/{{scene_id}}/cancel", response_model=CancelOut, responses=ERRORS)
+    async def cancel_scene(scene_id: str) -> CancelOut:
+        return CancelOut(cancelled=scenes.cancel(scene_id))
+
+    @app.get(f"{PREFIX}/scenes/{{scene_id}}/transcript", response_model=Transcript, responses=ERRORS)
+    async def transcript(scene_id: str) -> Transcript:
+        """Every line said, with who heard it; during a round, as the last finished round left it."""
+        return Transcript(lines=scenes.get(scene_id).transcript())
 
 
 def _invalid_message(request: Request, error: RequestValidationError) -> str:

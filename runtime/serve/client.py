@@ -40,7 +40,19 @@ from httpx_sse import SSEError, connect_sse
 
 from runtime.agent import TurnGuard
 from runtime.diagnostics import TurnDiagnostics
-from runtime.serve.protocol import PREFIX, RUN_HEADER, AssetOut, Health, ProblemOut, SessionOut, TurnLine
+from runtime.serve.protocol import (
+    PREFIX,
+    RUN_HEADER,
+    AssetOut,
+    Health,
+    ProblemOut,
+    RoundOut,
+    SceneLineOut,
+    SceneOut,
+    SessionOut,
+    SpokenTurnOut,
+    TurnLine,
+)
 from runtime.session.failures import Failure
 from runtime.session.record import HoldsRecord, TurnRecord
 
@@ -75,6 +87,16 @@ class TurnFailed(ParleyError):
         self.line = line  # the player's line, handed back: the game may offer it again
 
 
+class RoundFailed(TurnFailed):
+    """A scene's round ended with ``round_failed``; the scene is as it was before it. ``speaker``: the
+    NPC that was speaking ('' when none had begun); ``line``: the player's, '' when it said nothing."""
+
+    def __init__(self, code: str, message: str, node: str = "", field: str = "", model: str = "",
+                 line: str | None = None, speaker: str = "") -> None:
+        super().__init__(code, message, node, field, model, line or "")
+        self.speaker = speaker
+
+
 @dataclass(frozen=True)
 class ServerEvent:
     # turn_started, node_started, token, speak, tool_request, tool_call, summarized, guarded, game_event, ...;
@@ -98,6 +120,7 @@ class ToolRequest:
     tool: str
     arguments: dict[str, Any]
     call_id: str
+    speaker: str = ""  # in a scene: the NPC whose node asks (``session`` is then the scene's id)
 
 
 @dataclass
@@ -134,6 +157,17 @@ class TurnEnd(HoldsRecord):
     def tags(self) -> dict[str, str]:
         """The asset's ``reply_tags`` the turn's nodes wrote (a mood, a gesture): name -> value."""
         return self.record.tags
+
+
+@dataclass
+class RoundEnd:
+    """A scene's finished round (what ``round_finished`` says) and every event its stream sent."""
+
+    round: int
+    speakers: list[str]  # the NPCs that spoke, in order
+    lines: list[SceneLineOut]  # every line said, the player's first
+    turns: list[SpokenTurnOut]  # each NPC's turn: what it heard, its reply, guard, game events, tags
+    events: list[ServerEvent] = field(default_factory=list)
 
 
 ToolFunction = Callable[[ToolRequest], str]
@@ -379,6 +413,107 @@ class ParleyClient:
             self.resumes += 1
             request = {"method": "GET", "url": f"{PREFIX}/sessions/{session_id}/runs/{run}/events",
                        "headers": {"Last-Event-ID": last_id} if last_id else {}}
+
+    # --- scenes -------------------------------------------------------------------------------
+
+    def create_scene(self, scene: str, id: str | None = None) -> SceneOut:
+        """A scene from a scene file in the served folders (``scenes/tavern.scene.json``)."""
+        body: dict[str, Any] = {"scene": scene}
+        if id is not None:
+            body["id"] = id
+        return SceneOut(**self._call("POST", "/scenes", body))
+
+    def scenes(self) -> list[SceneOut]:
+        return [SceneOut(**s) for s in self._call("GET", "/scenes")["scenes"]]
+
+    def scene(self, scene_id: str) -> SceneOut:
+        return SceneOut(**self._call("GET", f"/scenes/{scene_id}"))
+
+    def delete_scene(self, scene_id: str) -> None:
+        self._call("DELETE", f"/scenes/{scene_id}")
+
+    def join(self, scene_id: str, npc: str) -> SceneOut:
+        return SceneOut(**self._call("POST", f"/scenes/{scene_id}/join", {"npc": npc}))
+
+    def leave(self, scene_id: str, npc: str) -> SceneOut:
+        return SceneOut(**self._call("POST", f"/scenes/{scene_id}/leave", {"npc": npc}))
+
+    def rewind_scene(self, scene_id: str, rounds: int) -> SceneOut:
+        """Keep the scene's first ``rounds`` rounds."""
+        return SceneOut(**self._call("POST", f"/scenes/{scene_id}/rewind", {"rounds": rounds}))
+
+    def cancel_scene(self, scene_id: str) -> bool:
+        return bool(self._call("POST", f"/scenes/{scene_id}/cancel")["cancelled"])
+
+    def scene_tool_result(self, scene_id: str, call_id: str, result: str) -> None:
+        self._call("POST", f"/scenes/{scene_id}/tool_results", {"call_id": call_id, "result": result})
+
+    def transcript(self, scene_id: str) -> list[SceneLineOut]:
+        return [SceneLineOut(**line) for line in self._call("GET", f"/scenes/{scene_id}/transcript")["lines"]]
+
+    def stream_scene_line(self, scene_id: str, line: str | None, to: str = "", whisper: bool = False,
+                          tools: ToolFunction | None = None, mock_tools: bool = False) -> Iterator[ServerEvent]:
+        """A round's events as they come; tool requests are answered with ``tools`` when given. The
+        stream is not resumed when it breaks: the server cancels the round (``stream_ended``)."""
+        body = {"line": line, "to": to, "whisper": whisper, "mock_tools": mock_tools}
+        try:
+            with connect_sse(self.http, "POST", f"{PREFIX}/scenes/{scene_id}/lines", json=body) as source:
+                _raise_for(source.response)
+                for sse in source.iter_sse():
+                    event = ServerEvent(sse.event, json.loads(sse.data) if sse.data else {})
+                    yield event
+                    if event.kind in ("round_finished", "round_failed"):
+                        return
+                    if event.kind == "tool_request" and tools is not None:
+                        d = event.data
+                        result = str(tools(ToolRequest(scene_id, d["node"], d["tool"], d["arguments"], d["call_id"],
+                                                       str(d.get("speaker", "")))))
+                        try:
+                            self.scene_tool_result(scene_id, d["call_id"], result)
+                        except ParleyError as exc:
+                            if exc.code != "unknown_call":  # the round stopped waiting meanwhile (cancelled)
+                                raise
+            broke = "the stream ended before the round did"
+        except NOT_CONNECTED as exc:
+            raise ParleyError("unavailable", f"could not connect to {self.http.base_url}: {exc}") from None
+        except httpx.HTTPError as exc:
+            broke = str(exc) or type(exc).__name__
+        except ParleyError as exc:
+            if exc.code not in NO_ANSWER:  # refused: the round never began
+                raise
+            broke = exc.message  # a tool result's POST reached no server
+        try:
+            self.scene(scene_id)  # is the server still there?
+        except ParleyError as exc:
+            if exc.code in NO_ANSWER:
+                raise RoundFailed("server_gone", f"the server went away: the round's stream broke ({broke}), and "
+                                  f"reconnecting failed ({exc.message}); say the line again when it is back",
+                                  line=line) from None
+        raise RoundFailed("stream_ended", f"the round's stream broke ({broke}), so the server cancelled the round: "
+                          "say the line again", line=line)
+
+    def scene_line(self, scene_id: str, line: str | None, to: str = "", whisper: bool = False,
+                   tools: ToolFunction | None = None, on_event: EventFunction | None = None,
+                   mock_tools: bool = False) -> RoundEnd:
+        """The player says ``line`` in the scene (None: nothing, and the NPCs carry on), to ``to`` (an NPC's
+        id, or '' for the director to pick), whispered to it when ``whisper``; runs the round to its end.
+        Raises ``RoundFailed`` (a ``TurnFailed``) when it fails: the scene is then as it was."""
+        seen: list[ServerEvent] = []
+        for event in self.stream_scene_line(scene_id, line, to, whisper, tools, mock_tools):
+            seen.append(event)
+            if on_event is not None:
+                on_event(event)
+            if event.kind == "round_finished":
+                try:
+                    done = RoundOut(**event.data)
+                except ValueError as exc:
+                    raise ParleyError("bad_answer", f"round_finished did not fit: {exc}") from None
+                return RoundEnd(done.round, done.speakers, done.lines, done.turns, seen)
+            if event.kind == "round_failed":
+                e = Failure.from_json(event.data["error"])
+                raise RoundFailed(e.code, e.message, e.node, e.field, e.model, event.data.get("line"),
+                                  str(event.data.get("speaker", "")))
+        raise ParleyError("truncated", "the round's stream ended before round_finished or round_failed")
 
     def _unresumed(self, session_id: str, line: str, run: str, broke: str, reached: bool, answered: bool,
                    no_resume: bool) -> ParleyError:

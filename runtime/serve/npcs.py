@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnResult, noting_nodes
 from runtime.asset.file import load_asset
@@ -42,6 +42,9 @@ from runtime.serve.store import NoStore, SessionStore, StoreConflict, StoredSess
 from runtime.session.failures import CANCELLED_MESSAGE, Failure, ToolTimeout, failure_of
 from runtime.session.record import TurnRecord
 from runtime.session.session import Session
+
+if TYPE_CHECKING:
+    from runtime.serve.scenes import ServedScenes
 
 log = logging.getLogger("parley.serve")
 
@@ -226,6 +229,13 @@ class NPCs:
         self._listed: tuple[tuple[int, ...], list[tuple[str, Path]]] | None = None  # folders' versions, their assets
         self.closing = False  # shutting down: /v1/health/ready answers 503
         self.deadline: float | None = None  # when a shutdown must be over (time.monotonic)
+        # The server's scenes (runtime/serve/scenes.py), which register here: their rounds run on this
+        # server's workers, stop with its turns, and their NPCs count against --max-sessions.
+        self.scenes: ServedScenes | None = None
+
+    def held(self) -> int:
+        """What counts against ``max_sessions``: every session, and every NPC of every scene."""
+        return len(self.sessions) + (self.scenes.npc_count() if self.scenes is not None else 0)
 
     def close(self, seconds: float = 30.0) -> bool:
         """Stop every turn and wait for their threads, up to ``seconds`` in all or until the
@@ -234,6 +244,8 @@ class NPCs:
         with self._lock:
             for npc in list(self.sessions.values()):
                 self._stop_all(npc, "cancelled")
+            if self.scenes is not None:
+                self.scenes.stop_all(shutdown=False)
             threads = list(self._threads)
         deadline = self.deadline if self.deadline is not None else time.monotonic() + seconds
         for thread in threads:
@@ -254,6 +266,8 @@ class NPCs:
                     log.info("session %s: its turn is cancelled: the server is shutting down", npc.id,
                              extra={"session": npc.id, "turn": npc.stream.turn if npc.stream else None})
                 self._stop_all(npc, "cancelled")
+            if self.scenes is not None:
+                stopped += self.scenes.stop_all(shutdown=True)
         for npc in list(self.sessions.values()):
             for queue in list(npc.watchers):
                 queue.put_nowait(None)  # its observer's stream ends
@@ -283,10 +297,11 @@ class NPCs:
                     found.append((path.name if len(self.asset_dirs) == 1 else f"{folder.name}/{path.name}", path))
         return found
 
-    def resolve_asset(self, name: str) -> Path:
-        """``name`` inside one of the asset folders (never outside one, whatever ``..`` or links it holds)."""
+    def resolve_asset(self, name: str, field: str = "asset") -> Path:
+        """``name`` inside one of the asset folders (never outside one, whatever ``..`` or links it holds);
+        ``field``: the request's field that named it (in the error)."""
         if not name or "\x00" in name or len(name) > 512:
-            raise ServeError("bad_request", "asset: give the asset's path inside one of the server's asset folders")
+            raise ServeError("bad_request", f"{field}: give the file's path inside one of the server's asset folders")
         for folder in self.asset_dirs:
             candidates = [folder / name]
             if len(self.asset_dirs) > 1 and "/" in name:
@@ -300,8 +315,8 @@ class NPCs:
                     continue
                 if path.is_relative_to(folder) and path.suffix == ".json" and path.is_file():
                     return path
-        raise ServeError("unknown_asset", f"asset {name!r}: no such .json file in the served folders (GET "
-                         "/v1/assets lists them)")
+        raise ServeError("unknown_asset", f"{field} {name!r}: no such .json file in the served folders (GET "
+                         "/v1/assets lists the agents)")
 
     # --- sessions -----------------------------------------------------------------------------
 
@@ -309,16 +324,16 @@ class NPCs:
         if session_id is not None and not SESSION_ID.fullmatch(session_id):
             raise ServeError("bad_request", "id: 1 to 64 letters, digits, '_', '.' or '-'")
         path = self.resolve_asset(asset)
-        loaded = self._checked_asset(path, asset)
+        loaded = self.checked_asset(path, asset)
         unknown = sorted(set(variables) - set(loaded.variables))
         if unknown:
             raise ServeError("bad_request", f"variables: the asset declares no variable {unknown[0]!r} "
                              f"(it has: {', '.join(loaded.variables) or 'none'})")
         with self._lock:
             self._make_room()
-            if len(self.sessions) >= self.limits.max_sessions:
-                raise ServeError("limit_reached", f"the server holds {self.limits.max_sessions} sessions, its "
-                                 "limit (--max-sessions); delete one first")
+            if self.held() >= self.limits.max_sessions:
+                raise ServeError("limit_reached", f"the server holds {self.limits.max_sessions} sessions (a scene's "
+                                 "NPCs count one each), its limit (--max-sessions); delete one first")
             if session_id is None:
                 session_id = f"npc-{next(self._ids)}-{secrets.token_hex(3)}"
             if session_id in self.sessions:
@@ -334,7 +349,7 @@ class NPCs:
         log.info("session %s: %s", session_id, asset, extra={"session": session_id})
         return npc
 
-    def _checked_asset(self, path: Path, name: str) -> Asset:
+    def checked_asset(self, path: Path, name: str) -> Asset:
         """The asset at ``path``, loaded and validated, read again only when the file changed (its size or
         modification time): a game that creates many NPCs of one asset pays for reading and checking it
         once. Sessions share the object: an agent never changes its asset, it replaces it (``change_params``)."""
@@ -432,13 +447,13 @@ class NPCs:
         again when asked for). Called with the lock, or on the event loop."""
         if not self.store.shared:
             return
-        while len(self.sessions) >= self.limits.max_sessions:
+        while self.held() >= self.limits.max_sessions:
             idle = [npc for npc in self.sessions.values() if npc.running is None and not npc.watchers]
             if not idle:
                 return
             oldest = min(idle, key=lambda npc: npc.used)
             del self.sessions[oldest.id]
-            self._release_caches(oldest.id)
+            self.release_caches(oldest.id)
             log.info("session %s left memory (it stays in %s)", oldest.id, self.store.label,
                      extra={"session": oldest.id})
 
@@ -494,11 +509,12 @@ class NPCs:
             self.store.delete(session_id)
         except StoreError as exc:
             log.error("session %s: %s", session_id, exc)
-        self._release_caches(session_id)
+        self.release_caches(session_id)
         log.info("session %s deleted", session_id, extra={"session": session_id})
 
-    def _release_caches(self, session_id: str) -> None:
-        """Free the session's node caches in the backend: the server names them "SESSION/NODE"."""
+    def release_caches(self, session_id: str) -> None:
+        """Free the session's node caches in the backend: the server names them "SESSION/NODE" (a
+        scene's "scene:SCENE/NPC/NODE")."""
         release = getattr(self.backend, "release", None)
         sessions = getattr(self.backend, "sessions", None)
         if callable(release) and callable(sessions):
@@ -637,10 +653,22 @@ class NPCs:
         index = job.regenerate if job.regenerate is not None else len(npc.agent.history.turns)
         stream.turn = index
         stream.put(Item("turn_started", {"session": npc.id, "turn": index, "line": job.line, "run": stream.run}))
-        thread = threading.Thread(target=self._run, args=(npc, job), name=f"parley-turn-{npc.id}", daemon=True)
+        self.start_thread(self._run, (npc, job), f"parley-turn-{npc.id}")
+
+    def start_thread(self, target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+        """Run ``target(*args)`` on a thread of its own, which ``close`` waits for; ``target`` ends by
+        calling ``thread_ends``."""
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         with self._lock:
             self._threads.add(thread)
         thread.start()
+
+    def thread_ends(self, leaving: Callable[[], None]) -> None:
+        """The calling thread (of ``start_thread``) ends: ``leaving()`` runs with the lock held (what it
+        leaves behind: its session or scene idle again)."""
+        with self._lock:
+            leaving()
+            self._threads.discard(threading.current_thread())
 
     def _run(self, npc: NPC, job: Job) -> None:
         stream, running, line, regenerate = job.stream, job.stream.running, job.line, job.regenerate
@@ -661,34 +689,9 @@ class NPCs:
             if stream.overflowed:
                 running.cancel.set()
 
-        def tool_result(node: str, tool: str, arguments: dict[str, Any]) -> str:
-            call_id = secrets.token_hex(8)
-            answered, result = threading.Event(), []
-            with running.lock:
-                running.calls[call_id] = (answered, result)
-            stream.put(Item("tool_request", {"node": node, "tool": tool, "arguments": arguments, "call_id": call_id}))
-            self._computing.release()  # waiting for the client is not computing
-            try:
-                in_time = answered.wait(self.limits.tool_timeout)
-            finally:
-                self._computing.acquire()
-            if not in_time:
-                log.warning("the client did not answer tool call %s (%s, node %s) within %g s: the turn fails",
-                            call_id, tool, node, self.limits.tool_timeout)
-                raise ToolTimeout(f"the client did not answer the {tool!r} call within {self.limits.tool_timeout:g} s "
-                                  "(--tool-timeout)", node)
-            with running.lock:
-                running.calls.pop(call_id, None)
-            if running.cancel.is_set():
-                raise TurnCancelled("the turn was cancelled", node)
-            return result[0]
-
         run = {"instructions": job.instructions, "on_event": on_event, "cancel": running.cancel,
-               "tool_result": tool_result, "mock_tools": job.mock_tools}
-        self.metrics.waiting.inc()
-        self._computing.acquire()
-        self.metrics.waiting.dec()
-        self.metrics.running.inc()
+               "tool_result": self.asking_the_game(stream, running), "mock_tools": job.mock_tools}
+        self.take_a_worker()
         noted = None
         if self.crash_watch is not None:
             index = regenerate if regenerate is not None else len(npc.agent.history.turns)
@@ -710,14 +713,13 @@ class NPCs:
                 npc.agent.import_dialog(before)
             last = Item("turn_failed", {"line": line, "error": Failure(exc.code, exc.message).to_json()})
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
-            last = Item("turn_failed", {"line": line, "error": self._failure(exc, stream)})
+            last = Item("turn_failed", {"line": line, "error": self.failure(exc, stream)})
             if running.spoken_over == "interrupted" and regenerate is None and last.data["error"]["code"] == "cancelled":
                 last = self._keep_cut(npc, line, heard, before)
         finally:
             if noted is not None:
                 noted.done()
-            self.metrics.running.dec()
-            self._computing.release()
+            self.give_the_worker_back()
             with self._lock:
                 # idle before the client hears the turn ended (its next request is not refused), or
                 # busy with the next line in the queue
@@ -739,6 +741,48 @@ class NPCs:
         stream.close()
         if following is not None:
             self._begin(npc, following)
+
+    def take_a_worker(self) -> None:
+        """Wait for one of the ``workers`` places (a turn's thread, before it computes)."""
+        self.metrics.waiting.inc()
+        self._computing.acquire()
+        self.metrics.waiting.dec()
+        self.metrics.running.inc()
+
+    def give_the_worker_back(self) -> None:
+        self.metrics.running.dec()
+        self._computing.release()
+
+    def asking_the_game(self, stream: Stream, running: RunningTurn,
+                        about: Callable[[], dict[str, Any]] = dict) -> Callable[[str, str, dict[str, Any]], str]:
+        """The ``tool_result`` of a turn run on a worker: each call is sent to the client as
+        ``tool_request`` (its data with ``about()``'s first: a scene's speaker) and waits up to
+        ``--tool-timeout`` for its answer (``answer_call``), giving its worker place up meanwhile."""
+
+        def tool_result(node: str, tool: str, arguments: dict[str, Any]) -> str:
+            call_id = secrets.token_hex(8)
+            answered, result = threading.Event(), []
+            with running.lock:
+                running.calls[call_id] = (answered, result)
+            stream.put(Item("tool_request", {**about(), "node": node, "tool": tool, "arguments": arguments,
+                                             "call_id": call_id}))
+            self._computing.release()  # waiting for the client is not computing
+            try:
+                in_time = answered.wait(self.limits.tool_timeout)
+            finally:
+                self._computing.acquire()
+            if not in_time:
+                log.warning("the client did not answer tool call %s (%s, node %s) within %g s: the turn fails",
+                            call_id, tool, node, self.limits.tool_timeout)
+                raise ToolTimeout(f"the client did not answer the {tool!r} call within {self.limits.tool_timeout:g} s "
+                                  "(--tool-timeout)", node)
+            with running.lock:
+                running.calls.pop(call_id, None)
+            if running.cancel.is_set():
+                raise TurnCancelled("the turn was cancelled", node)
+            return result[0]
+
+        return tool_result
 
     def _keep_cut(self, npc: NPC, line: str, heard: dict[str, list[str]], before: Any) -> Item:
         """The player spoke over the reply (double_text: interrupt): the line stays in the history
@@ -771,7 +815,7 @@ class NPCs:
                 "data": {"turn": record.index, **lean.to_json()}}
 
     @staticmethod
-    def _failure(exc: BaseException, stream: Stream) -> dict[str, str]:
+    def failure(exc: BaseException, stream: Stream) -> dict[str, str]:
         if stream.running.shutdown and isinstance(exc, TurnCancelled):
             return Failure("cancelled", "the server is shutting down: the turn was cancelled and the session left as "
                            "it was before it; say the line again when it is back").to_json()
@@ -828,7 +872,10 @@ class NPCs:
                 answered.set()  # a turn waiting for a tool result stops waiting
 
     def tool_result(self, session_id: str, call_id: str, result: str) -> None:
-        running = self.get(session_id).running
+        self.answer_call(self.get(session_id).running, call_id, result, f"session {session_id!r}")
+
+    def answer_call(self, running: RunningTurn | None, call_id: str, result: str, where: str) -> None:
+        """Hand the client's ``result`` to the tool call ``call_id`` its running turn waits for."""
         if len(result) > self.limits.max_body:
             raise ServeError("too_large", "result: longer than the request limit")
         call = None
@@ -836,7 +883,7 @@ class NPCs:
             with running.lock:
                 call = running.calls.get(call_id)
         if call is None or call[0].is_set():
-            raise ServeError("unknown_call", f"no tool call {call_id[:80]!r} is waiting in session {session_id!r}")
+            raise ServeError("unknown_call", f"no tool call {call_id[:80]!r} is waiting in {where}")
         answered, slot = call
         slot.append(result)
         answered.set()

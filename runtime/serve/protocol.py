@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, fields, is_dataclass
 from typing import Annotated, Any, Literal, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from runtime.events import (
     Event,
@@ -30,6 +30,7 @@ API_VERSION = "1"
 PREFIX = "/v1"
 SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 # code -> HTTP status. A client dispatches on the code, never on the message.
 ERROR_STATUS: dict[str, int] = {
@@ -42,6 +43,8 @@ ERROR_STATUS: dict[str, int] = {
     "unknown_node": 404,
     "unknown_asset": 404,
     "unknown_run": 404,
+    "unknown_scene": 404,
+    "unknown_npc": 404,
     "not_found": 404,
     "method_not_allowed": 405,
     "busy": 409,
@@ -52,6 +55,7 @@ ERROR_STATUS: dict[str, int] = {
     "turn_failed": 422,  # a turn answered whole (the OpenAI-compatible door) that failed: its message says why
     "bad_asset": 422,
     "bad_history": 422,
+    "bad_scene": 422,
     "limit_reached": 429,
     "internal": 500,
     "store_error": 503,
@@ -104,6 +108,19 @@ class ServeError(Exception):
 
 # --- requests -----------------------------------------------------------------------------------
 
+def _whole_characters(text: str) -> str:
+    """``text``, if it holds no lone surrogate (JSON's ``\\ud800`` reads as one): such a line could be
+    neither written to the history nor sent back as UTF-8."""
+    lone = SURROGATE.search(text)
+    if lone is not None:
+        raise ValueError(f"a lone surrogate (U+{ord(lone.group()):04X}) at character {lone.start()}: send text as "
+                         "UTF-8, or a character outside the BMP as a whole \\u escape pair")
+    return text
+
+
+# What a player says, or a game writes, that goes into a conversation
+Text = Annotated[str, AfterValidator(_whole_characters)]
+
 # A finite number: NaN and infinities (which Python's json reads) would export a history its import refuses.
 Variable = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 
@@ -116,8 +133,8 @@ class NewSession(_Request):
 
 
 class TurnIn(_Request):
-    line: str = Field(description="What the player said.")
-    instructions: str = Field("", description="This turn's instructions ({{instructions}} in templates).")
+    line: Text = Field(description="What the player said.")
+    instructions: Text = Field("", description="This turn's instructions ({{instructions}} in templates).")
     mock_tools: bool = Field(False, description="Answer tools that have a mock_result with it; by default the "
                              "client answers every tool call (tool_request events).")
     cancel_on_disconnect: bool = Field(False, description="Cancel the turn when this request's stream closes. By "
@@ -127,14 +144,39 @@ class TurnIn(_Request):
 
 class RegenerateIn(_Request):
     turn: int = Field(ge=0, description="The turn to run again (turns count from 0); later turns stay on the old branch.")
-    instructions: str = ""
+    instructions: Text = ""
     mock_tools: bool = False
     cancel_on_disconnect: bool = False
 
 
 class ToolResultIn(_Request):
     call_id: str
-    result: str
+    result: Text
+
+
+class NewScene(_Request):
+    scene: str = Field(description="The scene file's path (*.scene.json) relative to one of the server's --assets "
+                       "folders; its NPCs' assets must be inside them too.")
+    id: str | None = Field(None, description="The scene's id (letters, digits, _ . -; up to 64); the server makes "
+                           "one when it is left out.")
+
+
+class SceneLineIn(_Request):
+    line: Text | None = Field(description="What the player says; null: nothing, and the NPCs carry on among "
+                              "themselves.")
+    to: str = Field("", description="The NPC (its id in the scene) the player speaks to: the director's "
+                    "'addressed' rule picks it first. Empty: the director decides.")
+    whisper: bool = Field(False, description="Only `to` hears the line.")
+    mock_tools: bool = Field(False, description="Answer tools that have a mock_result with it; by default the "
+                             "client answers every tool call (tool_request events).")
+
+
+class SceneNpcIn(_Request):
+    npc: str = Field(description="The NPC's id in the scene.")
+
+
+class SceneRewindIn(_Request):
+    rounds: int = Field(ge=0, description="How many rounds to keep (the rounds after them are taken back).")
 
 
 class VariablesIn(_Request):
@@ -236,6 +278,61 @@ class TurnLines(BaseModel):
     turns: list[TurnLine]
 
 
+class SceneNpcOut(BaseModel):
+    id: str
+    name: str
+    present: bool = Field(description="In the scene now (it hears and may speak).")
+
+
+class SceneOut(BaseModel):
+    id: str
+    scene: str = Field(description="The scene file, as it was named when the scene was made.")
+    name: str = Field(description="The scene's name.")
+    npcs: list[SceneNpcOut]
+    rounds: int = Field(description="Rounds said (a round: the player's line and the NPC lines that follow it).")
+    busy: bool = Field(description="A round is running.")
+
+
+class Scenes(BaseModel):
+    scenes: list[SceneOut]
+
+
+class SceneLineOut(BaseModel):
+    """One line said in a scene (a scene_line event's data)."""
+
+    speaker: str = Field(description="'player' or an NPC's id.")
+    name: str = Field(description="The speaker's display name.")
+    text: str
+    heard_by: list[str] = Field(description="The NPCs that heard it (there, and in earshot).")
+
+
+class Transcript(BaseModel):
+    lines: list[SceneLineOut]
+
+
+class SpokenTurnOut(BaseModel):
+    """An NPC's turn in a round: what it heard (its turn's line) and what it said."""
+
+    speaker: str
+    rule: str = Field(description="The director's rule that picked it: addressed, about, round_robin or model.")
+    heard: str = Field(description="The lines it heard since it last spoke, one 'Name: text' a line.")
+    reply: str
+    turn_id: int = Field(description="The turn's id in the NPC's own conversation.")
+    path: list[str]
+    guard: dict[str, str] = Field(description="{policy, exit, node}: the first policy a Guard found broken.")
+    game_events: list[str]
+    tags: dict[str, str]
+
+
+class RoundOut(BaseModel):
+    """A finished round (the round_finished event's data)."""
+
+    round: int = Field(description="Its index in the scene, from 0.")
+    speakers: list[str] = Field(description="The NPCs that spoke, in order.")
+    lines: list[SceneLineOut] = Field(description="Every line said in it, the player's first.")
+    turns: list[SpokenTurnOut]
+
+
 # --- events -------------------------------------------------------------------------------------
 
 # A turn's stream names its run in this header too, so a client whose stream breaks before the first
@@ -246,6 +343,13 @@ KEEP_ALIVE_SECONDS = 15.0  # an SSE comment while a turn waits (a tool call), so
 # A client ignores a kind it does not know: a newer server may send more (guarded and game_event came later).
 EVENT_KINDS = ("watching", "turn_queued", "turn_started", "node_started", "token", "speak", "tool_request", "tool_call", "summarized",
                "warning", "guarded", "game_event", "tag", "node_finished", "turn_finished", "turn_failed")
+
+
+# A scene round's stream: round_started, then every line said (scene_line) and each speaking NPC's
+# node events and tool requests (their data with `speaker`), and last round_finished or round_failed.
+SCENE_EVENT_KINDS = ("round_started", "scene_line", "node_started", "token", "speak", "tool_request", "tool_call",
+                     "summarized", "warning", "guarded", "game_event", "tag", "node_finished", "round_finished",
+                     "round_failed")
 
 
 def event_data(event: Event) -> dict[str, Any]:
