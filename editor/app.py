@@ -216,8 +216,10 @@ def _exit_when_ready(app, window, phases: dict[str, float]) -> int:
 
 
 def _talk(app, window, lines: list[str]) -> int:
-    """Say each line in the window's test conversation and wait for the reply; 1 on a failed turn."""
-
+    """Say each line in the window's test conversation (a scene's, when one is open) and wait for the
+    reply; 1 on a failed turn."""
+    if window.scene_mode.active:
+        return _talk_to_scene(app, window, lines)
     conversation = window.conversation
     failures: list[str] = []
     conversation.turn_failed.connect(lambda failure: failures.append(failure.message))
@@ -226,6 +228,28 @@ def _talk(app, window, lines: list[str]) -> int:
         while conversation.busy:
             app.processEvents()
             time.sleep(0.01)
+        if failures:
+            print(f"--talk {line!r} failed: {failures[-1]}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _talk_to_scene(app, window, lines: list[str]) -> int:
+    """Say each line to the open scene, one round each, once it has opened; 1 on a failed round."""
+    view = window.scene.view
+    failures: list[str] = []
+    view.failed.connect(lambda failure: failures.append(failure.message))
+
+    def wait() -> None:
+        while view.busy:
+            app.processEvents()
+            time.sleep(0.01)
+
+    wait()  # the scene opens on its thread
+    for line in lines:
+        if not view.is_open or not view.actions.say(line):
+            failures.append(failures[-1] if failures else "the scene did not open")
+        wait()
         if failures:
             print(f"--talk {line!r} failed: {failures[-1]}", file=sys.stderr)
             return 1

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
 from editor import settings as app_settings
 from editor.services.recovery import offer_left_behind, tell_lone_crashes, what_crashed
+from editor.window.scene_mode import is_scene_file
 from editor.window.start_page import empty_agent
 from runtime.asset.file import load_asset_for_editing, save_asset
 from runtime.problems import AssetError
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from editor.window.main_window import MainWindow
 
 FILE_FILTER = "Parley assets (*.json);;All files (*)"
+OPEN_FILTER = "Parley assets and scenes (*.json);;Scenes (*.scene.json);;All files (*)"
 
 
 class FileMenu:
@@ -37,6 +39,14 @@ class FileMenu:
         self.examples_menu = file_menu.addMenu("&Examples")
         for path in sorted(examples_dir().glob("*.json")):
             action = self.examples_menu.addAction(path.stem.replace("_", " ").capitalize())
+            action.setData(str(path))
+            action.triggered.connect(lambda _c=False, p=str(path): self.window.open_path(p, as_example=True))
+        scenes = sorted((examples_dir() / "scenes").glob("*.scene.json"))
+        if scenes:
+            self.examples_menu.addSection("Scenes")
+        for path in scenes:
+            title = path.name.removesuffix(".scene.json").replace("_", " ").capitalize()
+            action = self.examples_menu.addAction(f"{title} (scene)")
             action.setData(str(path))
             action.triggered.connect(lambda _c=False, p=str(path): self.window.open_path(p, as_example=True))
         self.recent_menu.aboutToShow.connect(self.fill_recent_menu)
@@ -77,22 +87,29 @@ class FileMenu:
         """File > New: an agent with one reply node (``empty_agent``), never an error; False if cancelled."""
         if not self.maybe_save():
             return False
+        self.window.scene_mode.leave()
         self.window.set_asset(empty_agent())
         return True
 
     def open_dialog(self) -> None:
         start = str(Path(self.document.path).parent) if self.document.path else ""
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open asset", start, FILE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open asset or scene", start, OPEN_FILTER)
         if path:
             self.open_path(path)
 
-    def open_path(self, path: str, as_example: bool = False) -> bool:
-        """Open an asset. A file the model refuses values of opens repaired
-        (``load_asset_for_editing``), with each repair in the Problems dock and the document marked
-        modified, so the file changes only when the designer saves. A file that cannot be read as an
-        asset at all is refused: its errors go to the Problems dock and the current asset stays."""
+    def open_path(self, path: str, as_example: bool = False, *, remember: bool = True, keep_scene: bool = False,
+                  ask: bool = True) -> bool:
+        """Open an asset, or a scene (``*.scene.json``: ``SceneMode.open``). A file the model refuses values of
+        opens repaired (``load_asset_for_editing``), with each repair in the Problems dock and the document
+        marked modified, so the file changes only when the designer saves. A file that cannot be read as an
+        asset at all is refused: its errors go to the Problems dock and the current asset stays.
+
+        ``keep_scene``: an NPC's asset of the open scene (the scene stays open); ``remember``: put it in the
+        recent files; ``ask``: ask about unsaved changes first (False: the caller just did)."""
         window = self.window
-        if not self.maybe_save():
+        if is_scene_file(path) and not keep_scene:
+            return window.scene_mode.open(path, as_example)
+        if ask and not self.maybe_save():
             return False
         started = time.perf_counter()
         try:
@@ -103,11 +120,13 @@ class FileMenu:
             window.problems_dock.raise_()
             window.statusBar().showMessage(f"Could not open {path}: see Problems", 8000)
             return False
+        if not keep_scene:
+            window.scene_mode.leave()
         # An example opens as a new, unsaved asset, so saving never overwrites the shipped file.
         # An example keeps its folder: its behaviours and files are found there until it is saved elsewhere.
         window.set_asset(opened.asset, "" if as_example else str(Path(path).resolve()),
                          modified=bool(opened.problems), folder=str(Path(path).resolve().parent))
-        if not as_example:
+        if not as_example and remember:
             self._remember_recent(path)
         if opened.problems:
             window.load_problems = list(opened.problems)
@@ -165,6 +184,7 @@ class FileMenu:
         found = offer_left_behind(window, folder)
         if found is None:
             return False
+        window.scene_mode.leave()
         window.set_asset(found.asset, found.original_path, modified=found.modified, folder=found.folder)
         found.forget()
         if found.conversation is not None or found.line:

@@ -55,12 +55,14 @@ from editor.services.suite_run import SuiteRun
 from editor.session.follow import ServerAttach
 from editor.session.local import LiveConversation
 from editor.session.record import InspectedTurn
+from editor.session.scene import SceneConversation
 from editor.threads.thread_service import SHUTDOWN_WAIT_MS
 from editor.window.backend_menu import BackendMenu
 from editor.window.edit_menu import EditMenu
 from editor.window.file_menu import FileMenu
 from editor.window.help_menu import fill_help_menu
 from editor.window.models_menu import ModelsMenu
+from editor.window.scene_mode import SceneMode
 from editor.window.start_page import StartPageHost
 from editor.window.workspace import Workspace, preset_buttons
 from runtime.asset.model import Asset
@@ -112,9 +114,9 @@ DOCKS: list[DockSpec] = [
     DockSpec("PropertiesDock", Qt.DockWidgetArea.RightDockWidgetArea, lambda w: PropertiesDock(w.document, w)),
     DockSpec("ProblemsDock", Qt.DockWidgetArea.BottomDockWidgetArea, lambda w: ProblemsDock(w)),
     DockSpec("ConversationDock", Qt.DockWidgetArea.RightDockWidgetArea,
-             lambda w: ConversationDock(w.conversation.view, w, w.download, w.backends)),
+             lambda w: ConversationDock(w.conversation.view, w, w.download, w.backends, w.scene.view)),
     DockSpec("TurnInspectorDock", Qt.DockWidgetArea.BottomDockWidgetArea,
-             lambda w: TurnInspectorDock(w.conversation.view, w.highlight_turn_path, w)),
+             lambda w: TurnInspectorDock(w.conversation.view, w.highlight_turn_path, w, w.scene.view)),
     DockSpec("RawJsonDock", Qt.DockWidgetArea.BottomDockWidgetArea,
              lambda w: RawJsonDock(w.conversation.view, w)),
     DockSpec("VramEstimatorDock", Qt.DockWidgetArea.RightDockWidgetArea,
@@ -146,6 +148,9 @@ class MainWindow(QMainWindow):
         self.conversation = LiveConversation(self.document, self, make_backend=self._backend_maker(),
                                              crash_watch=crash_watch)
         self.conversation.set_snapshot_budget(app_settings.snapshot_budget_mib())  # the designer's, from the settings
+        # A scene (*.scene.json) in the conversation's place: several NPCs, the canvas one NPC's graph at a time
+        self.scene = SceneConversation(self)
+        self.scene_mode = SceneMode(self, self.scene)
         self.download = SampleModelDownload(self)
         # Following a session of `parley serve` in the conversation's place (Backend > Attach to Server…)
         self.attach = ServerAttach(self.conversation.view, self)
@@ -382,6 +387,7 @@ class MainWindow(QMainWindow):
         tests.turn_opened.connect(self._open_test_turn)
         tests.coverage_changed.connect(self._show_coverage)
         self.conversation_dock.test_case_saved.connect(tests.refresh)
+        self.conversation_dock.scene_npc_picked.connect(self.scene_mode.show_npc)
     # --- the backend ----------------------------------------------------------------------------
 
     def _backend_maker(self):
@@ -401,8 +407,10 @@ class MainWindow(QMainWindow):
         return self.backend_controls.open_attach_dialog()
 
     def highlight_turn_path(self, node_ids: list[str]) -> None:
-        """The Turn Inspector's path marks, but none from a followed session that runs another asset."""
-        self.canvas.highlight_path(node_ids if self.attach.draws_paths() else [])
+        """The Turn Inspector's path marks, but none from a followed session that runs another asset, nor
+        from a scene's NPC whose graph the canvas does not show."""
+        draws = self.attach.draws_paths() and self.scene_mode.draws_inspected_path()
+        self.canvas.highlight_path(node_ids if draws else [])
 
     def _open_test_turn(self, record: InspectedTurn, label: str, note: str, comparison: object = None) -> None:
         """A test run's turn (the Tests dock) in the Turn Inspector, with what it was expected to do
@@ -436,7 +444,8 @@ class MainWindow(QMainWindow):
     def _update_title(self, *_ignored: object) -> None:
         doc = self.document
         name = Path(doc.path).name if doc.path else "Untitled"
-        self.setWindowTitle(f"{name}[*] \u2014 {doc.asset.name} \u2014 Parley Studio")
+        scene = self.scene_mode.title_prefix() if hasattr(self, "scene_mode") else ""  # (not yet while it is built)
+        self.setWindowTitle(f"{scene}{name}[*] \u2014 {doc.asset.name} \u2014 Parley Studio")
         self.setWindowModified(doc.modified)
 
     def _after_edit(self, *_ignored: object) -> None:
@@ -607,6 +616,7 @@ class MainWindow(QMainWindow):
         # seconds at most: one that still runs is left to end by itself, never destroyed running.
         self.attach.shutdown()  # closes the watch stream: the server's session is not changed
         self.conversation.shutdown()
+        self.scene.shutdown()
         self.download.shutdown()
         self.suite_run.shutdown(SHUTDOWN_WAIT_MS)  # stops a test run and its thread
         doctor = sys.modules.get("editor.dialogs.doctor")  # no self-test window was opened unless it is imported

@@ -89,6 +89,9 @@ def describe_example(raw: object) -> str:
     system prompt (of the first node with one), else how many nodes it has."""
     if not isinstance(raw, dict):
         return "not an asset (the file holds no JSON object)"
+    if raw.get("format") == "parley-scene":
+        npcs = [n.get("name") for n in raw.get("npcs") or [] if isinstance(n, dict) and isinstance(n.get("name"), str)]
+        return _one_line(f"A scene: {', '.join(npcs)} in one conversation with the player")
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("description"), str) and metadata["description"].strip():
         return _one_line(metadata["description"])
@@ -105,11 +108,12 @@ _examples: list[StartEntry] | None = None
 
 
 def example_entries() -> list[StartEntry]:
-    """The shipped examples (``resources/examples/*.json``, as File > Examples lists them), read once a run."""
+    """The shipped examples (``resources/examples/*.json``, then the scenes in ``scenes/*.scene.json``, as
+    File > Examples lists them), read once a run."""
     global _examples
     if _examples is None:
         found: list[StartEntry] = []
-        for path in sorted(examples_dir().glob("*.json")):
+        for path in [*sorted(examples_dir().glob("*.json")), *sorted((examples_dir() / "scenes").glob("*.scene.json"))]:
             try:
                 raw = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
@@ -127,7 +131,7 @@ def template_entries() -> list[StartEntry]:
     out = [StartEntry("template", EMPTY_TEMPLATE, "Empty agent (one reply)",
                       "One Generate and Speak node, reply, with a starting prompt to rewrite: ready to talk")]
     out += [StartEntry("template", e.path, f"From {e.title}", f"A new, unsaved copy of {Path(e.path).name}")
-            for e in example_entries() if e.available]
+            for e in example_entries() if e.available and not e.path.endswith(".scene.json")]
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QDockWidget, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QDockWidget, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
 from editor.docks.conversation.backend_bar import BackendBar
 from editor.docks.conversation.branch_tree import BranchTree
@@ -22,6 +22,7 @@ from editor.docks.conversation.model_offer import ModelOffer
 from editor.docks.conversation.replay_bar import ReplayBar
 from editor.docks.conversation.restart_banner import RestartBanner
 from editor.docks.conversation.save_as_test import SaveAsTest
+from editor.docks.conversation.scene_panel import ScenePanel
 from editor.docks.conversation.status import ModelLoadBar, TurnStatus, tool_button
 from editor.docks.conversation.talk_line import TalkLine
 from editor.docks.conversation.tool_answer import ToolAnswer
@@ -30,6 +31,7 @@ from editor.docks.conversation.voice import Voice
 from editor.services.backend_choice import EMBEDDED_LABEL, BackendChoice
 from editor.services.sample_model_download import SampleModelDownload, missing_models
 from editor.session.record import InspectedTurn
+from editor.session.scene_view import SceneShown, SceneView
 from editor.session.view import SessionView
 from editor.threads.thread_job import ThreadJob
 from editor.widgets.flow_layout import wrapping_row
@@ -49,9 +51,13 @@ class ConversationDock(QDockWidget):
     test_case_saved = Signal(str)  # the suite file a case was saved to
     node_clicked = Signal(str)  # a reply's node name: the window selects and centres that node
     history_file_done = Signal(bool)  # an Import or Export ended (on its thread): whether it worked
+    scene_npc_picked = Signal(str)  # in a scene: the NPC whose graph the canvas should show
 
     def __init__(self, view: SessionView, parent: QWidget | None = None,
-                 download: SampleModelDownload | None = None, backends: BackendChoice | None = None) -> None:
+                 download: SampleModelDownload | None = None, backends: BackendChoice | None = None,
+                 scene: SceneView | None = None) -> None:
+        """``scene``: the window's scene; while one is open the dock shows it (``ScenePanel``) in
+        place of the single-agent conversation."""
         super().__init__("Conversation", parent)
         self.view = view
         self.actions = view.actions
@@ -92,7 +98,16 @@ class ConversationDock(QDockWidget):
         for panel in (self.step_by_step, self.tool_panel, self.model_offer, self.load_progress, self.status,
                       self.talk):
             layout.addWidget(panel)
-        self.setWidget(body)
+        # The single-agent conversation, or a scene's in its place
+        self.pages = QStackedWidget(self)
+        self.pages.addWidget(body)
+        self.scene_panel: ScenePanel | None = None
+        if scene is not None:
+            self.scene_panel = ScenePanel(scene, self.pages)
+            self.pages.addWidget(self.scene_panel)
+            self.scene_panel.npc_picked.connect(self.scene_npc_picked)
+            scene.opened.connect(self._scene_opened)
+        self.setWidget(self.pages)
         self.backend_bar.fill()
         self._name_the_panels_widgets()
         self._connect(view)
@@ -156,6 +171,9 @@ class ConversationDock(QDockWidget):
         self.links.node_clicked.connect(self.node_clicked)
         self.files.done.connect(self.history_file_done)
         self.save_test.saved.connect(self.test_case_saved)
+
+    def _scene_opened(self, shown: SceneShown) -> None:
+        self.pages.setCurrentWidget(self.scene_panel if shown.path else self.pages.widget(0))
 
     # --- what the panels share ------------------------------------------------------------------
 

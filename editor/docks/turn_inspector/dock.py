@@ -25,10 +25,12 @@ from PySide6.QtWidgets import (
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
 from editor.docks.turn_inspector.changes_list import ChangesList
 from editor.docks.turn_inspector.node_text import STYLE, html_text, prompt_html, stats_html
+from editor.docks.turn_inspector.scene_turns import SceneTurns
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
 from editor.services.backend_choice import EMBEDDED_LABEL
 from editor.services.suite_run import TurnComparison
 from editor.session.record import SNAPSHOT_MEANING, InspectedTurn
+from editor.session.scene_view import LineKey, SceneShown, SceneView
 from editor.session.view import SessionView
 from runtime.backends.base import Reproducibility
 from runtime.diagnostics import NodeDiagnostics
@@ -46,9 +48,10 @@ class TurnInspectorDock(QDockWidget):
     node_clicked = Signal(str)  # a node of the path: the window selects and centres it on the canvas
 
     def __init__(self, view: SessionView, highlight_path: PathHighlighter | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, scene: SceneView | None = None) -> None:  # scene: a scene's turns too
         super().__init__("Turn Inspector", parent)
         self.view = view
+        self.scene = scene
         self.highlight_path = highlight_path  # marks a turn's path on the canvas
         body = QWidget(self)
         layout = QVBoxLayout(body)
@@ -81,6 +84,7 @@ class TurnInspectorDock(QDockWidget):
         layout.addWidget(self.note_label)
         self.external: dict[str, tuple[InspectedTurn, str]] = {}  # label -> a record not of this conversation, note
         self.comparisons: dict[str, TurnComparison] = {}  # a failed test turn's label -> its last passing run
+        self.scene_turns = SceneTurns()  # a scene's NPC lines, turns from elsewhere too
 
         summary = QHBoxLayout()
         self.path_label = QLabel(self)
@@ -126,6 +130,10 @@ class TurnInspectorDock(QDockWidget):
         view.history_changed.connect(self.refresh)
         view.restarted.connect(self.refresh)
         view.turn_selected.connect(self.pick_turn)
+        if scene is not None:
+            scene.opened.connect(self._show_scene)
+            scene.changed.connect(self._show_scene)
+            scene.line_selected.connect(self.pick_scene_line)
         self.refresh()
 
     def _build_node_details(self, splitter: QSplitter) -> None:
@@ -197,8 +205,8 @@ class TurnInspectorDock(QDockWidget):
         self.comparisons.pop(label, None)
         if comparison is not None:
             self.comparisons[label] = comparison
-        while len(self.external) > EXTERNAL_KEPT:
-            gone = next(iter(self.external))
+        while len(self.external) - len(self.scene_turns.npcs) > EXTERNAL_KEPT:
+            gone = next(label for label in self.external if label not in self.scene_turns.npcs)
             del self.external[gone]
             self.comparisons.pop(gone, None)
         self.refresh()
@@ -215,11 +223,31 @@ class TurnInspectorDock(QDockWidget):
             self.diff_view.scrollToAnchor(FIRST_DIFFERENCE)
 
     def forget_external(self) -> None:
-        """Drop the turns from elsewhere (another asset's test runs): their ids name other nodes."""
-        if self.external:
-            self.external.clear()
+        """Drop the turns from elsewhere (another asset's test runs), but a scene's (its NPCs take turns on the canvas)."""
+        if gone := [label for label in self.external if label not in self.scene_turns.npcs]:
+            self.external = {label: kept for label, kept in self.external.items() if label not in gone}
             self.comparisons.clear()
             self.refresh()
+
+    # --- a scene's turns ------------------------------------------------------------------------
+
+    def _show_scene(self, shown: SceneShown) -> None:
+        """Each NPC line of the scene as a turn to pick, as that NPC saw it (``SceneTurns``)."""
+        self.scene_turns.fill(shown, self.external)
+        self.refresh()
+        if self.scene is not None and self.scene.selected is not None:
+            self.pick_scene_line(self.scene.selected)
+
+    def pick_scene_line(self, key: LineKey) -> None:
+        """Show the scene line ``key``'s turn (an NPC's)."""
+        index = self.turn_picker.findData(self.scene_turns.labels.get(key, None))
+        if index >= 0 and index != self.turn_picker.currentIndex():
+            self.turn_picker.setCurrentIndex(index)
+
+    def shown_scene_npc(self) -> str:
+        """The NPC whose scene turn is shown ("" when the turn shown is not a scene's)."""
+        label = self.turn_picker.currentData()
+        return self.scene_turns.npcs.get(label, "") if isinstance(label, str) else ""
 
     def _path(self) -> list[int]:
         tree = self.view.saved.tree
@@ -283,8 +311,11 @@ class TurnInspectorDock(QDockWidget):
             self._show_node_details()
             self._highlight([])
             return
-        if not isinstance(self.turn_picker.currentData(), str):
+        picked = self.turn_picker.currentData()
+        if not isinstance(picked, str):
             self.view.select_turn(record.turn_id)
+        elif self.scene is not None and picked in self.scene_turns.npcs:
+            self.scene.select_line(self.scene_turns.key_of(picked))
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
         warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
@@ -339,7 +370,7 @@ class TurnInspectorDock(QDockWidget):
             lines.append(f"<span style='color:#8fd18f'>\u2713 {len(passed)} more passed ({html_text(kinds)}): hover to "
                          "see them</span>")
         comparison = self.comparisons.get(label)
-        heading = comparison.note_heading if comparison is not None else "expected"
+        heading = comparison.note_heading if comparison is not None else self.scene_turns.headings.get(label, "expected")
         self.note_label.setText(f"<b>{html_text(label)}</b> \u00b7 {html_text(heading)}:<br/>" + "<br/>".join(lines))
         self.note_label.setToolTip("\n".join(note))
         self.note_label.show()

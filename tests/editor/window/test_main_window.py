@@ -261,8 +261,10 @@ def test_auto_layout_is_one_undo_step(window):
 
 def test_examples_menu_recent_files_and_layout_are_remembered(make_window, tmp_path):
     window = make_window()
-    names = [a.text() for a in window.examples_menu.actions()]
-    assert len(names) == len(list(examples_dir().glob("*.json")))
+    names = [a.text() for a in window.examples_menu.actions() if not a.isSeparator()]  # a section heads the scenes
+    scenes = list((examples_dir() / "scenes").glob("*.scene.json"))
+    assert len(names) == len(list(examples_dir().glob("*.json"))) + len(scenes)
+    assert names[-len(scenes):] == ["Tavern (scene)"]
     window.examples_menu.actions()[0].trigger()
     assert window.document.path == "", "an example opens as a new asset, never overwriting the shipped file"
     path = tmp_path / "mine.json"

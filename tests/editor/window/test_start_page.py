@@ -62,8 +62,11 @@ def test_the_page_lists_the_examples_with_a_line_each(window):
     assert isinstance(page, StartPage) and window.start_page.shown
     assert window.centralWidget().currentWidget() is page, "the page stands in the canvas's place"
     shipped = sorted(examples_dir().glob("*.json"))
-    assert [e.path for e in page.examples.entries()] == [str(p) for p in shipped]
-    for entry, path in zip(page.examples.entries(), shipped):
+    scenes = sorted((examples_dir() / "scenes").glob("*.scene.json"))  # after the agents; never a template
+    assert [e.path for e in page.examples.entries()] == [str(p) for p in [*shipped, *scenes]]
+    tavern = next(e for e in page.examples.entries() if e.path.endswith("tavern.scene.json"))
+    assert tavern.detail == "A scene: Mira, Tomas, Brann in one conversation with the player"
+    for entry, path in zip(page.examples.entries(), [*shipped, *scenes]):
         raw = json.loads(path.read_text(encoding="utf-8"))
         assert entry.title == raw["name"] and entry.available
         assert entry.detail and "\n" not in entry.detail
