@@ -587,6 +587,9 @@ def _events(npcs: NPCs, stream: Stream, after: int = 0, resumed: bool = False) -
                     yield b": keep-alive\n\n"
                     continue
                 number, item = got
+                # The client may close as soon as it has the turn's last event: that is not a disconnect
+                # mid-turn (it was logged as one, for the finished turn, whenever the close came first).
+                finished = item.kind in ("turn_finished", "turn_failed")
                 yield _frame(item.kind, item.data, stream.event_id(number))
             finished = True
         finally:

@@ -25,6 +25,7 @@ from runtime.events import (
     TurnWarning,
 )
 from runtime.session.failures import FAILURE_CODES
+from runtime.session.record import TurnRecord
 
 API_VERSION = "1"
 PREFIX = "/v1"
@@ -311,17 +312,13 @@ class Transcript(BaseModel):
 
 
 class SpokenTurnOut(BaseModel):
-    """An NPC's turn in a round: what it heard (its turn's line) and what it said."""
+    """An NPC's turn in a round: who, picked by which rule, and its turn's record in its own
+    conversation (the one ``TurnRecord``: its line is what it heard, one 'Name: text' a line; its
+    reply, path, guard, game events and tags), without diagnostics and prompts."""
 
     speaker: str
     rule: str = Field(description="The director's rule that picked it: addressed, about, round_robin or model.")
-    heard: str = Field(description="The lines it heard since it last spoke, one 'Name: text' a line.")
-    reply: str
-    turn_id: int = Field(description="The turn's id in the NPC's own conversation.")
-    path: list[str]
-    guard: dict[str, str] = Field(description="{policy, exit, node}: the first policy a Guard found broken.")
-    game_events: list[str]
-    tags: dict[str, str]
+    record: TurnRecord
 
 
 class RoundOut(BaseModel):

@@ -17,7 +17,7 @@ import itertools
 import logging
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from runtime.serve.protocol import (
     SpokenTurnOut,
     event_data,
 )
+from runtime.session.record import TurnRecord
 
 log = logging.getLogger("parley.serve")
 
@@ -283,7 +284,6 @@ class ServedScenes:
 
 def _round_out(index: int, done: SceneRound, lines: list[SceneLine]) -> RoundOut:
     return RoundOut(round=index, speakers=done.speakers, lines=[line_out(line) for line in lines],
-                    turns=[SpokenTurnOut(speaker=t.npc, rule=t.rule, heard=t.heard, reply=t.result.reply,
-                                         turn_id=t.result.turn_id, path=list(t.result.path), guard=asdict(t.result.guard),
-                                         game_events=list(t.result.game_events), tags=dict(t.result.tags))
+                    turns=[SpokenTurnOut(speaker=t.npc, rule=t.rule,
+                                         record=TurnRecord.of(t.heard, t.result).without_details())
                            for t in done.turns])

@@ -84,9 +84,9 @@ def test_a_rounds_events_carry_their_speaker_and_come_in_order(client):
         line = next(e for e in events if e.kind == "scene_line" and e.data["speaker"] == speaker)
         assert "".join(e.data["text"] for e in own if e.kind == "token" and e.data["reply"]).strip() == line.data["text"]
     assert all(e.data["speaker"] in ("mira", "tomas") for e in events if e.kind in NODE_KINDS)
-    assert {e.data["name"]: e.data["value"] for e in by_speaker["tomas"] if e.kind == "tag"} == done.turns[1].tags
+    assert {e.data["name"]: e.data["value"] for e in by_speaker["tomas"] if e.kind == "tag"} == done.turns[1].record.tags
     assert [line.speaker for line in done.lines] == ["player", "mira", "tomas"]
-    assert done.turns[1].heard == f"Traveller: Good evening, all!\nMira: {done.lines[1].text}"
+    assert done.turns[1].record.line == f"Traveller: Good evening, all!\nMira: {done.lines[1].text}"
     assert client.scene("tavern").rounds == 1
     assert client.transcript("tavern") == done.lines
 
@@ -110,8 +110,8 @@ def test_to_whisper_join_and_leave_change_who_speaks_and_who_hears(client):
     assert whispered.lines[0].heard_by == ["mira"]  # Tomas did not hear it...
     assert whispered.speakers == ["mira", "tomas"]
     # ...so his turn read only Mira's lines (the scripted Mira repeats what she heard: he hears that from her)
-    assert [said.partition(":")[0] for said in whispered.turns[1].heard.splitlines()] in (["Mira"], ["Mira", "Mira"])
-    assert whispered.turns[1].heard.endswith(f"Mira: {whispered.lines[1].text}")
+    assert [said.partition(":")[0] for said in whispered.turns[1].record.line.splitlines()] in (["Mira"], ["Mira", "Mira"])
+    assert whispered.turns[1].record.line.endswith(f"Mira: {whispered.lines[1].text}")
 
     _refused(lambda: client.scene_line("tavern", "Open the gate!", to="brann"), "bad_request", 400)  # not there yet
     joined = client.join("tavern", "brann")
@@ -120,7 +120,7 @@ def test_to_whisper_join_and_leave_change_who_speaks_and_who_hears(client):
     assert to_brann.speakers[0] == "brann"
     assert to_brann.lines[0].heard_by == ["mira", "tomas", "brann"]
     assert to_brann.lines[1].speaker == "brann" and to_brann.lines[1].heard_by == ["mira"]  # out of Tomas's earshot
-    assert "before" not in to_brann.turns[0].heard and to_brann.turns[0].heard.startswith("Traveller: Is the gate")
+    assert "before" not in to_brann.turns[0].record.line and to_brann.turns[0].record.line.startswith("Traveller: Is the gate")
 
     left = client.leave("tavern", "tomas")
     assert [n.id for n in left.npcs if n.present] == ["mira", "brann"]
@@ -145,7 +145,7 @@ def test_an_npcs_tool_call_in_a_scene_is_answered_by_the_game(tmp_path: Path):
         assert request.data["speaker"] == "hilde" and request.data["call_id"] == asked[0].call_id
         called = next(e for e in done.events if e.kind == "tool_call")
         assert (called.data["speaker"], called.data["result"]) == ("hilde", "240 arrows")
-        assert "240 arrows" in done.lines[1].text and done.turns[0].path == ["lookup", "reply"]
+        assert "240 arrows" in done.lines[1].text and done.turns[0].record.path == ["lookup", "reply"]
         mocked = client.scene_line("stores", ARROWS, mock_tools=True, tools=lambda call: asked.append(call) or "no")
         assert len(asked) == 1 and "240" in mocked.lines[1].text  # the mock answered
         _refused(lambda: client.scene_tool_result("stores", asked[0].call_id, "late"), "unknown_call", 404)
@@ -341,4 +341,4 @@ def test_a_scene_on_the_sample_model_streams_each_npcs_words_under_its_name(samp
         alone = Scene.open(path, alone_backend).say(line)
     finally:
         alone_backend.close()
-    assert [t.result.reply for t in alone.turns] == [t.reply for t in done.turns]
+    assert [t.result.reply for t in alone.turns] == [t.record.reply for t in done.turns]

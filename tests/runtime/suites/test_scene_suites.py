@@ -48,6 +48,7 @@ cases:
       - say: "Good evening, all!"
         expect:
           speakers: [tomas, mira]
+          rules: [about]
           heard_by: [mira]
           lines:
             mira: {reply: {contains: ["a room"]}}
@@ -56,7 +57,8 @@ cases:
     result = run_scene_suite(load_scene_suite(path), ScriptedBackend())
     failures = [c.message for r in result.cases[0].rounds for c in r.checks if not c.passed]
     assert not result.passed
-    assert failures == ["speakers tomas, mira (spoke: mira, tomas)", "heard by mira (heard by mira, tomas)",
+    assert failures == ["speakers tomas, mira (spoke: mira, tomas)",
+                        "picked by about (by round_robin, round_robin)", "heard by mira (heard by mira, tomas)",
                         "mira: contains 'a room'", "brann's line (it did not speak; spoke: mira, tomas)"]
 
 
