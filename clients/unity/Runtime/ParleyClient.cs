@@ -236,6 +236,9 @@ namespace Parley
     {
         int Status { get; }
 
+        /// <summary>The answer's header <paramref name="name"/> (case-insensitive), or null.</summary>
+        string Header(string name);
+
         /// <summary>The next bytes of the body into buffer: how many (0 at its end). Throws when the connection
         /// breaks, and ParleyTransportException TimedOut when nothing arrives for <paramref name="silence"/>
         /// (Timeout.InfiniteTimeSpan or zero: no limit).</summary>
@@ -295,6 +298,7 @@ namespace Parley
     {
         readonly IParleyTransport transport;
         readonly string baseUrl, token;
+        const string RunHeader = "Parley-Run"; // a turn's answer names its run here, before its first event
 
         /// <summary>How long an ordinary request may take (a turn's stream has no limit: cancel it instead).</summary>
         public TimeSpan RequestTimeout = TimeSpan.FromSeconds(30);
@@ -565,6 +569,12 @@ namespace Parley
                 using (response) throw Failure(response.Status, await response.ReadToEnd());
             }
             state.Current = response;
+            // The run, named before any event arrives: a stream that breaks before its first event still resumes.
+            if (state.Run == null)
+            {
+                var named = response.Header(RunHeader);
+                if (!string.IsNullOrEmpty(named)) state.Run = named;
+            }
             var answers = new List<Task>();
             var stopped = new TaskCompletionSource<bool>(); // the token's cancel has its answer
             int fired = 0;
@@ -1073,6 +1083,14 @@ namespace Parley
             public Stream(HttpResponseMessage response) { this.response = response; }
 
             public int Status { get { return (int)response.StatusCode; } }
+
+            public string Header(string name)
+            {
+                IEnumerable<string> values;
+                if (!response.Headers.TryGetValues(name, out values)) return null;
+                foreach (var value in values) return value;
+                return null;
+            }
 
             public void Dispose() { response.Dispose(); }
 

@@ -236,13 +236,17 @@ namespace Parley
 
             public int Status { get { return status; } }
 
+            public string Header(string name) { return web.GetResponseHeader(name); }
+
             public override bool Tick(float now)
             {
                 if (!ended && web.isDone)
                 {
                     ended = true;
                     status = (int)web.responseCode;
-                    if (!Answered(web) && failure == null) failure = Unanswered(web, received || chunks.Count > 0);
+                    // a status means the server answered, even when no byte of the body came before the break
+                    if (!Answered(web) && failure == null)
+                        failure = Unanswered(web, received || chunks.Count > 0 || web.responseCode > 0);
                 }
                 if (chunks.Count > 0) received = true;
                 if (!opened)
@@ -253,7 +257,8 @@ namespace Parley
                         Opening.TrySetCanceled();
                         return Finish();
                     }
-                    if (received || (ended && failure == null))
+                    // open once the status is known: the first bytes, the answer's head, or the end
+                    if (received || web.responseCode > 0 || (ended && failure == null))
                     {
                         opened = true;
                         status = (int)web.responseCode;

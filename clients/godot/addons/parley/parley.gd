@@ -237,6 +237,8 @@ func _run(turn: Turn, path: String, body: Dictionary) -> void:
 			opened = await _answer(opened)
 			opened.line = turn.line
 			break
+		if turn.run == "":  # named in the answer's head: a stream broken before its first event still resumes
+			turn.run = _header(opened.http, "parley-run")
 		var why := await _read_events(turn, opened.http)
 		if turn.done:
 			return
@@ -512,6 +514,15 @@ func _address() -> Dictionary:
 		port = int(rest.substr(colon + 1, rest.length()))
 		rest = rest.substr(0, colon)
 	return {"host": rest, "port": port, "tls": tls, "prefix": prefix}
+
+
+# An answer's header by name (case-insensitive), or "".
+func _header(http: HTTPClient, name: String) -> String:
+	var headers: Dictionary = http.get_response_headers_as_dictionary()
+	for key in headers:
+		if str(key).to_lower() == name:
+			return str(headers[key])
+	return ""
 
 
 func _path(session: String) -> String:

@@ -334,6 +334,17 @@ namespace UnityEngine.Networking
         public Result result { get { Player.CheckMainThread("result"); return outcome; } }
         public string error { get { Player.CheckMainThread("error"); return errorSeen; } }
         public long responseCode { get { Player.CheckMainThread("responseCode"); return responseCodeSeen; } }
+
+        // The answer's headers (as Unity's: names case-insensitive; null until the status is known)
+        readonly System.Collections.Concurrent.ConcurrentDictionary<string, string> answerHeaders =
+            new System.Collections.Concurrent.ConcurrentDictionary<string, string>();
+
+        public string GetResponseHeader(string name)
+        {
+            Player.CheckMainThread("GetResponseHeader");
+            string value;
+            return responseCodeSeen != 0 && answerHeaders.TryGetValue(name.ToLowerInvariant(), out value) ? value : null;
+        }
         public ulong downloadedBytes { get { Player.CheckMainThread("downloadedBytes"); return received; } }
 
         public void SetRequestHeader(string name, string value)
@@ -400,6 +411,8 @@ namespace UnityEngine.Networking
                     }
                     using (var response = await http.SendAsync(message, HttpCompletionOption.ResponseHeadersRead, both.Token))
                     {
+                        foreach (var header in response.Headers.Concat(response.Content.Headers))
+                            answerHeaders[header.Key.ToLowerInvariant()] = header.Value.FirstOrDefault();
                         status = (int)response.StatusCode;
                         var stream = await response.Content.ReadAsStreamAsync();
                         var buffer = new byte[4096];

@@ -241,6 +241,8 @@ func _run(turn: Turn, path: String, body: Dictionary):
 			opened = yield(_answer(opened), "completed")
 			opened.line = turn.line
 			break
+		if turn.run == "":  # named in the answer's head: a stream broken before its first event still resumes
+			turn.run = _header(opened.http, "parley-run")
 		var why = yield(_read_events(turn, opened.http), "completed")
 		if turn.done:
 			return
@@ -518,6 +520,15 @@ func _address() -> Dictionary:
 		rest = rest.substr(0, colon)
 	return {"host": rest, "port": port, "tls": tls, "prefix": prefix}
 
+
+
+# An answer's header by name (case-insensitive), or "".
+func _header(http: HTTPClient, name: String) -> String:
+	var headers: Dictionary = http.get_response_headers_as_dictionary()
+	for key in headers:
+		if str(key).to_lower() == name:
+			return str(headers[key])
+	return ""
 
 func _path(session: String) -> String:
 	return "/v1/sessions/" + session.percent_encode()
