@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from runtime.backends.base import Backend, ChatMessage, GenerationRequest
 from runtime.scene.model import SceneAsset, SceneNpc
 
-__all__ = ["NOBODY", "Pick", "choose", "names_of"]
+__all__ = ["NOBODY", "RECENT_LINES", "Pick", "choose", "names_of"]
 
 NOBODY = "nobody"
 MODEL_PROMPT = ("You direct a scene in a game. Read the conversation and answer with the name of the character who "

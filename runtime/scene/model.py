@@ -7,9 +7,7 @@ summaries and KV caches, and sees only the lines it heard."""
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -17,13 +15,12 @@ from pydantic_core import ErrorDetails
 
 from runtime.files.located import MISSING_FIELD, UNKNOWN_KEY, Place, Wording, error_message, located_problems
 from runtime.files.reading import parse_input_json, read_input_text
-from runtime.files.writing import atomic_write_text
 from runtime.names import SLOT_PATTERN
 from runtime.nodes import Strict, field_help
 from runtime.problems import InputError, Problem
 
 __all__ = ["PLAYER", "SCENE_FORMAT", "SCENE_SUFFIX", "DirectorSettings", "Earshot", "SceneAsset", "SceneError",
-           "SceneNpc", "load_scene", "parse_scene", "save_scene"]
+           "SceneNpc", "load_scene", "parse_scene"]
 
 SCENE_FORMAT = "parley-scene"
 SCENE_VERSION = 1
@@ -155,6 +152,3 @@ def parse_scene(text: str, source: str = "<scene>") -> SceneAsset:
 def load_scene(path: str | os.PathLike[str]) -> SceneAsset:
     return parse_scene(read_input_text(path, SceneError, MAX_SCENE_BYTES), str(path))
 
-
-def save_scene(scene: SceneAsset, path: str | os.PathLike[str]) -> None:
-    atomic_write_text(Path(path), json.dumps(scene.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")

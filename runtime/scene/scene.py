@@ -28,7 +28,7 @@ from runtime.asset.file import load_asset
 from runtime.backends.base import Backend
 from runtime.events import Event
 from runtime.problems import Problem
-from runtime.scene.director import Pick, choose
+from runtime.scene.director import RECENT_LINES, Pick, choose
 from runtime.scene.model import PLAYER, SceneAsset, SceneError, load_scene
 from runtime.session.session import Session
 
@@ -228,7 +228,7 @@ class Scene:
         return line
 
     def _recent(self) -> str:
-        return "\n".join(f"{line.name}: {line.text}" for line in self.transcript[-20:])
+        return "\n".join(f"{line.name}: {line.text}" for line in self.transcript[-RECENT_LINES:])
 
     # --- going back ---------------------------------------------------------------------------------
 

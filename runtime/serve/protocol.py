@@ -24,6 +24,7 @@ from runtime.events import (
     ToolCalled,
     TurnWarning,
 )
+from runtime.names import SURROGATE
 from runtime.session.failures import FAILURE_CODES
 from runtime.session.record import TurnRecord
 
@@ -31,7 +32,6 @@ API_VERSION = "1"
 PREFIX = "/v1"
 SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-SURROGATE = re.compile("[\ud800-\udfff]")
 
 # code -> HTTP status. A client dispatches on the code, never on the message.
 ERROR_STATUS: dict[str, int] = {
