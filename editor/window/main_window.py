@@ -46,6 +46,7 @@ from editor.garbage import collect_on_the_ui_thread
 from editor.model.bypass import install_bypass
 from editor.model.document import Document
 from editor.model.game_events import install_game_events
+from editor.model.strings import install_strings
 from editor.services.backend_choice import BackendChoice
 from editor.services.recovery import Autosave
 from editor.services.sample_model_download import (
@@ -300,6 +301,8 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.start_page_action)
         file_menu.addSeparator()
         file_menu.addActions([self.save_action, self.save_as_action])
+        file_menu.addSeparator()
+        self.strings_actions = install_strings(self, file_menu)  # Export and Import Strings…
         file_menu.addSeparator()
         file_menu.addActions([self.close_action, self.quit_action])
 

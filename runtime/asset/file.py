@@ -737,9 +737,9 @@ def asset_to_dict(asset: Asset) -> dict[str, Any]:
         raw["comments"] = [_ordered(c, _COMMENT_KEY_ORDER) for c in raw["comments"]]
     else:
         raw.pop("comments", None)  # written only when there are some
-    for key in ("game_events", "reply_tags"):
+    for key in ("game_events", "reply_tags", "language"):
         if not raw.get(key):
-            raw.pop(key, None)  # written only when there are some
+            raw.pop(key, None)  # written only when set, so older files save as they were
     if raw.get("double_text") == Asset.model_fields["double_text"].default:
         raw.pop("double_text")  # written only when not the default, so older files save as they were
     return _ordered(raw, _ASSET_KEY_ORDER, _TRAILING_ASSET_KEYS)

@@ -52,6 +52,7 @@ from runtime.nodes import (
     node_models,
     when_registered,
 )
+from runtime.prompting.language import OPTIONAL_LANGUAGE_TAG, language_tag_problem
 
 ASSET_VERSION = 2  # 2: comments (backdrops and notes) and bypassed nodes
 _help = field_help
@@ -139,6 +140,10 @@ class Asset(Strict):
         "Slots the game gets with each reply, for an emotion or an animation (mood, gesture): a Classify Attributes "
         "node fills them from its allowed values. parley serve sends a tag event as soon as a node writes one, "
         "before the reply's words, and the finished turn lists them.", "Game"))
+    language: str = Field("", **_help(
+        "The language the agent speaks, as a BCP 47 tag (de, fr, pt-BR). Its Generate and Generate and Speak "
+        "nodes' system prompts end with \"Answer in German.\", and templates read {{language}} (German) and "
+        "{{language_tag}} (de). Empty: the prompts say nothing about language.", pattern=OPTIONAL_LANGUAGE_TAG))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
     comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))
@@ -149,6 +154,14 @@ class Asset(Strict):
         bad = [k for k in v if not re.fullmatch(SLOT_PATTERN, k)]
         if bad:
             raise ValueError(f"variable names must be identifiers: {', '.join(map(repr, bad))}")
+        return v
+
+    @field_validator("language")
+    @classmethod
+    def _language_tag(cls, v: str) -> str:
+        problem = language_tag_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("reply_tags")

@@ -1,5 +1,6 @@
 """The ``parley`` command line: ``parley validate``, ``parley chat``, ``parley estimate``, ``parley models``,
-``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``, ``parley doctor``, ``parley serve``.
+``parley test``, ``parley backends``, ``parley bundle``, ``parley replay``, ``parley doctor``, ``parley serve``,
+``parley strings``.
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds
 its parser and sets ``func`` to a function taking the parsed arguments and
@@ -24,6 +25,7 @@ COMMANDS = [
     "runtime.cli.bundle",  # bundle and replay
     "runtime.cli.doctor",
     "runtime.cli.serve",
+    "runtime.cli.strings",  # strings export and import
 ]
 
 

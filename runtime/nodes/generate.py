@@ -41,7 +41,7 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
     max_tokens: int = Field(256, ge=1, **field_help("Tokens kept free for the answer. Must be below Context Size; the rest is the prompt budget.", "Model"))
     history_role: HistoryRole = Field("assistant", **field_help("assistant: later turns see this node's output. none: its output is never replayed (a hidden reasoning step).", "History"))
     input: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help("Slot read as the current turn's line. Empty reads the player's line.", "Prompt"))
-    template: str = Field("", **field_help("Mustache template framing the current turn: {{instructions}}, {{#knowledge}}{{text}}{{/knowledge}}, {{slots.NAME}}, {{vars.NAME}}, {{input}}.", "Prompt", mustache=True, multiline=True))
+    template: str = Field("", **field_help("Mustache template framing the current turn: {{instructions}}, {{#knowledge}}{{text}}{{/knowledge}}, {{slots.NAME}}, {{vars.NAME}}, {{input}}, {{language}} (the agent's).", "Prompt", mustache=True, multiline=True))
     placement: Placement = Field("before", **field_help("Whether the rendered template goes before or after the player's line.", "Prompt"))
     history_mode: HistoryMode = Field("full", **field_help("full: all history that fits the budget. summarized: the summary plus the last History Window entries. last_n: exactly the last History Window entries. none: no history.", "History"))
     history_window: int = Field(8, ge=1, le=10_000, **field_help("Entries (player lines, replies, tool pairs count as one each) kept by the summarized and last_n modes.", "History"))
@@ -93,7 +93,7 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
         turn, diag = run.turn, run.diag
         line = run.line(self.input)
         current = current_turn_messages(
-            self, line, turn.instructions, turn.slots, run.variables, turn.entries, run.source
+            self, line, turn.instructions, turn.slots, run.variables, turn.entries, run.source, run.language
         )
         prompt = build_prompt(
             self, system_prompt=run.system_prompt(), history=run.history,

@@ -25,6 +25,7 @@ from runtime.models.journal import EMPTY, DecodeJournal
 from runtime.nodes.base import NodeBase
 from runtime.nodes.repetition import runaway_warning
 from runtime.prompting.budget import PromptBudget
+from runtime.prompting.language import with_answer_line
 from runtime.prompting.prompt import PromptPart, slot_text
 
 # (node id, tool name, arguments) -> the tool's result as text
@@ -116,6 +117,7 @@ class AgentAccess(Protocol):
     windows: dict[str, int]
     journals: dict[str, DecodeJournal]
     session_id: str
+    asset: Any  # the graph that runs (``runtime.asset.model.Asset``); nodes read its ``language``
 
     @property
     def asset_name(self) -> str: ...
@@ -170,9 +172,16 @@ class NodeRun:
         """The first turn this node's prompt may still hold (trimming only moves it forward)."""
         return self._agent.windows.get(self.node.id, 0)
 
+    @property
+    def language(self) -> str:
+        """The agent's language, a BCP 47 tag (``Asset.language``), or '' when it has none."""
+        return getattr(self._agent.asset, "language", "") or ""
+
     def system_prompt(self) -> str:
-        """This node's system prompt: the asset's, or the one set at runtime."""
-        return self._agent.system_prompt(self.node)
+        """This node's system prompt: the asset's, or the one set at runtime. A player-facing node's
+        ends with the agent's language ("Answer in German."; ``runtime.prompting.language``)."""
+        own = self._agent.system_prompt(self.node)
+        return with_answer_line(own, self.language) if self.node.PLAYER_FACING else own
 
     def seed(self, fixed: int) -> int:
         """The seed to generate with for the node's ``fixed`` seed (-1 stays random)."""

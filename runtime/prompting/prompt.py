@@ -43,6 +43,7 @@ from runtime.prompting.budget import (
     messages_tokens,
     trim_to_budget,
 )
+from runtime.prompting.language import language_values
 from runtime.prompting.templates import render_template
 
 
@@ -103,16 +104,18 @@ def slot_text(value: Any) -> str:
 
 
 def template_values(
-    line: str, instructions: str, slots: dict[str, Any], variables: dict[str, Any]
+    line: str, instructions: str, slots: dict[str, Any], variables: dict[str, Any], language: str = ""
 ) -> dict[str, Any]:
     """What a node's template can read: {{instructions}}, {{#knowledge}}..{{/knowledge}},
-    {{slots.NAME}}, {{vars.NAME}}, {{input}}."""
+    {{slots.NAME}}, {{vars.NAME}}, {{input}}, and the agent's ``language`` (a BCP 47 tag) as
+    {{language}} and {{language_tag}} (``runtime.prompting.language``)."""
     return {
         "instructions": instructions,
         "knowledge": slots.get("knowledge", []),
         "slots": dict(slots),
         "vars": dict(variables),
         "input": line,
+        **language_values(language),
     }
 
 
@@ -135,9 +138,12 @@ def current_turn_messages(
     variables: dict[str, Any],
     earlier_entries: list[Entry],
     source: str = "",
+    language: str = "",
 ) -> CurrentTurn:
-    """The current turn as ``node`` sees it. Raises ``TemplateError`` for a bad template."""
-    rendered = render_template(node.template, template_values(line, instructions, slots, variables), node.id, "template", source)
+    """The current turn as ``node`` sees it (``language``: the agent's, for the template). Raises
+    ``TemplateError`` for a bad template."""
+    values = template_values(line, instructions, slots, variables, language)
+    rendered = render_template(node.template, values, node.id, "template", source)
     template = rendered.strip()
     parts = [template, line] if node.placement == "before" else [line, template]
     messages = [ChatMessage("user", "\n\n".join(p for p in parts if p))]
