@@ -237,7 +237,7 @@ class Agent:
         else:  # a history that kept no branches: one branch, its earlier states reconstructed
             self.journals = {}
             self.tree = ConversationTree.from_turns(self.history.turns, self._state())
-        self.journals = {k: v for k, v in self.tree.state_after(self.tree.current).journals.items() if k in self._nodes}
+        self.journals = {k: v for k, v in self.tree.state_after(self.tree.current).reading().items() if k in self._nodes}
 
     def seed_history(self, turns: list[Turn]) -> None:
         """Start the conversation from ``turns`` (no summaries; every node's window starts at 0). The
@@ -284,7 +284,7 @@ class Agent:
         self.windows = dict(state.windows)
         self.variables = {**self.asset.variables, **state.variables}
         self.system_prompts = {k: v for k, v in state.system_prompts.items() if self._has_runtime_system_prompt(k)}
-        self.journals = {k: v for k, v in state.journals.items() if k in self._nodes}
+        self.journals = {k: v for k, v in state.reading().items() if k in self._nodes}
 
     def go_to(self, turn_id: int | None) -> None:
         """Make ``turn_id`` the current turn (None: before the first), exactly as the agent was after it:
@@ -413,6 +413,8 @@ class Agent:
         repeated = turn_id is not None
         if turn_id is None:
             turn_id = self.tree.add(self.tree.current, self.history.turns[-1], after, edited=edited)
+        else:  # that alternative again, read ahead as it was after it: the next turn reads on as it did
+            self.journals = {k: v for k, v in self.tree.nodes[turn_id].after.reading().items() if k in self._nodes}
         self.tree.select(turn_id)
         reply = "\n".join(r for r in run.replies if r)
         diagnostics = None
@@ -428,6 +430,42 @@ class Agent:
         guard = TurnGuard(fired.guard.policy, fired.exit, fired.node) if fired is not None and fired.guard else TurnGuard()
         return TurnResult(index, reply, list(run.path), dict(run.slots), diagnostics, dict(run.prompts), turn_id,
                           self.backend.label, repeated, guard, list(run.game_events), dict(run.tags))
+
+    def warm(self, line: str = "", cancel: threading.Event | None = None) -> dict[str, int]:
+        """Read ahead, between turns: bring the cache of each node that has run and builds its prompt
+        from the history (Generate, Generate and Speak, Tool Call) up to the prompt its next call
+        starts with (``NodeBase.read_ahead``; ``line``: the start of the next turn's line, where
+        it is known). A node on a branch this turn did not take would otherwise read every turn since
+        it last ran at its next call, with the player waiting. Only the caches change, and the
+        read-ahead is recorded after the current turn (``AgentState.warmed``): the next turn, and a
+        replay of it, read on from it. Returns the tokens each node read; nothing while a turn runs,
+        before the first turn, or on a backend with no cache to read into."""
+        if self.tree.current is None or not self._running.acquire(blocking=False):
+            return {}
+        try:
+            state = TurnState(line, "", None, cancel or threading.Event(), None)
+            warmed: dict[str, DecodeJournal] = {}
+            read: dict[str, int] = {}
+            for node in self.asset.nodes:
+                if state.cancel.is_set():
+                    break
+                if node.id not in self.journals or node.bypassed:
+                    continue
+                before = self.journals[node.id]
+                try:
+                    journal = node.read_ahead(NodeRun(self, state, node, NodeDiagnostics(node=node.id, type=node.type_name)),
+                                              line)
+                except (TurnError, BackendError, InputError) as exc:  # the next turn reports it
+                    log.info("node %s: no read-ahead: %s", node.id, exc)
+                    continue
+                if journal is not None:
+                    warmed[node.id] = journal
+                    read[node.id] = journal.length - journal.shared(before)
+            if warmed:
+                self.tree.warm(self.tree.current, warmed)
+            return read
+        finally:
+            self._running.release()
 
     def _walk(self, run: TurnState, cancel: threading.Event) -> None:
         """Run the graph's nodes from the start node to END."""

@@ -77,6 +77,8 @@ class SceneWorker(QObject):
         self._notes_at: list[list[str]] = []
         self._notes_after: list[str] = []
         self._same: dict[tuple[int, int], bool] = {}
+        # The read-ahead after a round (``Scene.warm``) runs until the next request: set to stop it.
+        self.reading_ahead = threading.Event()
 
     # --- opening ------------------------------------------------------------------------------------
 
@@ -139,8 +141,23 @@ class SceneWorker(QObject):
 
     @Slot(object, str, bool, object)
     def say(self, line: str | None, to: str, whisper: bool, cancel: threading.Event) -> None:
-        if self._say(line, to, whisper, cancel) is not None:
-            self.round_done.emit(self._shown())
+        if self._say(line, to, whisper, cancel) is None:
+            return
+        self.reading_ahead = threading.Event()  # before the view hears of it: its next request stops this one
+        self.round_done.emit(self._shown())
+        self._read_ahead(self.reading_ahead)
+
+    def _read_ahead(self, stop: threading.Event) -> None:
+        """While the designer reads and types: every NPC there reads ahead, so the branches of its
+        graph that sat out the last rounds answer the next line without reading them (``Scene.warm``)."""
+        scene = self.scene
+        if scene is None:
+            return
+        try:
+            with cancel_scope(stop):
+                scene.warm(stop)
+        except (BackendError, Cancelled) as exc:  # it only saves time: the next round reads what it lacks
+            log.info("the scene's read-ahead stopped: %s", exc)
 
     def _say(self, line: str | None, to: str, whisper: bool, cancel: threading.Event) -> SceneRound | None:
         scene = self.scene
@@ -347,6 +364,7 @@ class SceneConversation(ThreadService):
         if self.closed or self.view.busy:
             return False
         maker = self.backend_maker()
+        self.worker.reading_ahead.set()
         self._start(embedded=maker is None)
         self._synced = {}
         self.view.set_busy(True)
@@ -406,9 +424,14 @@ class SceneConversation(ThreadService):
 
     def stop(self) -> None:
         self._cancel.set()
+        self.worker.reading_ahead.set()
 
     def _ready(self) -> bool:
-        return not (self.closed or self.view.busy or not self.view.is_open)
+        """Whether the scene takes a request now; if it does, the read-ahead stops for it."""
+        if self.closed or self.view.busy or not self.view.is_open:
+            return False
+        self.worker.reading_ahead.set()
+        return True
 
     def _sync_canvas(self) -> None:
         """Send the graph on the canvas (an NPC's, maybe edited) if it changed since its last round."""
@@ -471,6 +494,7 @@ class SceneConversation(ThreadService):
     def _cancel_work(self) -> None:
         self._closing.set()
         self._cancel.set()
+        self.worker.reading_ahead.set()
 
     def _end_thread(self) -> None:
         self._stop_worker.emit()

@@ -99,6 +99,14 @@ class NodeSession(ABC):
         cancel: threading.Event | None = None,
     ) -> GenerationResult: ...
 
+    def read_ahead(self, journal: DecodeJournal, messages: list[ChatMessage],
+                   cancel: threading.Event | None = None) -> DecodeJournal | None:
+        """Read ``messages`` into the cache, up to the end of the last one's content, before the call
+        whose prompt goes on from them (no output): the cache first rebuilt to ``journal``, as for a
+        call. Returns the journal after (as far as it got, if ``cancel`` was set), or None where there
+        is no cache to read ahead into (a server's, a scripted backend)."""
+        return None
+
     @property
     def n_ctx(self) -> int:
         return self._n_ctx

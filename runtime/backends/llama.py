@@ -349,15 +349,26 @@ class _LoadedModel:
     def prompt_tokens_and_edges(self, messages: Sequence[ChatMessage]) -> tuple[list[int], list[int]]:
         """The prompt's tokens, and where its reading should end a chunk: after the first message's
         content (the system prompt), and before the last message's content."""
+        tokens, edges, _ = self._tokens_edges_end(messages)
+        return tokens, edges
+
+    def read_ahead_tokens(self, messages: Sequence[ChatMessage]) -> tuple[list[int], list[int]]:
+        """As ``prompt_tokens_and_edges``, up to the end of the last message's content: what a
+        prompt that goes on from that content (a turn's line that grew, the markup after it) shares."""
+        tokens, edges, end = self._tokens_edges_end(messages)
+        return tokens[:end], [e for e in edges if e < end]
+
+    def _tokens_edges_end(self, messages: Sequence[ChatMessage]) -> tuple[list[int], list[int], int]:
         tokens: list[int] = []
-        head = last = 0
+        head = last = end = 0
         for text, is_markup in self.prompt_parts(messages):
             if not is_markup:
                 last = len(tokens)
             tokens += self.tokenize(text, special=is_markup)
-            if not is_markup and not head:
-                head = len(tokens)
-        return tokens, sorted({head, last} - {0})
+            if not is_markup:
+                end = len(tokens)
+                head = head or end
+        return tokens, sorted({head, last} - {0}), end
 
     def tokenize(self, text: str, special: bool) -> list[int]:
         if not text:
@@ -548,6 +559,29 @@ class LlamaNodeSession(NodeSession):
                     self._backend._busy(-1)
         finally:
             # a node waiting for room in the KV budget may park this context now that its lock is free
+            self._backend.room_changed()
+
+    def read_ahead(self, journal: DecodeJournal, messages: list[ChatMessage],
+                   cancel: threading.Event | None = None) -> DecodeJournal | None:
+        prompt, edges = self.model.read_ahead_tokens(messages)
+        if not prompt or len(prompt) >= self._n_ctx or journal.tokens()[: len(prompt)] == prompt:
+            return journal  # nothing to read (or it would not fit: the call itself says so)
+        try:
+            with self.model.lock:
+                self._backend._busy(+1)
+                try:
+                    cold = self._context is None
+                    context = self._ensure_context(cancel)
+                    if context is None:
+                        return journal
+                    if cold:
+                        self._unpark(context)
+                    self._hold(context, self.reading(journal, prompt, edges), cancel)
+                    self.last_used = time.monotonic()
+                    return self.journal
+                finally:
+                    self._backend._busy(-1)
+        finally:
             self._backend.room_changed()
 
     def _generate_locked(

@@ -21,6 +21,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
@@ -165,6 +166,9 @@ class StateChangeInFile(_Strict):
         None, description="Version 4: the nodes whose decode journal changed in the turn, and how.")
     seed_salt: int | None = Field(None, ge=0, lt=2**31, description="Version 4: the seed salt the turn was "
                                   "generated with, when it differs from the turn before it.")
+    warmed: dict[NodeKey, JournalChangeInFile] | None = Field(
+        None, description="Version 4: the nodes whose cache was read ahead after the turn, each as a change of "
+        "its journal after the turn (see journals).")
 
 
 class BranchTurnInFile(TurnInFile):
@@ -316,6 +320,8 @@ def _dumps(saved: SavedDialog) -> str:
                 change["journals"] = journals
         if after.seed_salt != before.seed_salt:
             change["seed_salt"] = after.seed_salt
+        if after.warmed:
+            change["warmed"] = {k: j.change_from(after.journals.get(k, EMPTY)) for k, j in sorted(after.warmed.items())}
         if change:
             record["state"] = change
         followed = tree.followed.get(turn_id)
@@ -496,8 +502,10 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
     def full_state(s: StateInFile | StateChangeInFile, before: AgentState, count: int, position: int | None
                    ) -> AgentState:
         if (s.summaries is None and s.windows is None and s.variables is None and s.system_prompts is None
-                and getattr(s, "journals", None) is None and getattr(s, "seed_salt", None) is None):
-            return before  # nothing changed in the turn (the common case among alternatives)
+                and getattr(s, "journals", None) is None and getattr(s, "seed_salt", None) is None
+                and getattr(s, "warmed", None) is None):
+            # nothing changed in the turn (the common case among alternatives); a read-ahead is the turn's own
+            return replace(before, warmed={}) if before.warmed else before
         # The field's name is made only for a problem: a large history has none, and many turns.
         field = f"{where}start" if position is None else f"{where}turns.{position}.state"
         chosen = before.summaries
@@ -525,8 +533,11 @@ def _tree(summaries: list[SummaryInFile], start: StateInFile, turns: list[Branch
         if changed is not None:
             journals = _journals(before.journals, changed, f"{field}.journals", source, problems)
         salt = getattr(s, "seed_salt", None)
+        warmed = getattr(s, "warmed", None)
+        ahead = {} if warmed is None else _journals(journals, warmed, f"{field}.warmed", source, problems)
         return AgentState(chosen, windows, variables, prompts, journals,
-                          before.seed_salt if salt is None else salt)
+                          before.seed_salt if salt is None else salt,
+                          {k: v for k, v in ahead.items() if k in warmed and v != journals.get(k)} if warmed else {})
 
     empty = AgentState()
     tree = ConversationTree(full_state(start, empty, 0, None))

@@ -37,6 +37,14 @@ class AgentState:
     # The seed salt the turn was generated with (re-rolling seeds changes it for later turns only):
     # going back to a turn does not restore it, but a replay of the turn uses it.
     seed_salt: int = 0
+    # node id -> its journal after a read-ahead that followed the turn (``Agent.warm``): the cache
+    # read on, between turns, through the history the node's next prompt starts with. The next turn
+    # reads on from it; a replay of that turn rebuilds it as it was read.
+    warmed: Mapping[str, DecodeJournal] = field(default_factory=dict)
+
+    def reading(self) -> dict[str, DecodeJournal]:
+        """Each node's journal as the next turn finds it: as this turn left it, or as read ahead."""
+        return {**self.journals, **self.warmed}
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class ConversationTree:
         alternative that reads the same (a designer could not tell the two apart)."""
         for sibling in self.children.get(parent, []):
             node = self.nodes[sibling]
-            if node.turn == turn and replace(node.after, seed_salt=after.seed_salt) == after:
+            if node.turn == turn and replace(node.after, seed_salt=after.seed_salt, warmed=after.warmed) == after:
                 return sibling
         return None
 
@@ -161,6 +169,11 @@ class ConversationTree:
         self.children.setdefault(parent, []).append(new_id)
         self.children.setdefault(new_id, [])
         return new_id
+
+    def warm(self, turn_id: int, journals: Mapping[str, DecodeJournal]) -> None:
+        """Record a read-ahead after ``turn_id``: ``journals`` are those nodes' journals now."""
+        node = self.nodes[turn_id]
+        self.nodes[turn_id] = replace(node, after=replace(node.after, warmed={**node.after.warmed, **journals}))
 
     def select(self, turn_id: int | None) -> None:
         """Make ``turn_id`` the current turn (None: before the first turn), and remember its path as

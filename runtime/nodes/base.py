@@ -36,6 +36,7 @@ from runtime.names import (
 from runtime.prompting.budget import TOKENS_PER_MESSAGE
 
 if TYPE_CHECKING:  # pragma: no cover
+    from runtime.models.journal import DecodeJournal
     from runtime.nodes.checks import NodeChecks
     from runtime.nodes.running import NodeRun
 
@@ -318,6 +319,12 @@ class NodeBase(Strict):
     def run(self, run: NodeRun) -> str:
         """Run the node for this turn; return the port taken. Raise ``TurnError`` to fail the turn."""
         raise NotImplementedError(f"node type {self.type_name} does not say how it runs")
+
+    def read_ahead(self, run: NodeRun, line: str) -> DecodeJournal | None:
+        """Between turns (``Agent.warm``): read what this node's next prompt starts with into its
+        cache, ``line`` being the start of the next turn's line where it is known; returns its decode
+        journal after, or None (the default: a node that reads nothing ahead)."""
+        return None
 
     def check(self, checks: NodeChecks) -> None:
         """Report this node's own problems (``checks.error`` / ``checks.warning``): from its own fields

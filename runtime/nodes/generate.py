@@ -10,10 +10,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from runtime.backends.base import GenerationRequest, GenerationResult
+from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
 from runtime.diagnostics import NodeTrim
 from runtime.dialogue.history import Reply
 from runtime.events import SentenceSplitter, Speak, Token
+from runtime.models.journal import DecodeJournal
 from runtime.nodes.base import (
     END,
     OPTIONAL_SLOT_PATTERN,
@@ -128,6 +129,26 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
         run.record(prompt.messages, result, budget.limit, prompt.counted_tokens)
         self.use_output(run, result)
         return "default_exit"
+
+    def read_ahead(self, run: NodeRun, line: str) -> DecodeJournal | None:
+        """Between turns (``Agent.warm``): read the prompt this node's next call starts with into its
+        cache: its system prompt and the history as it will replay it, then ``line`` when the node
+        reads the turn's line as it is (no template, no input slot; else up to where the line goes).
+        Nothing is read when the history would be trimmed: the next call trims it anew."""
+        model = run.model()
+        try:
+            budget = PromptBudget.for_node(self, run.backend.model_context_size(model))
+        except ValueError:
+            return None
+        plain = not self.template and not self.input
+        current = current_turn_messages(self, line if plain else "", "", {}, run.variables, [], run.source,
+                                        run.language)
+        prompt = build_prompt(self, system_prompt=run.system_prompt(), history=run.history,
+                              window_start=run.window_start, current=current, budget=budget, count=run.counter(model))
+        if prompt.trim.triggered:
+            return None
+        messages = prompt.messages[: len(prompt.messages) - len(current.messages)]
+        return run.read_ahead(model, [*messages, ChatMessage("user", line if plain else "")])
 
     def is_reply(self) -> bool:
         """Whether this node's output is part of the turn's reply (the player sees it as it streams)."""

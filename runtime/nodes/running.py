@@ -240,17 +240,29 @@ class NodeRun:
         """Generate with this node's own context (its KV cache), rebuilt first to what it held at this
         point of the conversation (its decode journal), so the call reads as it did or would the
         first time. Raises ``TurnCancelled``."""
-        uses = self.node.model_uses()
-        key = f"{self._agent.session_id}/{self.node.id}" if self._agent.session_id else self.node.id
-        session = self.backend.session(key, model, uses[0].context_size if uses else 0)
         request.journal = self._agent.journals.get(self.node.id, EMPTY)
         request.session_id = self._agent.session_id
-        result = session.generate(request, on_token, self.turn.cancel)
+        result = self._session(model).generate(request, on_token, self.turn.cancel)
         if result.cancelled:
             raise TurnCancelled("the turn was cancelled", self.node.id)
         if result.journal is not None:
             self._agent.journals[self.node.id] = result.journal
         return result
+
+    def read_ahead(self, model: str, messages: list[ChatMessage]) -> DecodeJournal | None:
+        """Read ``messages`` into this node's cache ahead of its next call (``Agent.warm``), from its
+        journal at this point of the conversation; returns its journal after, None if it did not change."""
+        before = self._agent.journals.get(self.node.id, EMPTY)
+        after = self._session(model).read_ahead(before, messages, self.turn.cancel)
+        if after is None or after == before:
+            return None
+        self._agent.journals[self.node.id] = after
+        return after
+
+    def _session(self, model: str) -> Any:
+        uses = self.node.model_uses()
+        key = f"{self._agent.session_id}/{self.node.id}" if self._agent.session_id else self.node.id
+        return self.backend.session(key, model, uses[0].context_size if uses else 0)
 
     def emit(self, event: Event) -> None:
         self.turn.emit(event)

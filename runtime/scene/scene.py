@@ -203,7 +203,7 @@ class Scene:
     def _speak(self, pick: Pick, on_event: SceneCallback | None, cancel: threading.Event | None,
                tool_result: Any, mock_tools: bool = True) -> SpokenTurn:
         member = self.members[pick.npc]
-        heard = "\n".join(f"{line.name}: {line.text}" for line in member.pending) or PAUSE
+        heard = self._heard(member) or PAUSE
         events = None if on_event is None else (lambda event, npc=pick.npc: on_event(npc, event))
         run: dict[str, Any] = {"on_event": events, "cancel": cancel, "mock_tools": mock_tools}
         if tool_result is not None:
@@ -226,6 +226,25 @@ class Scene:
         if on_event is not None:
             on_event(speaker, line)
         return line
+
+    def warm(self, cancel: threading.Event | None = None) -> dict[str, dict[str, int]]:
+        """Read ahead after a round, while the player reads and types: each NPC there brings its
+        caches up to its next prompt (``Agent.warm``), the lines it heard since it last spoke included.
+        A branch of its graph that did not run for some rounds (its guard's warning, another reply
+        node) would otherwise read all of them when it next runs. Returns the tokens read per NPC and
+        node; stops once ``cancel`` is set (the player spoke: the round starts from where it got)."""
+        read = {}
+        for npc in self.present():
+            if cancel is not None and cancel.is_set():
+                break
+            member = self.members[npc]
+            read[npc] = member.session.warm(self._heard(member), cancel)
+        return read
+
+    @staticmethod
+    def _heard(member: _Member) -> str:
+        """What ``member`` heard since it last spoke, one line per speaker: its next turn's line."""
+        return "\n".join(f"{line.name}: {line.text}" for line in member.pending)
 
     def _recent(self) -> str:
         return "\n".join(f"{line.name}: {line.text}" for line in self.transcript[-RECENT_LINES:])

@@ -663,12 +663,14 @@ class NPCs:
             self._threads.add(thread)
         thread.start()
 
-    def thread_ends(self, leaving: Callable[[], None]) -> None:
+    def thread_ends(self, leaving: Callable[[], None], *, still_running: bool = False) -> None:
         """The calling thread (of ``start_thread``) ends: ``leaving()`` runs with the lock held (what it
-        leaves behind: its session or scene idle again)."""
+        leaves behind: its session or scene idle again). ``still_running``: the thread goes on with
+        work nobody waits for (a scene's read-ahead), and calls this again when it ends."""
         with self._lock:
             leaving()
-            self._threads.discard(threading.current_thread())
+            if not still_running:
+                self._threads.discard(threading.current_thread())
 
     def _run(self, npc: NPC, job: Job) -> None:
         stream, running, line, regenerate = job.stream, job.stream.running, job.line, job.regenerate
@@ -748,6 +750,14 @@ class NPCs:
         self._computing.acquire()
         self.metrics.waiting.dec()
         self.metrics.running.inc()
+
+    def try_a_worker(self) -> bool:
+        """Take one of the ``workers`` places if one is free now (work that only saves time later: a
+        scene's read-ahead never makes a turn wait for a place)."""
+        if not self._computing.acquire(blocking=False):
+            return False
+        self.metrics.running.inc()
+        return True
 
     def give_the_worker_back(self) -> None:
         self.metrics.running.dec()

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ from runtime.serve.protocol import (
 )
 from runtime.session.record import TurnRecord
 
+# A read-ahead stops at the end of the chunk it is reading (llama.cpp aborts a long read at once):
+# a request that changes the scene waits this long for it at most.
+READ_AHEAD_STOP_S = 10.0
 log = logging.getLogger("parley.serve")
 
 # Backend cache keys of a scene's NPCs: "scene:SCENE/NPC/NODE". A session id never holds ':', so a
@@ -62,6 +66,23 @@ class ServedScene:
     running: RunningTurn | None = None
     stream: Stream | None = None
     finished: int = 0  # transcript lines of the finished rounds: GET transcript's answer while a round runs
+    # The read-ahead after a round (``Scene.warm``), while the game waits for the player: set
+    # ``warming`` to stop it; ``warmed`` is set once it has stopped.
+    warming: threading.Event | None = None
+    warmed: threading.Event | None = None
+
+    def stop_reading_ahead(self) -> threading.Event | None:
+        """Stop the read-ahead, if one runs; returns the event set once it has stopped."""
+        if self.warming is None:
+            return None
+        self.warming.set()
+        return self.warmed
+
+    def wait_for_read_ahead(self) -> None:
+        """Stop the read-ahead and wait for it (it stops at the end of the chunk it reads)."""
+        stopped = self.stop_reading_ahead()
+        if stopped is not None:
+            stopped.wait(READ_AHEAD_STOP_S)
 
     def out(self) -> SceneOut:
         return SceneOut(id=self.id, scene=self.path, name=self.scene.asset.name,
@@ -89,6 +110,7 @@ class ServedScenes:
         """Stop every running round (the server stops); returns how many ran."""
         stopped = 0
         for held in list(self.scenes.values()):
+            held.stop_reading_ahead()
             if held.running is not None:
                 held.running.shutdown = shutdown
                 self.npcs.stop(held.running)
@@ -150,10 +172,13 @@ class ServedScenes:
             raise ServeError("unknown_scene", f"no scene {scene_id[:80]!r} (GET /v1/scenes lists them)")
         return held
 
-    def idle(self, scene_id: str) -> ServedScene:
+    def idle(self, scene_id: str, *, changing: bool = True) -> ServedScene:
+        """The scene, with no round running; ``changing``: a read-ahead is stopped first."""
         held = self.get(scene_id)
         if held.running is not None:
             raise ServeError("busy", f"scene {scene_id!r} is running a round; wait for it or cancel it")
+        if changing:
+            held.wait_for_read_ahead()
         return held
 
     def _npc(self, held: ServedScene, npc: str, field: str) -> str:
@@ -165,6 +190,7 @@ class ServedScenes:
     def delete(self, scene_id: str) -> None:
         held = self.get(scene_id)
         del self.scenes[scene_id]
+        held.wait_for_read_ahead()
         if held.running is not None:
             self.npcs.stop(held.running)
         self.npcs.release_caches(KEY_PREFIX + scene_id)
@@ -210,7 +236,8 @@ class ServedScenes:
             npcs.check_line(line, "")
         if npcs.closing:
             raise ServeError("shutting_down", "the server is shutting down: it takes no new rounds")
-        held = self.idle(scene_id)
+        held = self.idle(scene_id, changing=False)
+        read_ahead = held.stop_reading_ahead()  # the round waits for it on its own thread
         if to:
             self._npc(held, to, "to")
             if not held.scene.members[to].present:
@@ -224,11 +251,14 @@ class ServedScenes:
         held.running, held.stream = stream.running, stream
         stream.put(Item("round_started", {"scene": held.id, "round": stream.turn, "line": line, "to": to,
                                             "whisper": whisper, "run": stream.run}))
-        npcs.start_thread(self._round, (held, stream, line, to, whisper, mock_tools), f"parley-round-{held.id}")
+        npcs.start_thread(self._round, (held, stream, line, to, whisper, mock_tools, read_ahead),
+                          f"parley-round-{held.id}")
         return stream
 
     def _round(self, held: ServedScene, stream: Stream, line: str | None, to: str, whisper: bool,
-               mock_tools: bool) -> None:
+               mock_tools: bool, read_ahead: threading.Event | None = None) -> None:
+        if read_ahead is not None:
+            read_ahead.wait(READ_AHEAD_STOP_S)
         npcs, running, scene = self.npcs, stream.running, held.scene
         index = stream.turn or 0
         started = time.perf_counter()
@@ -266,11 +296,15 @@ class ServedScenes:
                 noted.done()
             npcs.give_the_worker_back()
 
+            warming = threading.Event() if last.kind == "round_finished" and not npcs.closing else None
+            warmed = threading.Event() if warming is not None else None
+
             def leaving() -> None:
                 held.running = None  # idle before the client hears the round ended
                 held.finished = len(scene.transcript)
+                held.warming, held.warmed = warming, warmed
 
-            npcs.thread_ends(leaving)
+            npcs.thread_ends(leaving, still_running=warming is not None)
         seconds = time.perf_counter() - started
         if last.kind == "round_finished":
             log.info("round finished in %.0f ms", seconds * 1000)
@@ -280,6 +314,27 @@ class ServedScenes:
                     error["code"], seconds * 1000, error["message"])
         stream.put(last, last=True)
         stream.close()
+        if warming is not None and warmed is not None:
+            self._read_ahead(held, warming, warmed)
+
+    def _read_ahead(self, held: ServedScene, warming: threading.Event, warmed: threading.Event) -> None:
+        """While the game waits for the player: every NPC there reads ahead (``Scene.warm``), until
+        done or stopped (the next request that changes the scene, a delete, the server stopping)."""
+        started = time.perf_counter()
+        if not self.npcs.try_a_worker():  # every place computes a turn: those come first
+            log.info("no read-ahead: every worker is busy", extra={"session": held.id})
+            self.npcs.thread_ends(warmed.set)
+            return
+        try:
+            read = held.scene.warm(warming)
+            log.info("read ahead %d tokens in %.0f ms%s", sum(n for nodes in read.values() for n in nodes.values()),
+                     (time.perf_counter() - started) * 1000, " (stopped)" if warming.is_set() else "",
+                     extra={"session": held.id})
+        except Exception:  # a read-ahead only saves time: the next round reads what it lacks
+            log.warning("scene %s: the read-ahead failed", held.id, exc_info=True, extra={"session": held.id})
+        finally:
+            self.npcs.give_the_worker_back()
+            self.npcs.thread_ends(warmed.set)
 
 
 def _round_out(index: int, done: SceneRound, lines: list[SceneLine]) -> RoundOut:

@@ -6,6 +6,7 @@ changes the asset or the backend between turns and keeps the conversation."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ class Session:
     def turn(self, line: str, instructions: str = "", **run: Any) -> TurnResult:
         """Run one turn (``Agent.run_turn``'s arguments: on_event, cancel, tool_result)."""
         return self.agent.run_turn(line, instructions, **run)
+
+    def warm(self, line: str = "", cancel: threading.Event | None = None) -> dict[str, int]:
+        """Read ahead between turns, while the player reads or types (``Agent.warm``)."""
+        return self.agent.warm(line, cancel)
 
     def use_asset(self, asset: Asset, folder: str | Path | None, *, backend: Backend | None = None,
                   keep_conversation: bool = True) -> None:

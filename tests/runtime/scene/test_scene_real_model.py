@@ -55,3 +55,29 @@ def test_each_npc_reads_the_others_lines_as_named_user_lines_and_answers(sample_
     assert later[1].content == f"Traveller: Good evening! Is there a room, and a song?\nMira: {mira_said}"
     assert later[3].content.startswith("Traveller: Tomas, play us something about the sea.")
     assert all(t.result.reply.strip() for t in second.turns)
+
+
+def test_rounds_read_ahead_between_them_come_out_the_same_when_said_again(sample_model: Path, tmp_path: Path) -> None:
+    """The read-ahead after each round changes how the NPCs' caches were read, so a round said again
+    (the editor's regenerate and replay) reads on from the recorded read-ahead: bit for bit the same."""
+    from runtime.backends.llama import LlamaBackend
+
+    path = tavern_on(sample_model, tmp_path)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["npcs"][2]["present"] = True  # Brann too: his guard's branches sit out rounds
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    lines = ["Good evening, all!", "Brann, is the north road safe?", "Mira, a room for the night?",
+             "Tomas, a song about the sea!"]
+    backend = LlamaBackend(asset_dir=path.parent)
+    try:
+        scene = Scene.open(path, backend)
+        said, read = [], []
+        for line in lines:
+            said.append([(t.npc, t.result.reply) for t in scene.say(line).turns])
+            read.append(scene.warm())
+        scene.rewind(3)
+        again = [[(t.npc, t.result.reply) for t in scene.say(line).turns] for line in lines[1:]]
+    finally:
+        backend.close()
+    assert any(tokens for npcs in read for tokens in npcs.values()), "the NPCs read ahead"
+    assert again == said[1:]

@@ -342,3 +342,28 @@ def test_a_scene_on_the_sample_model_streams_each_npcs_words_under_its_name(samp
     finally:
         alone_backend.close()
     assert [t.result.reply for t in alone.turns] == [t.record.reply for t in done.turns]
+
+
+@pytest.mark.model
+def test_after_a_round_the_npcs_read_ahead_and_the_next_round_stops_it(sample_model: Path, tmp_path: Path, caplog):
+    """Once a round has ended, the server reads ahead (the NPCs' caches up to their next prompts) while
+    the game waits for the player; a line said at once stops it, and the round runs as usual."""
+    from runtime.backends.llama import LlamaBackend
+    from tests.runtime.scene.test_scene_real_model import tavern_on
+
+    caplog.set_level("INFO", logger="parley.serve")
+    path = tavern_on(sample_model, tmp_path)
+    backend = LlamaBackend(asset_dir=path.parent)
+    try:
+        with running_server(backend, [tmp_path / "examples"]) as url, ParleyClient(url, timeout=300.0) as client:
+            client.create_scene("scenes/tavern.scene.json", id="tavern")
+            client.scene_line("tavern", "Good evening, all!")
+            _until(lambda: any("read ahead" in r.getMessage() for r in caplog.records), "a read-ahead after round 0")
+            read = next(r.getMessage() for r in caplog.records if "read ahead" in r.getMessage())
+            assert int(read.split()[2]) > 0, read
+            second = client.scene_line("tavern", "Tomas, a song please!")  # said at once: a read-ahead may run
+            third = client.scene_line("tavern", "And you, Mira?")
+            client.delete_scene("tavern")
+    finally:
+        backend.close()
+    assert second.speakers and third.speakers
