@@ -147,9 +147,16 @@ def main() -> int:
             for i, step in enumerate(script(args.lines)):
                 t0 = time.perf_counter()
                 round_ = scene.say(step["line"], to=step["to"], whisper=step["whisper"], on_event=timing)
+                seconds = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                read = scene.warm()  # while the player reads and types (as parley serve and the editor do)
+                warm_s = time.perf_counter() - t1
                 rounds.append({"round": i, "speakers": round_.speakers, "rules": [t.rule for t in round_.turns],
-                               "heard_by": list(round_.player.heard_by), "seconds": round(time.perf_counter() - t0, 2)})
-                print(f"round {i:2d}: {', '.join(round_.speakers)} ({time.perf_counter() - t0:.1f} s)", flush=True)
+                               "heard_by": list(round_.player.heard_by), "seconds": round(seconds, 2),
+                               "read_ahead_s": round(warm_s, 2),
+                               "read_ahead_tokens": {npc: sum(nodes.values()) for npc, nodes in read.items()}})
+                print(f"round {i:2d}: {', '.join(round_.speakers)} ({seconds:.1f} s, read-ahead {warm_s:.1f} s)",
+                      flush=True)
             # The same NPCs alone: each its own agent, the same player lines, nobody else.
             alone = FirstTokens()
             for npc, member in scene.members.items():
@@ -157,6 +164,7 @@ def main() -> int:
                                   session_id=f"alone/{npc}")
                 for step in script(args.lines)[: max(1, args.lines // 2)]:
                     session.turn(step["line"], on_event=lambda event, npc=npc: alone(npc, event))
+                    session.warm()
             per_npc = {}
             for npc, member in scene.members.items():
                 results = [t.result for r in scene.rounds for t in r.turns if t.npc == npc]
@@ -177,6 +185,8 @@ def main() -> int:
         "targets": {"history_nodes_reused_share_min": MIN_REUSED_SHARE, "leaks": 0},
         "pass_reuse": bool(shares) and min(shares) >= MIN_REUSED_SHARE and len(shares) == len(per_npc),
         "pass_leaks": not leaks,
+        "read_ahead_s_median": round(statistics.median(r["read_ahead_s"] for r in rounds), 2) if rounds else None,
+        "round_s_median": round(statistics.median(r["seconds"] for r in rounds), 2) if rounds else None,
         "wall_s": round(time.perf_counter() - started, 1),
     }
     summary["pass"] = summary["pass_reuse"] and summary["pass_leaks"]

@@ -305,15 +305,18 @@ def _replay_turn(agent: Agent, backend: Backend, tree: ConversationTree, node: T
         raise
     except (TurnError, BackendError, InputError) as exc:
         return outcome("failed", Difference(getattr(exc, "node_id", "") or "", "failed", detail=str(exc)))
-    order = list(dict.fromkeys([*result.path, *sorted({*node.after.journals, *agent.journals})]))
+    # A turn that came out as the recorded one is that turn again: the agent reads on from it as read
+    # ahead after it (``AgentState.warmed``), so its journals are compared with those.
+    recorded_journals = node.after.reading() if result.repeated else node.after.journals
+    order = list(dict.fromkeys([*result.path, *sorted({*recorded_journals, *agent.journals})]))
     # A model-backed node that has no journal in the recorded states around the turn was not tracked
     # (a history written before journals, a turn that ran on a server): only its replies can be
     # compared. A node that reads no model (a Subgraph node, a behaviour's Exit) never has one.
     reads = {n.id for n in agent.asset.nodes if n.model_uses()}
-    untracked = [key for key in order if key in reads and key not in node.after.journals
+    untracked = [key for key in order if key in reads and key not in recorded_journals
                  and key not in before.journals]
     for key in order:
-        recorded = node.after.journals.get(key, EMPTY)
+        recorded = recorded_journals.get(key, EMPTY)
         mine = agent.journals.get(key, EMPTY)
         if recorded != mine and key not in untracked:
             return outcome("different", _journal_difference(key, recorded, mine, backend, agent))

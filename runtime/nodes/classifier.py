@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
+from runtime.models.journal import DecodeJournal
 from runtime.nodes.base import ModelParams, NodeBase, field_help
 from runtime.nodes.running import NodeRun
 from runtime.prompting.budget import messages_tokens
@@ -38,6 +39,13 @@ class Classifier(NodeBase, ModelParams):
     def answer_constraint(self) -> dict[str, Any]:
         """What constrains the answer: ``GenerationRequest`` fields (``choices`` or ``json_schema``)."""
         raise NotImplementedError
+
+    def read_ahead(self, run: NodeRun, line: str) -> DecodeJournal | None:
+        """Between turns: the instructions and ``line`` (the start of the next turn's line, where it is
+        known and the node reads it), read into the cache ahead of the question."""
+        if self.input or not line:
+            return None  # the instructions are read already: the node has run
+        return run.read_ahead(run.model(), [ChatMessage("system", self.instructions()), ChatMessage("user", line)])
 
     def ask(self, run: NodeRun, instead: str) -> GenerationResult | None:
         """The model's answer for this turn's line, recorded in the node's diagnostics; None, with a

@@ -6,6 +6,7 @@ their prompt the same way (``runtime.prompting.prompt.build_prompt``) and differ
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -31,6 +32,8 @@ from runtime.prompting.budget import PromptBudget
 from runtime.prompting.prompt import build_prompt, current_turn_messages
 
 HistoryRole = Literal["assistant", "none"]
+# A template that reads these knows the turn only once it runs (its instructions, slots, knowledge, line)
+TURN_VALUES = re.compile(r"\{\{\s*[#^/&{]?\s*(instructions|slots|knowledge|input)\b")
 Placement = Literal["before", "after"]
 HistoryMode = Literal["full", "summarized", "last_n", "none"]
 
@@ -132,15 +135,18 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
 
     def read_ahead(self, run: NodeRun, line: str) -> DecodeJournal | None:
         """Between turns (``Agent.warm``): read the prompt this node's next call starts with into its
-        cache: its system prompt and the history as it will replay it, then ``line`` when the node
-        reads the turn's line as it is (no template, no input slot; else up to where the line goes).
+        cache: its system prompt and the history as it will replay it, then the turn's message with
+        ``line`` when the node reads the turn's line as it is (no input slot, and a template that reads
+        nothing else of the turn; else up to where that message's text starts).
         Nothing is read when the history would be trimmed: the next call trims it anew."""
         model = run.model()
         try:
             budget = PromptBudget.for_node(self, run.backend.model_context_size(model))
         except ValueError:
             return None
-        plain = not self.template and not self.input
+        # The line is known where the node reads the turn's line as it is, framed by a template that
+        # reads nothing else of the turn (the agent's variables and language are known now too).
+        plain = not self.input and not TURN_VALUES.search(self.template)
         current = current_turn_messages(self, line if plain else "", "", {}, run.variables, [], run.source,
                                         run.language)
         prompt = build_prompt(self, system_prompt=run.system_prompt(), history=run.history,
@@ -148,7 +154,7 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
         if prompt.trim.triggered:
             return None
         messages = prompt.messages[: len(prompt.messages) - len(current.messages)]
-        return run.read_ahead(model, [*messages, ChatMessage("user", line if plain else "")])
+        return run.read_ahead(model, [*messages, current.messages[0] if plain else ChatMessage("user", "")])
 
     def is_reply(self) -> bool:
         """Whether this node's output is part of the turn's reply (the player sees it as it streams)."""
