@@ -12,6 +12,7 @@ from editor.dialogs.expectations import ExpectationsDialog, case_with
 from editor.docks.conversation.status import TurnStatus
 from editor.session.view import SessionView
 from runtime.problems import InputError
+from runtime.session.session import graph_of
 from runtime.suites.checks import case_from_turns
 from runtime.suites.file import save_case
 
@@ -54,7 +55,7 @@ class SaveAsTest(QObject):
             dialog = ExpectationsDialog(
                 "Save as test case", "Each turn expects the path it took here. Correct any turn that went the wrong "
                 "way (a threat routed to directions) before it becomes what the test expects.",
-                [(t["say"], t["expect"]) for t in case["turns"]], asset.node_ids(),
+                [(t["say"], t["expect"]) for t in case["turns"]], self.graph_ids(),
                 name=first if len(first) <= 40 else first[:40] + "\u2026", parent=self.dialog_parent)
             dialog.accepted.connect(lambda: self._save_case(
                 dialog.name, case_with(case, dialog.expectations()), len(turns), count))
@@ -66,6 +67,17 @@ class SaveAsTest(QObject):
             self.status.show_error("A test case needs a name; nothing was saved.")
             return ""
         return self._save_case(name.strip(), case_from_turns(name.strip(), turns, variables), len(turns), count)
+
+    def graph_ids(self) -> list[str]:
+        """The ids a turn's expectations may name, as the suite checks them: the asset's nodes and, under
+        namespaced ids (``guard/classify``), the nodes of the behaviours its Subgraph nodes run."""
+        doc = self.actions.document
+        ids = dict.fromkeys(doc.asset.node_ids())
+        try:
+            ids.update(dict.fromkeys(graph_of(doc.asset, doc.asset_dir, doc.path).node_ids()))
+        except InputError:  # a behaviour that cannot be read now: Problems says so, and the suite will too
+            pass
+        return list(ids)
 
     def _save_case(self, name: str, case: dict, saved: int, count: int) -> str:
         """Add ``case`` under ``name`` to the suite beside the asset (``saved`` of the branch's ``count``
