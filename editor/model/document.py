@@ -74,6 +74,9 @@ class Document(QObject):
         # node id -> its index in asset.nodes, rebuilt after a change that moves nodes: the canvas
         # and the docks look nodes up by id all the time, and a scan made opening a graph quadratic.
         self._indexes: dict[str, int] | None = None
+        # Ids a rename freed in this session: no new node gets one, or an expectation written for the
+        # renamed node (in a suite not beside the asset, a copy, a note) would name a different node.
+        self._retired_ids: set[str] = set()
 
     def push(self, command: QUndoCommand) -> None:
         """Run an edit and record it for undo. Check values first (``check_*``): a
@@ -138,9 +141,13 @@ class Document(QObject):
     def _find_by_scan(self, node_id: str) -> int | None:
         return next((i for i, node in enumerate(self._asset.nodes) if node.id == node_id), None)
 
+    def used_ids(self) -> set[str]:
+        """The ids a new node may not take: the nodes' ids and those a rename freed in this session."""
+        return set(self._asset.node_ids()) | self._retired_ids
+
     def unique_id(self, base: str, taken: set[str] | None = None) -> str:
-        """``base`` made unique among the node ids (``reply``, ``reply_2``, ...)."""
-        return free_id(base, set(self._asset.node_ids()) | (taken or set()))
+        """``base`` made unique among the node ids and the ids a rename freed (``reply``, ``reply_2``, ...)."""
+        return free_id(base, self.used_ids() | (taken or set()))
 
     # --- nodes ----------------------------------------------------------------------------
 
@@ -217,6 +224,7 @@ class Document(QObject):
         raw["id"] = new_id
         renamed = self._validated(type(node), raw, old_id)
         self._replace(old_id, renamed)
+        self._retired_ids.add(old_id)
         retargeted: list[tuple[str, str]] = []
         for other in list(self._asset.nodes):
             for port, target in shown_exits(other).items():

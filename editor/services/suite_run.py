@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from editor.threads.thread_service import OneRunService, ThreadService
+from runtime.asset.model import Asset
 from runtime.backends.base import Backend
 from runtime.suites.file import SUITE_SUFFIXES, LoadedSuite, suites_beside
 from runtime.suites.kept import AssetChange, KeptRuns, kept_run
@@ -77,11 +78,12 @@ def _run(loaded: list[LoadedSuite], make_backend: BackendFactory, cancel: thread
                       on_turn=lambda case_id, outcome: report(("turn", case_id, outcome)), cancel=cancel)
 
 
-def _read(asset_path: str, cancel: threading.Event) -> object:
-    """The suites beside the asset, or the error that kept them from being read (never raised:
-    reading suites must never take the editor down)."""
+def _read(asset_path: str, cancel: threading.Event, edited: Asset | None = None) -> object:
+    """The suites beside the asset (checked against ``edited``, the asset as the editor holds it, when
+    given), or the error that kept them from being read (never raised: reading suites must never take
+    the editor down)."""
     try:
-        return suites_beside(asset_path, cancel=cancel)
+        return suites_beside(asset_path, cancel=cancel, edited=edited)
     except OSError as exc:
         return exc
     except Exception as exc:
@@ -107,24 +109,26 @@ class SuiteReading(OneRunService):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__("parley-suite-reading", parent)
-        self._next: str | None = None
+        self._next: tuple[str, Asset | None] | None = None
 
-    def read(self, asset_path: str) -> None:
+    def read(self, asset_path: str, edited: Asset | None = None) -> None:
+        """Read the suites beside ``asset_path``; with ``edited`` (a copy the reading may keep: the asset
+        with unsaved edits), check them against it instead of the file."""
         if self.closed:
             return
         if self.busy:
-            self._next = asset_path
+            self._next = (asset_path, edited)
             return
         if not _has_suite_files(asset_path):
             # Nothing to parse: no thread. (A reading thread started as a window opened was seen
             # to hang Qt now and then when several windows opened one after another.)
             QTimer.singleShot(0, lambda: None if self.closed else self.listed.emit(asset_path, []))
             return
-        self._start(asset_path)
+        self._start(asset_path, edited)
 
-    def _start(self, asset_path: str) -> None:
+    def _start(self, asset_path: str, edited: Asset | None = None) -> None:
         self._cancel = cancel = threading.Event()
-        job = self._new_job(lambda: _read(asset_path, cancel))
+        job = self._new_job(lambda: _read(asset_path, cancel, edited))
         job.returned.connect(lambda found: self._on_done(asset_path, found))
         job.start()
 
@@ -134,7 +138,7 @@ class SuiteReading(OneRunService):
         self._end()
         following, self._next = self._next, None
         if following is not None:
-            self._start(following)  # asked for since this read began: the newer files win
+            self._start(*following)  # asked for since this read began: the newer files win
             return
         self.listed.emit(asset_path, found)
 

@@ -69,7 +69,7 @@ class EditMenu:
             left = min(p.position[0] for p in [*nodes, *comments])
             top = min(p.position[1] for p in [*nodes, *comments])
             offset = (pos[0] - left, pos[1] - top)
-        pasted = prepare_paste(nodes, set(self.document.asset.node_ids()), offset)
+        pasted = prepare_paste(nodes, self.document.used_ids(), offset)
         command = add_nodes(self.document, pasted, f"Paste {_things(len(pasted), len(comments))}")
         comment_ids = add_comments(self.document, comments, offset, command)
         if pasted and not self.document.asset.start_node:
@@ -86,7 +86,7 @@ class EditMenu:
             return []
         originals = [self.document.node(i) for i in ids]
         offset = self.canvas.clear_offset(originals) if originals else (40.0, 40.0)
-        pasted = prepare_paste(originals, set(self.document.asset.node_ids()), offset)
+        pasted = prepare_paste(originals, self.document.used_ids(), offset)
         command = add_nodes(self.document, pasted, f"Duplicate {_things(len(pasted), len(comments))}")
         comment_ids = add_comments(self.document, comments, offset, command)
         self.document.push(command)

@@ -386,6 +386,7 @@ class MainWindow(QMainWindow):
                      self.dock(VramEstimatorDock)):
             dock.node_clicked.connect(self.show_node)
         self.properties.input_problems_changed.connect(self._show_problems)
+        self.properties.told.connect(lambda text: self.statusBar().showMessage(text, 10_000))
         tests = self.dock(TestsDock)
         tests.turn_opened.connect(self._open_test_turn)
         tests.coverage_changed.connect(self._show_coverage)

@@ -23,6 +23,7 @@ from runtime.asset.model import Asset
 from runtime.files.located import UNKNOWN_KEY, Place, Wording, error_message, located_problems
 from runtime.files.reading import MAX_INPUT_BYTES, read_input_text
 from runtime.files.writing import atomic_write_text
+from runtime.names import NAMESPACE_SEP
 from runtime.problems import InputError, Problem
 from runtime.session.session import graph_of
 
@@ -372,8 +373,9 @@ def load_suite(path: str | Path) -> LoadedSuite:
     return _checked(path, raw, root)
 
 
-def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
-    """A parsed suite checked and its asset loaded (``load_suite`` after the YAML is read)."""
+def _checked(path: Path, raw: Any, root: yaml.Node | None, edited: Asset | None = None) -> LoadedSuite:
+    """A parsed suite checked and its asset loaded (``load_suite`` after the YAML is read); with
+    ``edited``, that asset (as an editor holds it, unsaved edits included) instead of the file's."""
     if not isinstance(raw, dict):
         raise SuiteError([Problem("error", "a suite is a mapping with 'asset' and 'cases'", str(path), line=1, column=1)])
     cases = raw.get("cases")
@@ -391,7 +393,7 @@ def _checked(path: Path, raw: Any, root: yaml.Node | None) -> LoadedSuite:
                           for p, e in zip(problems, errors)]) from None
     asset_path = (path.parent / suite.asset).resolve()
     try:
-        asset = load_asset(asset_path)
+        asset = edited if edited is not None else load_asset(asset_path)
     except InputError as exc:  # the asset's own problems, after the line of the suite that names it
         raise SuiteError([_at(path, f"asset: {suite.asset} cannot be loaded", root, ["asset"]), *exc.problems]) from None
     if suite.model:
@@ -461,12 +463,14 @@ def find_suites(asset_path: str | Path) -> list[Path]:
     return [s.path for s in suites_beside(asset_path, load=False)]
 
 
-def suites_beside(asset_path: str | Path, load: bool = True, cancel: threading.Event | None = None
-                  ) -> list[SuiteBeside]:
+def suites_beside(asset_path: str | Path, load: bool = True, cancel: threading.Event | None = None,
+                  edited: Asset | None = None) -> list[SuiteBeside]:
     """The suites beside an asset that test it, each file read once (within the suite limits, never
     a pipe or a device): loaded (with ``load``), or the problems that keep it from loading; a file
     that cannot be read is listed with why. ``cancel`` stops it between files (what was read so far
-    is returned). Raises ``OSError`` when the folder cannot be listed."""
+    is returned). ``edited``: the asset as an editor holds it, unsaved edits included (a renamed
+    node), which the suites are checked against and run on instead of the file's. Raises ``OSError``
+    when the folder cannot be listed."""
     asset_path = Path(asset_path).resolve()
     found = []
     for candidate in _suite_files(asset_path):
@@ -483,7 +487,7 @@ def suites_beside(asset_path: str | Path, load: bool = True, cancel: threading.E
             found.append(SuiteBeside(candidate, None, []))
             continue
         try:
-            found.append(SuiteBeside(candidate, _checked(candidate, raw, root), []))
+            found.append(SuiteBeside(candidate, _checked(candidate, raw, root, edited), []))
         except InputError as exc:
             found.append(SuiteBeside(candidate, None, list(exc.problems)))
     return found
@@ -610,6 +614,100 @@ def set_case_expectations(suite_path: str | Path, case_name: str, expects: list[
     finally:
         check.unlink(missing_ok=True)
     atomic_write_text(suite_path, text)
+
+
+# --- following a renamed node ---------------------------------------------------------------
+
+# The fields of a turn's expectations that name nodes (``exits`` by its keys)
+NODE_FIELDS = ("path", "visits", "not_visits", "exits")
+
+
+def renamed_id(node_id: str, old: str, new: str) -> str:
+    """``node_id`` once the asset's node ``old`` is called ``new``: that node, or a node of the
+    behaviour it runs (``old/classify`` -> ``new/classify``); any other id as it is."""
+    if node_id == old:
+        return new
+    if node_id.startswith(old + NAMESPACE_SEP):
+        return new + node_id[len(old):]
+    return node_id
+
+
+def _renamed_in(expect: Any, field: str, old: str, new: str) -> bool:
+    """Rename in place the nodes one field of a turn's expectations names; whether any was."""
+    value = expect.get(field)
+    if isinstance(value, list):
+        renamed = [renamed_id(v, old, new) if isinstance(v, str) else v for v in value]
+        if renamed == list(value):
+            return False
+        value[:] = [_quoted_as([was], now, was) for was, now in zip(value, renamed)]
+        return True
+    if isinstance(value, dict):
+        keys = list(value)
+        renamed = [renamed_id(k, old, new) if isinstance(k, str) else k for k in keys]
+        if renamed == keys or len(set(renamed)) != len(renamed):  # unchanged, or two would merge into one
+            return False
+        for position, (was, now) in enumerate(zip(keys, renamed)):
+            if was != now:
+                port = value.pop(was)
+                value.insert(position, now, port)  # the key's place kept (a CommentedMap)
+        return True
+    return False
+
+
+def rename_node_in_suite_text(text: str, old: str, new: str) -> tuple[str, int]:
+    """A suite's ``text`` with every expectation that names the asset's node ``old`` (or a node of the
+    behaviour it runs, ``old/classify``) naming ``new`` instead, its comments, order and quoting kept,
+    and how many expectations changed: each field of a turn's ``expect`` (``NODE_FIELDS``) counts once.
+    With none, ``text`` itself. Raises ``ruamel.yaml.error.YAMLError`` for text that is not YAML."""
+    rt, data = _round_trip(text)
+    cases = data.get("cases") if isinstance(data, dict) else None
+    changed = 0
+    for case in cases if isinstance(cases, list) else []:
+        turns = case.get("turns") if isinstance(case, dict) else None
+        for turn in turns if isinstance(turns, list) else []:
+            expect = turn.get("expect") if isinstance(turn, dict) else None
+            if isinstance(expect, dict):
+                changed += sum(_renamed_in(expect, field, old, new) for field in NODE_FIELDS)
+    return (_dump(rt, data), changed) if changed else (text, 0)
+
+
+@dataclass
+class SuiteRename:
+    """A suite file beside an asset as it is, and as it becomes when a node of the asset is renamed."""
+
+    path: Path
+    before: str
+    after: str
+    changed: int  # expectations that named the node
+
+
+def read_suite_text(path: str | Path) -> str:
+    """A suite file's text, within the limits of reading a suite. Raises ``SuiteError``."""
+    return read_input_text(path, SuiteError, MAX_SUITE_BYTES)
+
+
+def suites_renaming(asset_path: str | Path, old: str, new: str) -> list[SuiteRename]:
+    """The suites beside the asset at ``asset_path`` whose expectations name its node ``old`` (or a
+    node of the behaviour it runs), each with its text once that node is called ``new``. A suite that
+    cannot be read is left out (the Tests dock shows why). Raises ``OSError`` when the folder cannot
+    be listed."""
+    from ruamel.yaml.error import YAMLError
+
+    asset_path = Path(asset_path).resolve()
+    out = []
+    for path in _suite_files(asset_path):
+        try:
+            before = read_suite_text(path)
+            if old not in before:  # most suites: not parsed at all (a large one takes seconds)
+                continue
+            if not _names_asset(path, read_suite_yaml(path)[0], asset_path):
+                continue
+            after, changed = rename_node_in_suite_text(before, old, new)
+        except (SuiteError, YAMLError):  # gone since, or YAML PyYAML reads and ruamel does not: left as it is
+            continue
+        if changed:
+            out.append(SuiteRename(path, before, after, changed))
+    return out
 
 
 # --- adding a case ----------------------------------------------------------------------------

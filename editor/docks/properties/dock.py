@@ -14,9 +14,10 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWi
 from editor.canvas.node_types import view_of
 from editor.docks.properties.field_editors import FieldEditor, IntEditor
 from editor.docks.properties.form import ModelForm
-from editor.model.commands import MacroCommand, RenameNodeCommand, SetAgentFieldCommand, SetNodeFieldCommand
+from editor.model.commands import MacroCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.model.document import Document, FieldRejected
 from editor.model.game_events import exit_choices
+from editor.model.rename import rename_node
 from runtime.asset.model import END, Asset, ModelParams, NodeBase
 from runtime.asset.validation import ModelFiles
 from runtime.nodes import node_model
@@ -30,6 +31,7 @@ class PropertiesDock(QDockWidget):
     """Shows one form at a time: a node's, several nodes' count, or the agent's."""
 
     input_problems_changed = Signal(list)  # Problems for values the model refused
+    told = Signal(str)  # what an edit did beyond the asset, for the status bar (a rename's tests followed it)
 
     def __init__(self, document: Document, parent: QWidget | None = None) -> None:
         super().__init__("Properties", parent)
@@ -205,7 +207,7 @@ class PropertiesDock(QDockWidget):
         if old == value:
             return
         if field == "id":
-            doc.push(RenameNodeCommand(doc, node_id, value))
+            self.told.emit(rename_node(doc, node_id, value))  # the suites beside the asset follow it
         else:
             doc.push(SetNodeFieldCommand(doc, node_id, field, old, value, merge=merge))
 
