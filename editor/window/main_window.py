@@ -29,6 +29,7 @@ from editor.canvas.comments import install_comments
 from editor.canvas.minimap import install_minimap
 from editor.canvas.node_find import NodeFind
 from editor.canvas.node_types import categories
+from editor.canvas.steady_zoom import install_steady_zoom
 from editor.canvas.subgraphs import install as install_subgraphs
 from editor.canvas.subgraphs import subgraph_port_counts
 from editor.dialogs.attach import AttachDialog, AttachPanel
@@ -177,6 +178,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_menus()
         self.minimap = install_minimap(self)  # View > Show Minimap, in the canvas's corner
+        self.steady_zoom = install_steady_zoom(self)  # a workspace switch or a dock keeps the zoom and centre
         self.arrange = install_arrange(self)  # Edit > Arrange: align and distribute the selection
         self._wire()
         self.status = QLabel(self)
