@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QMainWindow, QToolButton, QWidget
+from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QMainWindow, QScrollArea, QToolButton, QWidget
 
 from editor import settings as app_settings
 
@@ -28,6 +28,10 @@ HOME: dict[str, Qt.DockWidgetArea] = {
 }
 # No column wider than this at first: the canvas leads (every dock's minimum width is at most 360 px).
 COLUMN_MAX = 380
+# A dock opened in a column takes at most half of it, and leaves each dock beside it this many
+# pixels (or the height it needs, when less): Properties beside the VRAM Estimator was a 68 px slit
+# at 1366x768.
+OPENED_SHARE, KEPT_HEIGHT = 0.5, 240
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class Workspace(QObject):
         self._unsized: Preset | None = None  # arranged before the window had its size: sized at the first show
         self.settled = False  # the docks have their shares of the shown window
         self._moving = False  # docks shown or hidden by a switch, not by the designer
+        # The window's size as the designer (or the screen) set it, not as docks' minimum sizes pushed it
+        self.chosen_size: QSize | None = None
+        window.installEventFilter(self)
         for dock in docks.values():
             dock.visibilityChanged.connect(lambda visible, d=dock: self._opened(d) if visible else None)
         self.group = QActionGroup(self)
@@ -129,11 +136,13 @@ class Workspace(QObject):
                 self.arrange(preset_named(name))
         finally:
             self._moving = False
+        self._give_back_the_size()
         app_settings.app_settings().setValue("workspace/current", name)
         self.switched.emit(name)
 
     def reset(self) -> None:
-        """The current preset as it starts; the arrangement it had is forgotten."""
+        """The current preset as it starts, in the window's size from before any dock grew it; the
+        arrangement it had is forgotten."""
         store = app_settings.app_settings()
         store.remove(_state_key(self.current))
         self._moving = True
@@ -141,10 +150,43 @@ class Workspace(QObject):
             self.arrange(preset_named(self.current))
         finally:
             self._moving = False
+        if self._give_back_the_size() and self.window.isVisible():
+            self._size(preset_named(self.current))  # the shares of the window's own size
+
+    # --- the window's size ----------------------------------------------------------------------
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.window and event.type() == QEvent.Type.Resize and not self._pushed(event.size()):
+            self.chosen_size = QSize(event.size())
+        return False
+
+    def _pushed(self, size: QSize) -> bool:
+        """Whether the window is this size because the docks' minimum sizes grew it (Qt grows a
+        window to its layout's minimum at once, to exactly that size)."""
+        chosen, least = self.chosen_size, self.window.minimumSize()
+        if chosen is None:
+            return False
+        return ((size.height() > chosen.height() and size.height() == least.height())
+                or (size.width() > chosen.width() and size.width() == least.width()))
+
+    def _give_back_the_size(self) -> bool:
+        """Back to the size the designer chose, when docks grew the window past it and the docks
+        on show now fit in it; True when the window was resized."""
+        window, chosen = self.window, self.chosen_size
+        if chosen is None or window.isMaximized() or window.isFullScreen() or window.size() == chosen:
+            return False
+        window.layout().activate()  # the minimum of the docks on show now, not of those before
+        wanted = chosen.expandedTo(window.layout().minimumSize())
+        if wanted == window.size() or not (wanted.width() < window.width() or wanted.height() < window.height()):
+            return False
+        window.resize(wanted.boundedTo(window.size()))
+        window.layout().activate()
+        return True
 
     def _opened(self, dock: QDockWidget) -> None:
         """A dock the designer opened beside the preset's (View menu) gets the room it asks for
-        along its column or row, not the least it can live with."""
+        along its column or row, not the least it can live with, and leaves the docks beside it a
+        usable size."""
         if self._moving or dock.isFloating() or not self.window.isVisible():
             return
         QTimer.singleShot(0, self, lambda: self._give_room(dock))
@@ -156,25 +198,25 @@ class Workspace(QObject):
         self.window.layout().activate()  # measure the docks as laid out now, not as they were before
         area = self.window.dockWidgetArea(dock)
         if area == BOTTOM:
-            wanted, now, orientation = dock.sizeHint().width(), dock.width(), Qt.Orientation.Horizontal
+            wanted, orientation = dock.sizeHint().width(), Qt.Orientation.Horizontal
         else:
-            wanted, now, orientation = dock.sizeHint().height(), dock.height(), Qt.Orientation.Vertical
-            body = dock.widget()
-            if body is not None and body.hasHeightForWidth():  # wrapped labels: as tall as this width needs
-                wanted = max(wanted, body.heightForWidth(body.width()) + dock.height() - body.height())
-        if now >= wanted:
-            return
-        # the docks beside it in its column (or row) give up the room, each in proportion to its size
-        size = (lambda d: d.width()) if orientation == Qt.Orientation.Horizontal else (lambda d: d.height())
+            wanted, orientation = max(dock.sizeHint().height(), _height_for_width(dock)), Qt.Orientation.Vertical
         others = [d for d in self.docks.values() if d is not dock and d.isVisible() and not d.isFloating()
                   and self.window.dockWidgetArea(d) == area]
-        room = sum(size(d) for d in others)
-        if room <= 0:
+        if others and self._pushed(self.window.size()) and orientation == Qt.Orientation.Vertical:
+            # its column's minimum heights grew the window (past the screen, at 1366x768): it goes
+            # behind the tallest dock of the column as a tab, the one place left, and the window
+            # gets its size back
+            tallest = max(others, key=lambda d: d.height())
+            self.window.tabifyDockWidget(tallest, dock)
+            dock.raise_()
+            self._give_back_the_size()
+            return
+        if others:
+            sizes = _shares(dock, others, wanted, orientation)
+            self.window.resizeDocks([dock, *others], sizes, orientation)
+        elif _along(dock, orientation) < wanted:
             self.window.resizeDocks([dock], [wanted], orientation)
-        else:
-            spare = max(0, room - (wanted - now))
-            self.window.resizeDocks([dock, *others], [wanted, *(int(spare * size(d) / room) for d in others)],
-                                    orientation)
         self.window.layout().activate()  # at once: what the designer looks at next is laid out
 
     def remember(self) -> None:
@@ -240,6 +282,54 @@ class Workspace(QObject):
             if len(bottom) > 1:  # side by side
                 window.resizeDocks([self.docks[p.dock] for p in bottom],
                                    [int(width * (p.along or 1 / len(bottom))) for p in bottom], Qt.Orientation.Horizontal)
+
+
+def _height_for_width(dock: QDockWidget) -> int:
+    """The dock's height for its contents at its width (wrapped labels; a scroll area's contents),
+    0 when they do not say."""
+    body = dock.widget()
+    if body is None:
+        return 0
+    inner = body.widget() if isinstance(body, QScrollArea) and body.widgetResizable() else body
+    if inner is None or not inner.hasHeightForWidth():
+        return 0
+    return inner.heightForWidth(body.width()) + dock.height() - body.height()
+
+
+def _along(dock: QDockWidget, orientation: Qt.Orientation) -> int:
+    return dock.width() if orientation == Qt.Orientation.Horizontal else dock.height()
+
+
+def _least(dock: QDockWidget, orientation: Qt.Orientation) -> int:
+    """The dock's minimum width or height."""
+    if orientation == Qt.Orientation.Horizontal:
+        return max(dock.minimumSizeHint().width(), dock.minimumWidth())
+    return max(dock.minimumSizeHint().height(), dock.minimumHeight())
+
+
+def _shares(dock: QDockWidget, others: list[QDockWidget], wanted: int, orientation: Qt.Orientation) -> list[int]:
+    """Sizes along a column (or the bottom row) for ``dock``, just opened, and the ``others`` in it:
+    ``dock`` gets what it asks for, up to ``OPENED_SHARE`` of a column, as far as each of the others
+    in a column keeps ``KEPT_HEIGHT`` (or the height it needs, when less), and never less than its
+    minimum. When not every dock can keep that much, each keeps its minimum and a share of the rest."""
+    total = sum(_along(d, orientation) for d in [dock, *others])
+    least = {d: _least(d, orientation) for d in others}
+    if orientation == Qt.Orientation.Horizontal:
+        kept = dict(least)  # the bottom row: the others give up room in proportion to what they have
+    else:
+        kept = {d: max(least[d], min(KEPT_HEIGHT, d.maximumHeight())) for d in others}
+        wanted = min(wanted, int(OPENED_SHARE * total))
+    target = max(_least(dock, orientation), min(wanted, total - sum(kept.values())))
+    space = total - target
+    if space >= sum(kept.values()):
+        floor, weight = kept, {d: max(0, _along(d, orientation) - kept[d]) for d in others}
+        if not any(weight.values()):  # none had more than it keeps: the rest to those that can grow
+            weight = {d: int(d.maximumHeight() > kept[d] or orientation == Qt.Orientation.Horizontal)
+                      for d in others}
+    else:
+        floor, weight = least, {d: kept[d] - least[d] for d in others}
+    rest, weights = space - sum(floor.values()), sum(weight.values())
+    return [target, *(floor[d] + (rest * weight[d] // weights if weights else 0) for d in others)]
 
 
 def _flow(area: Qt.DockWidgetArea) -> Qt.Orientation:

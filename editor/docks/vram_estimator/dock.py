@@ -18,8 +18,10 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
     QDoubleSpinBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QTreeWidget,
@@ -49,6 +51,7 @@ WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 2
 NODE_COLOURS = [QColor(200, 160, 80), QColor(90, 180, 110), QColor(170, 120, 210), QColor(79, 179, 179),
                 QColor(220, 120, 90), QColor(150, 190, 90)]
 CHART_HEIGHT = 92  # two bars with their totals
+TABLE_MIN_HEIGHT = 120  # the table's header and a few rows, scrolled to when the dock is short
 LABEL_W = 46  # the bars' names at their left
 CUSTOM = "Custom\u2026"
 NO_GPU = "No GPU (CPU only)"
@@ -283,7 +286,18 @@ class VramEstimatorDock(QDockWidget):
         layout.addLayout(self._build_context_row())
         self._build_notes(layout)
         self._build_breakdown(layout)
-        self.setWidget(body)
+        # Scrolled, not squeezed: in a short column (1366x768, beside Properties and the Conversation)
+        # the dock asked for 348 px and grew the window past the screen, and squeezed below that its
+        # chart was drawn over its legend. In a scroll area every part keeps its height.
+        self.scroll = QScrollArea(self)
+        self.scroll.setObjectName("vram_scroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # its labels wrap
+        self.scroll.setWidget(body)
+        self.scroll.setMinimumWidth(body.minimumSizeHint().width())  # as narrow as its rows allow, no narrower
+        self.body = body
+        self.setWidget(self.scroll)
 
         self._follow_settings_and_document()
         self._follow_kv_type()
@@ -309,6 +323,7 @@ class VramEstimatorDock(QDockWidget):
         controls.addWidget(self.gpu)
         self.custom_gb = QDoubleSpinBox(self)
         self.custom_gb.setRange(0.5, 512)
+        self.custom_gb.setDecimals(1)  # a tenth of a GB is fine enough, and the row fits beside a scroll bar
         self.custom_gb.setSuffix(" GB")
         self.custom_gb.setValue(10)
         self.custom_gb.setEnabled(False)
@@ -379,6 +394,7 @@ class VramEstimatorDock(QDockWidget):
         self.table.setColumnWidth(0, 200)
         self.table.setRootIsDecorated(True)
         self.table.itemClicked.connect(self._row_clicked)
+        self.table.setMinimumHeight(TABLE_MIN_HEIGHT)
         layout.addWidget(self.table, 1)
         self.problems = QLabel(self)
         self.problems.setWordWrap(True)
