@@ -36,7 +36,9 @@ PADDING = 6  # inside the minimap, around the graph
 MIN_WIDTH, MAX_WIDTH, WIDTH_SHARE = 150, 280, 0.2  # its width: a share of the canvas's, within limits
 BASE_ASPECT = 0.62  # height / width of a minimap of ``MIN_WIDTH``..``MAX_WIDTH``; it follows the graph's
 MIN_ASPECT, MAX_ASPECT = 0.4, 2.0  # own shape within these, keeping about the same area
-MAX_HEIGHT_SHARE = 0.45  # of the canvas's height
+# Never more than this share of the canvas's height, nor this many pixels: a canvas made short by the
+# bottom docks (Test at 1366x768) keeps most of its height for the graph (0.45 covered 40 % of it).
+MAX_HEIGHT_SHARE, MAX_HEIGHT = 0.25, 200
 MIN_MARK = 1.5  # pixels: a node smaller than this on the minimap is drawn this size (still seen)
 BACKGROUND = QColor(24, 26, 30, 235)
 BORDER = QColor(90, 96, 108)
@@ -173,7 +175,7 @@ class Minimap(QWidget):
         # about the same area whatever the graph's shape: a tall graph gets a tall minimap
         width = min(MAX_WIDTH, base * math.sqrt(BASE_ASPECT / shape), area.width() - 2 * MARGIN)
         height = width * shape
-        room = area.height() * MAX_HEIGHT_SHARE
+        room = min(MAX_HEIGHT, area.height() * MAX_HEIGHT_SHARE)
         if height > room:
             width, height = width * room / height, room
         width, height = max(40, int(width)), max(30, int(height))
