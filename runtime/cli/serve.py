@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -74,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from runtime.serve.logs import configure
-    from runtime.serve.npcs import Limits
+    from runtime.serve.npcs import MAX_TOOL_TIMEOUT_S, Limits
     from runtime.serve.server import (
         ServeConfig,
         ServeConfigError,
@@ -89,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             print(f"parley serve: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    if args.tool_timeout <= 0 or (args.kv_budget is not None and args.kv_budget <= 0):
-        print("parley serve: --tool-timeout and --kv-budget must be positive", file=sys.stderr)
+    if args.kv_budget is not None and not 0 < args.kv_budget < math.inf:
+        print("parley serve: --kv-budget must be positive", file=sys.stderr)
+        return 2
+    if not 0 < args.tool_timeout <= MAX_TOOL_TIMEOUT_S:  # NaN fails this too
+        print(f"parley serve: --tool-timeout {args.tool_timeout:g}: seconds above 0 and at most "
+              f"{MAX_TOOL_TIMEOUT_S:g} (a day)", file=sys.stderr)
         return 2
     limits = Limits(args.max_body, args.max_line, args.max_sessions, args.max_stream_events, args.tool_timeout)
     config = ServeConfig(args.host, args.port, [Path(a) for a in args.assets], token_from(args.token_env), limits,

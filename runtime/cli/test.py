@@ -354,14 +354,16 @@ def _players(args: argparse.Namespace, playing: list[LoadedSuite]) -> dict[Path,
     from runtime.backends.profiles import backend_factory, load_profiles
     from runtime.models.folder import resolve_model
     from runtime.suites.report import report_target_problem
+    from runtime.suites.simulate import MAX_GUIDED_CANDIDATES
 
     used = [name for name, value in (("--conversations", args.conversations), ("--guided", args.guided or None),
                                       ("--candidates", args.candidates),
                                       ("--player-model", args.player_model), ("--player-backend", args.player_backend),
                                       ("--save-discoveries", args.save_discoveries)) if value is not None]
-    if args.candidates is not None and (not args.guided or args.candidates < 1):
+    if args.candidates is not None and (not args.guided or not 1 <= args.candidates <= MAX_GUIDED_CANDIDATES):
         raise ValueError(f"--candidates {args.candidates}: " + ("give it with --guided (a player at random says one line "
-                         "a turn)" if not args.guided else "a guided player tries at least 1 line a turn"))
+                         "a turn)" if not args.guided else f"a guided player tries 1 to {MAX_GUIDED_CANDIDATES} lines "
+                         "a turn"))
     if used and not playing:
         raise ValueError(f"{', '.join(used)}: none of these suites has personas (or this shard does not play them)")
     if args.save_discoveries:

@@ -57,13 +57,18 @@ MAX_QUEUED = 8  # lines a session may hold waiting behind its running turn (doub
 CUT = "…"  # ends a reply the player spoke over (double_text: interrupt)
 
 
+# The longest ``--tool-timeout``: a day. A wait has to end for the turn's worker to come back, and
+# Python's waits refuse infinity (OverflowError) where NaN would end every wait at once.
+MAX_TOOL_TIMEOUT_S = 86_400.0
+
+
 @dataclass
 class Limits:
     max_body: int = 1 << 20  # bytes of one request
     max_line: int = 4000  # characters of a player line (and of instructions)
     max_sessions: int = 1000
     max_stream_events: int = 20_000  # events of one turn's stream
-    tool_timeout: float = 30.0  # seconds a turn waits for the client's tool result
+    tool_timeout: float = 30.0  # seconds a turn waits for the client's tool result (at most MAX_TOOL_TIMEOUT_S)
     max_watchers: int = 16  # observers of one session
 
 

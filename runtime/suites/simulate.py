@@ -57,6 +57,7 @@ FALLBACK_LINE = "Hello."  # said when the player model wrote nothing usable
 # stage direction here is answered with more of them)
 OPENING = "Hello there. What do you want?"
 GUIDED_CANDIDATES = 3  # lines a guided player tries per turn, by default
+MAX_GUIDED_CANDIDATES = 20  # at most (``--candidates``): each is a model call per turn of every conversation
 CANDIDATE_SEED_STEP = 7919  # candidate k of a turn plays with the turn's seed + k * this
 
 Target = tuple[str, str]  # ("node", id) or ("exit", "id.port")

@@ -282,7 +282,10 @@ def test_parley_test_refuses_player_flags_without_personas(tmp_path, capsys) -> 
     assert main(["test", str(persona), "--backend", "scripted", "--candidates", "2"]) == 2
     assert "--candidates 2: give it with --guided" in capsys.readouterr().err
     assert main(["test", str(persona), "--backend", "scripted", "--guided", "--candidates", "0"]) == 2
-    assert "at least 1 line" in capsys.readouterr().err
+    assert "tries 1 to 20 lines a turn" in capsys.readouterr().err
+    # issue 39: --candidates had no cap (each is a model call per turn of every conversation)
+    assert main(["test", str(persona), "--backend", "scripted", "--guided", "--candidates", "100000"]) == 2
+    assert "--candidates 100000: a guided player tries 1 to 20 lines a turn" in capsys.readouterr().err
 
 
 @pytest.mark.model
