@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,13 @@ class Validator:
             if node.bypassed:
                 port = node.bypass_port()
                 along = f"pass along its {node.exit_label(port)} exit" if port else "end at it"
-                warning(f"bypassed: turns {along} without running it", node.id, "bypassed")
+                loop = _bypass_loop(node, by_id)
+                if loop:
+                    error(f"bypassed, and its {node.exit_label(port)} exit leads back to it through bypassed "
+                          f"nodes only ({' -> '.join(loop)}): every turn that reaches it would go round without end. "
+                          "Run one of them, or point an exit elsewhere", node.id, "bypassed")
+                else:
+                    warning(f"bypassed: turns {along} without running it", node.id, "bypassed")
             if fact.local is not None and fact.local[0] is local_key and not node.CHECK_READS_FILES:
                 problems += fact.local[1]
             else:
@@ -325,6 +331,26 @@ def _node_code(node: NodeBase, method: str, call: Callable[[], object]) -> str:
         return (f"the {node.type_name} node type's {method}() failed, so the node is not fully checked: "
                 f"{failure_text(exc)} (a bug in the node type: tell its author)")
     return ""
+
+
+def _bypass_loop(node: NodeBase, by_id: Mapping[str, NodeBase]) -> list[str]:
+    """The ids around a loop a turn takes through bypassed nodes only, from ``node`` back to it, or
+    [] (a bypassed node passes the turn along its bypass port without running)."""
+    path = [node.id]
+    current = node
+    while True:
+        try:
+            port = current.bypass_port()
+            target = current.exits().get(port, END) if port else END
+        except Exception:  # noqa: BLE001 - a plugin's exits that fail are reported on their own node
+            return []
+        if target == node.id:
+            return [*path, node.id]
+        following = by_id.get(target)
+        if following is None or not following.bypassed or target in path:
+            return []  # END, a node that runs, or a loop that does not come back to ``node`` (its own node says so)
+        path.append(target)
+        current = following
 
 
 def _exit_field(node: NodeBase, port: str) -> str:

@@ -225,6 +225,22 @@ def test_validation_warns_about_a_bypassed_node_at_its_bypassed_field():
     assert warning.message == "bypassed: turns pass along its fallback exit without running it"
 
 
+def test_a_bypassed_node_whose_way_on_leads_back_to_it_is_an_error():
+    """Issue 39: a bypassed Classify Intent whose fallback is itself validated, then every turn failed."""
+    own = asset(("ClassifyIntent", "c", {"intents": [{"name": "greet", "exit": ""}], "fallback_exit": "c",
+                                         "bypassed": True}))
+    (loop,) = [p for p in validate_asset(own) if p.field == "bypassed"]
+    assert (loop.severity, loop.node_id) == ("error", "c")
+    assert "leads back to it through bypassed nodes only (c -> c)" in loop.message
+    two = asset(("Generate", "a", {"default_exit": "b", "bypassed": True}),
+                ("Generate", "b", {"default_exit": "a", "bypassed": True}))
+    assert {(p.severity, p.node_id) for p in validate_asset(two) if p.field == "bypassed"} == {
+        ("error", "a"), ("error", "b")}
+    # a loop through a node that runs is a graph's own business (max_steps_per_turn ends it)
+    runs = asset(("Generate", "a", {"default_exit": "b", "bypassed": True}), ("Generate", "b", {"default_exit": "a"}))
+    assert [p.severity for p in validate_asset(runs) if p.field == "bypassed"] == ["warning"]
+
+
 # --- suites: coverage and reports ----------------------------------------------------------------
 
 SUITE = """\
