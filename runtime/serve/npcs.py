@@ -37,7 +37,7 @@ from runtime.events import Event, Token, TurnFinished
 from runtime.problems import InputError, Problem
 from runtime.serve.logs import about_turn
 from runtime.serve.metrics import Metrics
-from runtime.serve.protocol import CALL_ID, SESSION_ID, ServeError, SessionOut, event_data
+from runtime.serve.protocol import CALL_ID, SESSION_ID, SESSION_ID_RULE, ServeError, SessionOut, event_data
 from runtime.serve.store import NoStore, SessionStore, StoreConflict, StoredSession, StoreError
 from runtime.session.failures import CANCELLED_MESSAGE, Failure, ToolTimeout, failure_of
 from runtime.session.record import TurnRecord
@@ -327,7 +327,7 @@ class NPCs:
 
     def create(self, asset: str, variables: dict[str, Any], session_id: str | None) -> NPC:
         if session_id is not None and not SESSION_ID.fullmatch(session_id):
-            raise ServeError("bad_request", "id: 1 to 64 letters, digits, '_', '.' or '-'")
+            raise ServeError("bad_request", f"id: {SESSION_ID_RULE}")
         path = self.resolve_asset(asset)
         loaded = self.checked_asset(path, asset)
         unknown = sorted(set(variables) - set(loaded.variables))

@@ -30,7 +30,10 @@ from runtime.session.record import TurnRecord
 
 API_VERSION = "1"
 PREFIX = "/v1"
-SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# A session's or scene's id: a path segment every client can reach, so never "." or ".." (URLs
+# resolve those away before a request is sent)
+SESSION_ID = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,64}")
+SESSION_ID_RULE = "1 to 64 letters, digits, '_', '.' or '-', other than '.' and '..'"
 CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # code -> HTTP status. A client dispatches on the code, never on the message.

@@ -32,6 +32,7 @@ from runtime.serve.logs import about_turn
 from runtime.serve.npcs import Item, NPCs, RunningTurn, Stream
 from runtime.serve.protocol import (
     SESSION_ID,
+    SESSION_ID_RULE,
     RoundOut,
     SceneLineOut,
     SceneNpcOut,
@@ -121,7 +122,7 @@ class ServedScenes:
 
     def create(self, name: str, scene_id: str | None) -> ServedScene:
         if scene_id is not None and not SESSION_ID.fullmatch(scene_id):
-            raise ServeError("bad_request", "id: 1 to 64 letters, digits, '_', '.' or '-'")
+            raise ServeError("bad_request", f"id: {SESSION_ID_RULE}")
         path = self.npcs.resolve_asset(name, "scene")
         asset = self._checked_scene(path, name)
         npcs = self.npcs

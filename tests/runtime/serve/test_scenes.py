@@ -367,3 +367,14 @@ def test_after_a_round_the_npcs_read_ahead_and_the_next_round_stops_it(sample_mo
     finally:
         backend.close()
     assert second.speakers and third.speakers
+
+
+@pytest.mark.parametrize("bad", [".", ".."])
+def test_ids_no_client_could_reach_are_refused(client, bad):
+    """Issue 39: sessions '.' and '..' were created, but a URL resolves them away: no client could
+    reach or delete them. A session's and a scene's id are refused alike, naming the rule."""
+    for create in (lambda: client.create_session("chat.json", id=bad),
+                   lambda: client.create_scene(TAVERN, id=bad)):
+        error = _refused(create, "bad_request", 400)
+        assert "other than '.' and '..'" in error.message
+    assert client.create_session("chat.json", id="a.b").id == "a.b"  # a dot within an id is fine
