@@ -104,8 +104,11 @@ def check_config(config: ServeConfig) -> None:
     if not is_loopback(config.host) and not config.token:
         raise ServeConfigError(f"--host {config.host} is reachable from other computers: set a long random token "
                                f"in the environment variable {config.token_env} (named by --token-env) first")
-    if config.token is not None and len(config.token) < 16:
-        raise ServeConfigError("the token is shorter than 16 characters; use a long random one")
+    if config.token is not None:
+        problem = token_problem(config.token)
+        if problem:
+            raise ServeConfigError(f"the token {problem}; use a long random one (such as "
+                                   "python -c 'import secrets; print(secrets.token_urlsafe(24))')")
     for origin in config.cors_origins:
         try:
             cors_origin(origin)
@@ -311,6 +314,22 @@ def serve_threads(threads: int | None, threads_batch: int | None, cpus: int | No
     cpus = cpus or usable_cpus()
     spare = max(cpus - 1, 1)
     return threads or max(min(cpus // 2, spare), 1), threads_batch or spare
+
+
+MIN_TOKEN_CHARS = 16
+MIN_TOKEN_DISTINCT = 8  # characters: sixteen spaces, or 'aaaa…', are not a secret
+
+
+def token_problem(token: str) -> str:
+    """Why ``token`` is no bearer token to guard the server with, or ''."""
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"is shorter than {MIN_TOKEN_CHARS} characters"
+    if not all("!" <= c <= "~" for c in token):
+        return ("holds spaces, control or non-ASCII characters (an HTTP header trims or refuses them): use "
+                "letters, digits and punctuation")
+    if len(set(token)) < MIN_TOKEN_DISTINCT:
+        return f"repeats too few characters ({len(set(token))} different, at least {MIN_TOKEN_DISTINCT})"
+    return ""
 
 
 def token_from(env: str) -> str | None:

@@ -263,6 +263,11 @@ def test_a_short_token_or_an_empty_one_is_refused_before_binding(monkeypatch: py
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ServeConfigError, match="16 characters"):
         check_config(ServeConfig(host="0.0.0.0", asset_dirs=[examples_dir()], token="short"))
+    # issue 39: a token of 16 spaces was accepted; so were 'aaaa…' and one a header would trim
+    for weak, said in ((" " * 16, "holds spaces"), ("a" * 32, "1 different, at least 8"),
+                       ("tok-0123456789abcdef\t", "control"), ("jeton-sécurisé-0123456789", "non-ASCII")):
+        with pytest.raises(ServeConfigError, match=said):
+            check_config(ServeConfig(host="127.0.0.1", asset_dirs=[examples_dir()], token=weak))
     monkeypatch.setenv("PARLEY_SERVE_TOKEN", "")
     assert parley_main(serve_args("--host", "0.0.0.0")) == 2
     assert "--host 0.0.0.0" in capsys.readouterr().err
