@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ from runtime.asset.model import END, Asset, NodeBase, VariableValue
 from runtime.backends.base import Backend, CallCancelled
 from runtime.crashes import Running, turn_note
 from runtime.diagnostics import NodeDiagnostics, TurnDiagnostics
-from runtime.dialogue.dialog_file import HistoryError, unknown_node_problems
+from runtime.dialogue.dialog_file import MAX_REPORTED_PROBLEMS, HistoryError, unknown_node_problems
 from runtime.dialogue.history import DialogHistory, Entry, Reply, SavedDialog, Turn
 from runtime.dialogue.tree import AgentState, ConversationTree
 from runtime.events import (
@@ -54,6 +54,7 @@ from runtime.events import (
     TurnWarning,
 )
 from runtime.models.journal import DecodeJournal
+from runtime.names import shown_name
 from runtime.nodes import failure_text
 from runtime.nodes.base import replies_checked
 from runtime.nodes.running import (
@@ -216,15 +217,19 @@ class Agent:
         return SavedDialog(self.history.copy(), dict(self.windows), dict(self.variables), dict(self.system_prompts),
                            self.seed_salt, self.tree.copy())
 
-    def import_dialog(self, saved: SavedDialog, source: str = "<history>") -> None:
+    def import_dialog(self, saved: SavedDialog, source: str = "<history>", *, foreign: bool = True) -> None:
         """Replace the conversation with ``saved``. Raises ``HistoryError`` (changing nothing)
-        if it names nodes this asset does not have."""
+        if it names nodes this asset does not have, or (``foreign``: a history from outside, not this
+        agent's own conversation carried into its changed graph) variables the asset does not declare
+        or replies by nodes it lacks."""
         problems = [
             Problem("error", "no Generate, GenerateAndSpeak or ToolCall node has this id in the asset", source,
                     field=f"system_prompts.{node_id}")
             for node_id in saved.system_prompts if not self._has_runtime_system_prompt(node_id)
         ]
         problems += unknown_node_problems(saved, set(self._nodes), source)
+        if foreign:
+            problems += self._foreign_problems(saved, source)
         if problems:
             raise HistoryError(problems)
         self.history = saved.history.copy()
@@ -238,6 +243,36 @@ class Agent:
             self.journals = {}
             self.tree = ConversationTree.from_turns(self.history.turns, self._state())
         self.journals = {k: v for k, v in self.tree.state_after(self.tree.current).reading().items() if k in self._nodes}
+
+    def _foreign_problems(self, saved: SavedDialog, source: str) -> list[Problem]:
+        """A history from outside that names variables the asset does not declare (in its variables,
+        or any turn's state) or a reply or tool call by a node the asset lacks (in any turn of the
+        tree): each names its field, at most ``MAX_REPORTED_PROBLEMS``."""
+        declared = ", ".join(self.asset.variables) or "none"
+        problems: list[Problem] = []
+
+        def variables(names: Iterable[str], where: str) -> None:
+            problems.extend(Problem("error", f"variable {name!r} is not declared by the asset (its variables: "
+                                    f"{declared}); declare it, or load the history into the asset it was saved from",
+                                    source, field=f"{where}variables.{name}")
+                            for name in names if name not in self.asset.variables)
+
+        variables(saved.variables, "")
+        nodes = sorted(saved.tree.nodes.values(), key=lambda n: n.id) if saved.tree is not None else []
+        for node in nodes:
+            variables(node.after.variables, f"turns[id {node.id}].state.")
+        # a file's turns are its tree's (each named by its id); a history kept without a tree, its branch
+        turns = [(f"turns[id {n.id}]", n.turn) for n in nodes] or \
+            [(f"turns.{i}", t) for i, t in enumerate(saved.history.turns)]
+        for where, turn in turns:
+            for k, entry in enumerate(turn.entries):
+                if entry.node not in self._nodes:
+                    problems.append(Problem("error", f"written by {shown_name(entry.node)}, which is not a node of "
+                                            "the asset; load the history into the asset it was saved from",
+                                            source, field=f"{where}.entries.{k}.node"))
+            if len(problems) >= MAX_REPORTED_PROBLEMS:
+                break
+        return problems[:MAX_REPORTED_PROBLEMS]
 
     def seed_history(self, turns: list[Turn]) -> None:
         """Start the conversation from ``turns`` (no summaries; every node's window starts at 0). The

@@ -84,7 +84,7 @@ class Session:
             # A deleted node's window starts and system prompts go, from every state of the tree
             # (filtering only the current state left the tree naming it, and the import refused it).
             # The agent's own ids: its behaviours' nodes (guard/classify) keep theirs.
-            agent.import_dialog(keep_nodes(old.export_dialog(), agent.asset.node_ids()))
+            agent.import_dialog(keep_nodes(old.export_dialog(), agent.asset.node_ids()), foreign=False)
             changed = {k: v for k, v in old.variables.items() if old.asset.variables.get(k, object()) != v}
             agent.variables = {**agent.asset.variables, **changed}
         self.agent, self.folder = agent, folder
@@ -94,6 +94,6 @@ class Session:
         is the caller's to close."""
         old = self.agent
         agent = Agent(old.source_asset, backend, self.folder, session_id=old.session_id)
-        agent.import_dialog(old.export_dialog())
+        agent.import_dialog(old.export_dialog(), foreign=False)
         agent.variables = dict(old.variables)
         self.agent = agent

@@ -363,3 +363,27 @@ def test_token_counts_forget_the_least_recently_used(monkeypatch):
     assert counted == [], "the recent counts were kept (clearing all made every one recounted)"
     count("b")
     assert counted == ["b"]
+
+
+def test_a_history_from_outside_naming_undeclared_variables_or_missing_nodes_is_refused() -> None:
+    """Issue 39: a history import accepted variables the asset does not declare, and replies by nodes
+    it lacks; each is named by its field, and nothing changes. The agent's own conversation carried
+    into its changed graph (``Session.use_asset``) keeps them."""
+    from runtime.dialogue.dialog_file import HistoryError
+    from runtime.dialogue.history import Reply
+
+    source = asset(("Generate", "npc", {"system_prompt": "hi", "max_tokens": 16}), variables={"mood": "calm"})
+    agent = Agent(source, ScriptedBackend())
+    agent.run_turn("hello")
+    saved = agent.export_dialog()
+    saved.variables["gold"] = 5
+    saved.tree.nodes[saved.tree.path()[0]].turn.entries.append(Reply("ghost", "boo", True))
+    other = Agent(source, ScriptedBackend())
+    with pytest.raises(HistoryError) as refused:
+        other.import_dialog(saved, "save.json")
+    fields = [p.field for p in refused.value.problems]
+    assert "variables.gold" in fields and "turns[id 0].entries.1.node" in fields, fields
+    assert "'gold' is not declared by the asset (its variables: mood)" in str(refused.value)
+    assert other.history.turns == [] and "gold" not in other.variables
+    other.import_dialog(saved, foreign=False)
+    assert other.variables["gold"] == 5

@@ -178,7 +178,7 @@ def test_a_graph_that_lost_a_node_continues_the_conversation_with_keep_nodes() -
     with pytest.raises(HistoryError, match=r"turns\[id 0\].state.windows.other"):
         Agent(one, backend()).import_dialog(saved)
     new = Agent(one, backend())
-    new.import_dialog(keep_nodes(saved, set(one.node_ids())))
+    new.import_dialog(keep_nodes(saved, set(one.node_ids())), foreign=False)  # its own conversation, as Session does
     assert new.history.turns == old.history.turns and set(new.windows) == {"npc"} and new.system_prompts == {}
     assert all(set(n.after.windows) == {"npc"} for n in new.tree.nodes.values())
     assert set(saved.tree.nodes[0].after.windows) == {"npc", "other"}, "the old dialog is unchanged"
