@@ -3,8 +3,9 @@
 NodeGraphQt turns mouse gestures into signals and edits its own graph in reply; its editing slots
 are cut off here (``_detach_graph_editing``) and each gesture (a move, a connection made, sliced or
 dragged away, a renamed title, a drop, the Tab search) becomes one undo command on the document.
-The drawing then follows the document. The window's own edits that place nodes (Add, auto-layout)
-are here too, for they choose places on the drawn canvas.
+The drawing then follows the document. A node dropped on a connection, or added while one
+connection is selected, is put on it (``insert_on_wire``). The window's own edits that place
+nodes (Add, auto-layout) are here too, for they choose places on the drawn canvas.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ NODE_MIME_PREFIX = "parley-node-type:"
 NODE_GAP = 40.0
 SEARCH_RINGS = 12
 PIPE_CLICK_DISTANCE = 2.0  # NodeGraphQt's: a press and release closer than this is a click on a pipe
+# A connection: its source (a node id or START_KEY), the source's port ('' for START) and its target
+# (a node id, or END).
+Wire = tuple[str, str, str]
 
 
 def _after_the_chain(keys: list[str], edges: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -145,7 +149,9 @@ class Gestures(QObject):
     def _pipe_at(self, viewport_pos: QPointF) -> PipeItem | None:
         """The pipe a press at ``viewport_pos`` grabs: NodeGraphQt's own pick, where nodes and
         ports come before pipes."""
-        scene_pos = self.viewer.mapToScene(viewport_pos.toPoint())
+        return self._pipe_at_scene(self.viewer.mapToScene(viewport_pos.toPoint()))
+
+    def _pipe_at_scene(self, scene_pos: QPointF) -> PipeItem | None:
         for item in self.viewer._items_near(scene_pos, None, 5, 5):
             if isinstance(item, (AbstractNodeItem, PortItem)):
                 return None
@@ -273,7 +279,14 @@ class Gestures(QObject):
         if mime.hasFormat(NODE_MIME):
             payload = bytes(mime.data(NODE_MIME).data()).decode()
             if payload.startswith(NODE_MIME_PREFIX):
-                self.add_node(payload[len(NODE_MIME_PREFIX):], (pos.x(), pos.y()))
+                type_name = payload[len(NODE_MIME_PREFIX):]
+                pipe = self._pipe_at_scene(QPointF(pos))
+                wire = self._wire_of(pipe) if pipe is not None else None
+                if wire is not None:  # dropped on a connection: the node goes on it, centred where it fell
+                    w, h = NEW_NODE_SIZE
+                    self.insert_on_wire(type_name, wire, (pos.x() - w / 2, pos.y() - h / 2))
+                else:
+                    self._add_alone(type_name, (pos.x(), pos.y()))
         elif mime.hasUrls():
             for url in mime.urls():
                 if url.isLocalFile():
@@ -286,7 +299,14 @@ class Gestures(QObject):
     def add_node(self, type_name: str, pos: tuple[float, float] | None = None) -> str:
         """Add a node of ``type_name`` with its top-left at ``pos``; returns its id. Without ``pos``
         (the Add menu, a palette double-click) it goes in free space: right of the selection, or
-        else near the view's centre, never on top of another node."""
+        else near the view's centre, never on top of another node. With one connection selected
+        (and no node) the node goes on that connection (``insert_on_wire``)."""
+        wire = self.selected_wire()
+        if wire is not None:
+            return self.insert_on_wire(type_name, wire, pos)
+        return self._add_alone(type_name, pos)
+
+    def _add_alone(self, type_name: str, pos: tuple[float, float] | None) -> str:
         doc = self.document
         view = view_of(type_name)
         node_id = doc.unique_id(view.new_id)
@@ -301,6 +321,62 @@ class Gestures(QObject):
         placed = self.drawing.nodes[node_id].view.sceneBoundingRect()
         if pos is None and not self.drawing.visible_rect().contains(placed):
             self.drawing.center_on(node_id)
+        return node_id
+
+    def _wire_of(self, pipe: PipeItem) -> Wire | None:
+        """The connection a drawn pipe shows, or None for a pipe that shows none (half drawn)."""
+        out, inp = pipe.output_port, pipe.input_port
+        if out is None or inp is None or not isValid(out) or not isValid(inp):
+            return None
+        source, port = self._exit_of(out)
+        doc = self.document
+        if source == START_KEY:
+            return (START_KEY, "", doc.asset.start_node) if doc.asset.start_node else None
+        if not doc.has_node(source) or port not in shown_exits(doc.node(source)):
+            return None
+        return source, port, doc.exit_target(source, port)
+
+    def selected_wire(self) -> Wire | None:
+        """The one selected connection, when it is all that is selected (no node, no other pipe)."""
+        pipes = self.viewer.selected_pipes()
+        if len(pipes) != 1 or self.graph.selected_nodes():
+            return None
+        return self._wire_of(pipes[0])
+
+    def _wire_middle(self, wire: Wire) -> tuple[float, float]:
+        """The top-left that centres a new node between a connection's two ends."""
+        source, _port, target = wire
+        start = self.drawing.terminal(START_KEY) if source == START_KEY else self.drawing.nodes.get(source)
+        end = self.drawing.nodes.get(target) if target else self.drawing.terminal(END_KEY)
+        if start is None or end is None:
+            return self.free_spot()
+        a, b = start.view.sceneBoundingRect(), end.view.sceneBoundingRect()
+        w, h = NEW_NODE_SIZE
+        return (a.right() + b.left()) / 2 - w / 2, (a.center().y() + b.center().y()) / 2 - h / 2
+
+    def insert_on_wire(self, type_name: str, wire: Wire, pos: tuple[float, float] | None = None) -> str:
+        """Put a new node of ``type_name`` on a connection, as one undo step: the connection's source
+        leads to the new node and the new node's default exit (``bypass_port``) to the old target.
+        A type without exits is added beside it instead. ``pos``: its top-left (else between the two
+        ends). Returns the new node's id."""
+        doc = self.document
+        source, port, target = wire
+        view = view_of(type_name)
+        node_id = doc.unique_id(view.new_id)
+        x, y = pos if pos is not None else self._wire_middle(wire)
+        node = palette_node(type_name, node_id, position=(float(x), float(y)))
+        onward = node.bypass_port()
+        if not onward:
+            return self._add_alone(type_name, pos)
+        node = node.with_exits({onward: target})
+        parent = MacroCommand(f"Insert {view.label} after {'START' if source == START_KEY else f'{source}.{port}'}")
+        AddNodeCommand(doc, node, None, parent)
+        if source == START_KEY:
+            SetAgentFieldCommand(doc, "start_node", target, node_id, parent)
+        else:
+            SetExitCommand(doc, source, port, target, node_id, parent)
+        doc.push(parent)
+        self.drawing.select([node_id])
         return node_id
 
     def free_spot(self, size: tuple[float, float] = NEW_NODE_SIZE) -> tuple[float, float]:

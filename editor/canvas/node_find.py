@@ -38,7 +38,7 @@ def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _texts(child, f"{where}.{index}")
 
 
-def _snippet(text: str, at: int, length: int) -> str:
+def match_snippet(text: str, at: int, length: int) -> str:
     flat = " ".join(text.split()) if len(text) <= SNIPPET else text
     if len(flat) <= SNIPPET:
         return flat
@@ -68,7 +68,7 @@ def find_nodes(asset: Asset, text: str) -> list[NodeMatch]:
         for where, value in _texts(dumped, ""):
             at = value.lower().find(needle)
             if at >= 0:
-                then.append(NodeMatch(node.id, title, where, _snippet(value, at, len(needle))))
+                then.append(NodeMatch(node.id, title, where, match_snippet(value, at, len(needle))))
                 break
     return first + then
 

@@ -376,3 +376,34 @@ def set_node_field(document: Document, node_id: str, field: str, value: Any, mer
     if field == "id":
         return RenameNodeCommand(document, node_id, value)
     return SetNodeFieldCommand(document, node_id, field, old, value, merge=merge)
+
+
+def copy_incoming_exits(document: Document, copies: dict[str, str],
+                        parent: MacroCommand) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Duplicate with Connections: give the copies the connections that came into their originals.
+
+    ``copies`` maps each original's id to its copy's (the copies are added in ``parent`` already). An
+    exit leads to one node only, so an exit into an original cannot also lead to its copy: for each
+    exit of a node outside the copied ones that leads to an original, the first of that node's exits
+    that ends the turn (END, in the node's port order) is pointed at the copy instead. A node with no
+    such free exit gives none, and the original keeps its connections either way.
+
+    Returns what was connected and what was not, each as (source node, port, copy) triples (the port
+    of a skipped one is the exit into the original)."""
+    connected: list[tuple[str, str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
+    for node in document.asset.nodes:
+        if node.id in copies or node.id in copies.values():
+            continue  # exits among the copied nodes are repointed by the copy itself
+        exits = shown_exits(node)
+        free = [port for port, target in exits.items() if target == END]
+        for port, target in exits.items():
+            if target not in copies:
+                continue
+            if free:
+                spare = free.pop(0)
+                SetExitCommand(document, node.id, spare, END, copies[target], parent)
+                connected.append((node.id, spare, copies[target]))
+            else:
+                skipped.append((node.id, port, copies[target]))
+    return connected, skipped

@@ -358,6 +358,7 @@ class MainWindow(QMainWindow):
         self.comment_actions = install_comments(self, edit, menu)
         self.bypass_actions = install_bypass(self, edit, menu)
         self.game_event_actions = install_game_events(self, edit, menu)  # editor/model/game_events.py
+        self.edit_menu.add_to_menus(edit, menu)  # Duplicate with Connections, Find in Project
 
     def _fill_add_menu(self, menu: QMenu, at_cursor: bool) -> None:
         for views in categories().values():
