@@ -48,9 +48,12 @@ class Token(NodeText):
 
 @dataclass(frozen=True)
 class Speak(NodeText):
-    """A sentence a GenerateAndSpeak node finished: ready for text-to-speech."""
+    """A sentence a GenerateAndSpeak node finished: ready for text-to-speech. ``tags``: the reply's tags
+    as it is spoken, name -> value (the node's own tag, picked before its first sentence, and the
+    ``Asset.reply_tags`` earlier nodes wrote); empty for a guard's canned line."""
 
     kind: ClassVar[str] = "speak"
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,8 +104,9 @@ class GameEventReached(NodeEvent):
 
 @dataclass(frozen=True)
 class ReplyTagged(NodeEvent):
-    """A node wrote a slot the asset sends the game with the reply (``Asset.reply_tags``): a mood or a
-    gesture the game shows as the reply streams."""
+    """A node wrote a slot the asset sends the game with the reply (``Asset.reply_tags``), or a Generate
+    and Speak node picked its reply's tag (``GenerateAndSpeak.tags``): a mood or a gesture the game
+    shows as the reply streams."""
 
     kind: ClassVar[str] = "tag"
     name: str

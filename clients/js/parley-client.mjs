@@ -16,8 +16,9 @@
  * @typedef {{turn: number, turn_id: number, reply: string, path: string[],
  *   diagnostics: Record<string, unknown>|null, guard: TurnGuard, game_events: string[],
  *   tags: Record<string, string>}} TurnFinished
- *   game_events: the asset's marked game events the turn reached, by name, in order; tags: the asset's
- *   reply_tags the turn's nodes wrote (a mood, a gesture), name -> value
+ *   game_events: the asset's marked game events the turn reached, by name, in order; tags: the reply's
+ *   tags (a mood, a gesture), name -> value: the asset's reply_tags the turn's nodes wrote and the tag
+ *   each Generate and Speak node with `tags` picked
  * @typedef {{kind: string, data: any, id?: string}} ParleyEvent  kind: turn_started, turn_queued,
  *   node_started, token, speak, tool_request, tool_call, summarized, warning, guarded, game_event,
  *   tag, node_finished, turn_finished, turn_failed (a kind this client does not know, from a newer server, is
@@ -25,6 +26,10 @@
  * @typedef {{node: string, policy: string, exit: string, check: string, why: string,
  *   checked: "line"|"reply"}} Guarded  a guarded event's data: a Guard found `policy` broken (check:
  *   patterns, plugin:NAME or model; checked: the player's line, or a reply withdrawn before it was spoken)
+ * @typedef {{node: string, text: string, reply: boolean, tags?: Record<string, string>}} Spoken  a speak
+ *   event's data: a whole sentence, ready for text-to-speech; tags: the reply's tags as it is spoken
+ *   (the node's own tag, picked before its first sentence, and earlier nodes' reply_tags; absent from an
+ *   older server)
  * @typedef {{node: string, name: string, exit: string}} GameEvent  a game_event event's data: the turn
  *   reached a node or exit the asset marks as one the game acts on (exit "" when the mark is on the node)
  * @typedef {{turn_id: number, index: number, line: string, reply: string}} TurnLine

@@ -9,18 +9,19 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from runtime.backends.base import ChatMessage, GenerationRequest, GenerationResult
 from runtime.diagnostics import NodeTrim
 from runtime.dialogue.history import Reply
-from runtime.events import SentenceSplitter, Speak, Token
+from runtime.events import ReplyTagged, SentenceSplitter, Speak, Token
 from runtime.models.journal import DecodeJournal
 from runtime.nodes.base import (
     END,
     OPTIONAL_SLOT_PATTERN,
     TOKENS_PER_MESSAGE,
     AnswerInContext,
+    FieldError,
     ModelParams,
     NodeBase,
     SamplingParams,
@@ -36,6 +37,9 @@ HistoryRole = Literal["assistant", "none"]
 TURN_VALUES = re.compile(r"\{\{\s*[#^/&{]?\s*(instructions|slots|knowledge|input)\b")
 Placement = Literal["before", "after"]
 HistoryMode = Literal["full", "summarized", "last_n", "none"]
+# A Generate and Speak node's tag: what it is called when tag_name is empty, and how the model is asked
+DEFAULT_TAG_NAME = "tag"
+TAG_QUESTION = "Before you answer, choose the {name} of your reply. Answer with exactly one of: {tags}."
 
 
 class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
@@ -118,17 +122,18 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
         )
         splitter = SentenceSplitter() if self.speaks() else None
         reply = self.is_reply()
+        tags = self.tag_reply(run, model, prompt.messages, budget, prompt.counted_tokens)
 
         def on_token(text: str) -> None:
             run.emit(Token(self.id, text, reply))
             if splitter is not None:
                 for sentence in splitter.feed(text):
-                    run.emit(Speak(self.id, sentence, reply))
+                    run.emit(Speak(self.id, sentence, reply, tags))
 
         result = run.generate(model, request, on_token)
         if splitter is not None:
             for sentence in splitter.flush():
-                run.emit(Speak(self.id, sentence, reply))
+                run.emit(Speak(self.id, sentence, reply, tags))
         run.record(prompt.messages, result, budget.limit, prompt.counted_tokens)
         self.use_output(run, result)
         return "default_exit"
@@ -155,6 +160,12 @@ class GeneratingNode(AnswerInContext, NodeBase, ModelParams, SamplingParams):
             return None
         messages = prompt.messages[: len(prompt.messages) - len(current.messages)]
         return run.read_ahead(model, [*messages, current.messages[0] if plain else ChatMessage("user", "")])
+
+    def tag_reply(self, run: NodeRun, model: str, messages: list[ChatMessage], budget: PromptBudget,
+                  counted: int) -> dict[str, str]:
+        """Before the reply is generated from ``messages``: the tags its sentences carry (name -> value).
+        Only Generate and Speak picks one (``GenerateAndSpeak.tags``)."""
+        return {}
 
     def is_reply(self) -> bool:
         """Whether this node's output is part of the turn's reply (the player sees it as it streams)."""
@@ -246,9 +257,98 @@ class Generate(GeneratingNode):
 
 
 class GenerateAndSpeak(GeneratingNode):
+    """Writes the reply and speaks it sentence by sentence. With tags set, it first picks the reply's tag
+    (an emotion, an animation) from them, so the game has it with the first sentence."""
+
     type: Literal["GenerateAndSpeak"] = "GenerateAndSpeak"
+    tags: list[str] = Field(default_factory=list, **field_help("Tags the game gets with each reply, one a line (an emotion: calm, angry, sad; or an animation: wave, bow). Before the reply, the model picks one under a grammar; it is sent on every speak event and in turn_finished's tags. Empty: no tag.", "Game"))
+    tag_name: str = Field("", pattern=OPTIONAL_SLOT_PATTERN, **field_help(f"What the tag is called in the events' tags (emotion, animation). Empty: {DEFAULT_TAG_NAME!r}.", "Game"))
 
     PLAYER_FACING: ClassVar[bool] = True
+    WRITTEN_WHEN_SET: ClassVar[tuple[str, ...]] = ("tags", "tag_name")
 
     def speaks(self) -> bool:
         return True
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_are_named_once(cls, v: list[str]) -> list[str]:
+        for index, tag in enumerate(v):
+            if not tag.strip():
+                raise FieldError(str(index), f"tag {index + 1} is empty: give it a name or remove the line")
+            if tag in v[:index]:
+                raise FieldError(str(index), f"tag {tag!r} is listed twice: list each tag once")
+        return v
+
+    @property
+    def tag_key(self) -> str:
+        """The name the tag is sent under."""
+        return self.tag_name or DEFAULT_TAG_NAME
+
+    def tag_question(self) -> str:
+        return TAG_QUESTION.format(name=self.tag_key, tags=", ".join(self.tags))
+
+    def tag_reply(self, run: NodeRun, model: str, messages: list[ChatMessage], budget: PromptBudget,
+                  counted: int) -> dict[str, str]:
+        """Picks the reply's tag with a short call on this node's own context before the reply: the
+        reply's prompt with the question added at its end, the answer held to ``tags`` by a grammar.
+        The reply's call then reuses all of that prompt but the question from the cache. The tag goes
+        to the turn's tags (a ``tag`` event now, ``turn_finished`` later); the sentences carry the
+        turn's tags so far (this one, and the ``reply_tags`` earlier nodes wrote)."""
+        if self.tags:
+            tag = self._pick_tag(run, model, messages, budget, counted)
+            if tag:
+                run.turn.tags[self.tag_key] = tag
+                run.emit(ReplyTagged(self.id, self.tag_key, tag))
+        return dict(run.turn.tags)
+
+    def _pick_tag(self, run: NodeRun, model: str, messages: list[ChatMessage], budget: PromptBudget,
+                  counted: int) -> str:
+        count = run.counter(model)
+        question = self.tag_question()
+        asked = list(messages)
+        if asked and asked[-1].role == "user":
+            last = asked[-1]
+            asked[-1] = ChatMessage("user", f"{last.content}\n\n{question}" if last.content else question, last.name)
+            extra = count(question)
+        else:
+            asked.append(ChatMessage("user", question))
+            extra = count(question) + TOKENS_PER_MESSAGE
+        answer = max(count(t) for t in self.tags) + 1
+        if counted + extra + answer >= budget.context_size:
+            run.diag.warnings.append(
+                f"no {self.tag_key} tag: the question that picks it ({extra} tokens) and its answer do not fit "
+                f"the context of {budget.context_size} tokens after the prompt; raise max_tokens above "
+                f"{extra + answer}, the room the prompt leaves")
+            return ""
+        request = GenerationRequest(asked, max_tokens=answer, temperature=0.0, seed=run.seed(self.seed),
+                                    choices=list(self.tags))
+        tag = run.generate(model, request).text
+        if tag not in self.tags:
+            run.diag.warnings.append(f"the model's {self.tag_key} tag {tag!r} is none of the tags; no tag was sent")
+            return ""
+        return tag
+
+    def check(self, checks: NodeChecks) -> None:
+        super().check(checks)
+        for index, tag in enumerate(self.tags):
+            if tag != tag.strip():
+                # A warning, not an error: the editor takes each keystroke ("very " on the way to "very angry").
+                checks.warning(f"tag {tag!r} starts or ends with a space, which the model must write too and "
+                               "the game gets as it is; remove the space", f"tags.{index}")
+
+    def check_in_graph(self, checks: NodeChecks) -> None:
+        super().check_in_graph(checks)
+        if self.tags and self.tag_key in checks.asset.reply_tags:
+            checks.warning(
+                f"tag_name {self.tag_key!r} is also one of the agent's reply_tags, which another node's slot "
+                "fills: the two overwrite each other. Give this node's tag another name.",
+                "tag_name",
+            )
+        if self.tags and self.history_role != "assistant":
+            checks.warning(
+                "this node picks a tag for its reply, but its output is not the player's reply "
+                "(history_role 'none'): the game gets a tag for words it never shows. Clear the tags, "
+                "or set history_role to 'assistant'.",
+                "tags",
+            )

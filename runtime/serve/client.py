@@ -110,6 +110,14 @@ class ServerEvent:
         classifier's label): the only text a game shows as it streams."""
         return self.kind in ("token", "speak") and self.data.get("reply") is True
 
+    @property
+    def tags(self) -> dict[str, str]:
+        """A ``speak`` event's tags: the reply's tags as this sentence is spoken, name -> value (its
+        Generate and Speak node's own tag and the ``reply_tags`` earlier nodes wrote); ``{}`` for other
+        kinds and from a server that sends none."""
+        tags = self.data.get("tags") if self.kind == "speak" else None
+        return {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {}
+
 
 @dataclass(frozen=True)
 class ToolRequest:
@@ -155,7 +163,8 @@ class TurnEnd(HoldsRecord):
 
     @property
     def tags(self) -> dict[str, str]:
-        """The asset's ``reply_tags`` the turn's nodes wrote (a mood, a gesture): name -> value."""
+        """The reply's tags (a mood, a gesture): name -> value, the asset's ``reply_tags`` its nodes wrote
+        and the tags its Generate and Speak nodes picked."""
         return self.record.tags
 
 

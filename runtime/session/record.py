@@ -36,7 +36,8 @@ class TurnRecord:
     # What a game reacts to, kept whether or not the asset has diagnostics on
     guard: TurnGuard = field(default_factory=TurnGuard)  # the first policy a Guard found broken ('' when none)
     game_events: list[str] = field(default_factory=list)  # the marked game events it reached, in order
-    tags: dict[str, str] = field(default_factory=dict)  # the asset's reply_tags its nodes wrote: name -> value
+    # The reply's tags, name -> value: the asset's reply_tags its nodes wrote, a Generate and Speak node's tag
+    tags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, line: str, result: TurnResult) -> TurnRecord:
