@@ -49,6 +49,8 @@ TITLE_BAR = 34.0
 NOTE_SIZE = (260.0, 140.0)
 NOTE_COLOR = (112, 96, 40)
 BACKDROP_COLOR = (60, 70, 90)
+# What a new note and a new backdrop say until the designer writes theirs (selected in the editor, to type over)
+NEW_NOTE_TEXT, NEW_BACKDROP_TITLE = "Note", "Group"
 MIN_SIZE = (120.0, 60.0)
 
 _TITLE_FONT = QFont()
@@ -375,6 +377,11 @@ class CommentDialog(QDialog):
         form.addRow(buttons)
         if comment.kind == "note":
             self.text_edit.setFocus()
+            if comment.text == NEW_NOTE_TEXT:  # a new note's text is there to be replaced, not added to
+                self.text_edit.selectAll()
+        elif comment.title == NEW_BACKDROP_TITLE:
+            self.title_edit.setFocus()
+            self.title_edit.selectAll()
 
     def _show_color(self) -> None:
         r, g, b = self.color
@@ -437,7 +444,7 @@ class CommentActions(QObject):
         else:
             cx, cy = canvas.view_center()
             position, size = (cx - 200.0, cy - 120.0), (400.0, 240.0)
-        comment = Comment(id=doc.unique_comment_id("group"), kind="backdrop", title="Group",
+        comment = Comment(id=doc.unique_comment_id("group"), kind="backdrop", title=NEW_BACKDROP_TITLE,
                           color=BACKDROP_COLOR, position=position, size=size)
         command = MacroCommand(f"Group {len(ids)} node{'s' if len(ids) != 1 else ''} in a backdrop")
         AddCommentCommand(doc, comment, None, command)
@@ -452,7 +459,7 @@ class CommentActions(QObject):
         canvas, doc = self.window.canvas, self.window.document
         canvas.select([])  # else the free place is looked for beside the selection
         x, y = canvas.free_spot(NOTE_SIZE)
-        comment = Comment(id=doc.unique_comment_id("note"), kind="note", text="Note",
+        comment = Comment(id=doc.unique_comment_id("note"), kind="note", text=NEW_NOTE_TEXT,
                           color=NOTE_COLOR, position=(x, y), size=NOTE_SIZE)
         command = MacroCommand("Add note")
         AddCommentCommand(doc, comment, None, command)

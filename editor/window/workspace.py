@@ -43,6 +43,9 @@ class DockPlace:
     area: Qt.DockWidgetArea
     share: float
     along: float = 0.0  # docks side by side in the bottom row: each one's share of the row's width
+    # The dock's sections on show in this preset (all when empty), for a dock that has them
+    # (``show_sections``): beside a conversation Properties keeps to the prompt and sampling.
+    sections: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,13 @@ class Preset:
     key: str
     tip: str
     places: tuple[DockPlace, ...]  # in order: docks of one area stack (side columns) or stand side by side (bottom)
+    # The dock whose typing box takes the keyboard focus on a switch (its focus proxy): in Talk, the
+    # player's line, not the canvas
+    focus: str = ""
+
+
+# What Properties keeps to in Talk and Test: a prompt fix and a retry without a switch (issue 38, major 5)
+EDIT_WHILE_RUNNING = ("Prompt", "Sampling")
 
 
 PRESETS: tuple[Preset, ...] = (
@@ -59,13 +69,17 @@ PRESETS: tuple[Preset, ...] = (
         DockPlace("PropertiesDock", RIGHT, 0.27),
         DockPlace("ProblemsDock", RIGHT, 0.27),
     )),
-    Preset("Talk", "Ctrl+2", "Talk to the character: canvas, Conversation and Turn Inspector", (
+    Preset("Talk", "Ctrl+2", "Talk to the character: canvas, Conversation, Turn Inspector and the selected "
+           "node's prompt and sampling", (
         DockPlace("ConversationDock", RIGHT, 0.30),
-        DockPlace("TurnInspectorDock", BOTTOM, 0.36),
-    )),
-    Preset("Test", "Ctrl+3", "Run the tests: canvas, Tests and Turn Inspector side by side", (
-        DockPlace("TestsDock", BOTTOM, 0.42, along=0.4),
-        DockPlace("TurnInspectorDock", BOTTOM, 0.42, along=0.6),  # the prompts and their diff need the width
+        DockPlace("TurnInspectorDock", BOTTOM, 0.31, along=0.62),
+        DockPlace("PropertiesDock", BOTTOM, 0.31, along=0.38, sections=EDIT_WHILE_RUNNING),
+    ), focus="ConversationDock"),
+    Preset("Test", "Ctrl+3", "Run the tests: canvas, Tests, Turn Inspector and the selected node's prompt and "
+           "sampling side by side", (
+        DockPlace("TestsDock", BOTTOM, 0.42, along=0.3),
+        DockPlace("TurnInspectorDock", BOTTOM, 0.42, along=0.44),  # the prompts and their diff need the width
+        DockPlace("PropertiesDock", BOTTOM, 0.42, along=0.26, sections=EDIT_WHILE_RUNNING),
     )),
 )
 DEFAULT = PRESETS[0].name
@@ -137,8 +151,31 @@ class Workspace(QObject):
         finally:
             self._moving = False
         self._give_back_the_size()
+        self._show_sections(preset_named(name))
+        self._focus(preset_named(name))
         app_settings.app_settings().setValue("workspace/current", name)
         self.switched.emit(name)
+
+    def _show_sections(self, preset: Preset) -> None:
+        """Each dock with sections shows the preset's choice of them; opened from the View menu, all."""
+        sections = {place.dock: place.sections for place in preset.places}
+        for name, dock in self.docks.items():
+            show = getattr(dock, "show_sections", None)
+            if show is not None:
+                show(sections.get(name, ()))
+
+    def _focus(self, preset: Preset) -> None:
+        """The keyboard to the preset's typing box, now and once its dock is laid out and shown."""
+        dock = self.docks.get(preset.focus) if preset.focus else None
+        if dock is None:
+            return
+
+        def give() -> None:
+            if self.current == preset.name and dock.isVisible() and self.window.isVisible():
+                dock.setFocus(Qt.FocusReason.OtherFocusReason)  # its focus proxy: the line box
+
+        give()
+        QTimer.singleShot(0, self, give)
 
     def reset(self) -> None:
         """The current preset as it starts, in the window's size from before any dock grew it; the
@@ -270,18 +307,19 @@ class Workspace(QObject):
         window = self.window
         width, height = window.width(), window.height()
         across = [p for p in preset.places if p.area in (LEFT, RIGHT)]
+        row = width  # the bottom row's width: the right column runs the full height beside it
         if across:
             # one width per column: the first dock of each side sets it
             columns = {p.area: p for p in reversed(across)}
-            window.resizeDocks([self.docks[p.dock] for p in columns.values()],
-                               [min(COLUMN_MAX, int(width * p.share)) for p in columns.values()],
-                               Qt.Orientation.Horizontal)
+            widths = [min(COLUMN_MAX, int(width * p.share)) for p in columns.values()]
+            window.resizeDocks([self.docks[p.dock] for p in columns.values()], widths, Qt.Orientation.Horizontal)
+            row -= sum(w for p, w in zip(columns.values(), widths, strict=True) if p.area == RIGHT)
         bottom = [p for p in preset.places if p.area == BOTTOM]
         if bottom:
             window.resizeDocks([self.docks[bottom[0].dock]], [int(height * bottom[0].share)], Qt.Orientation.Vertical)
             if len(bottom) > 1:  # side by side
                 window.resizeDocks([self.docks[p.dock] for p in bottom],
-                                   [int(width * (p.along or 1 / len(bottom))) for p in bottom], Qt.Orientation.Horizontal)
+                                   [int(row * (p.along or 1 / len(bottom))) for p in bottom], Qt.Orientation.Horizontal)
 
 
 def _height_for_width(dock: QDockWidget) -> int:

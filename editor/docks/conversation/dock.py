@@ -152,6 +152,7 @@ class ConversationDock(QDockWidget):
         self.download_button, self.open_models_button = offer.download_button, offer.open_models_button
         self.download_reactions = offer.download_reactions
         self.line, self.send_button, self.stop_button = talk.line, talk.send_button, talk.stop_button
+        self.setFocusProxy(self.line)  # the Talk workspace gives the dock the keyboard: the player's line
 
     def _connect(self, c: SessionView) -> None:
         c.busy_changed.connect(self._busy)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QObject, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtGui import QFocusEvent
+from PySide6.QtWidgets import QDockWidget, QLabel, QLineEdit, QScrollArea, QVBoxLayout, QWidget
 
 from editor.canvas.node_types import view_of
-from editor.docks.properties.field_editors import FieldEditor, IntEditor
+from editor.docks.properties.field_editors import FieldEditor, IntEditor, LineEditor
 from editor.docks.properties.form import ModelForm
 from editor.model.commands import MacroCommand, SetAgentFieldCommand, SetNodeFieldCommand
 from editor.model.document import Document, FieldRejected
@@ -40,6 +41,12 @@ class PropertiesDock(QDockWidget):
         self.node_id: str | None = None
         self._forms: dict[str, ModelForm] = {}
         self._rejected: dict[tuple[str, str], Problem] = {}
+        self._sections: tuple[str, ...] = ()  # the node sections on show (all when empty): show_sections
+        # Each node's values as it was added (or as File > New made it): a click in a single-line field
+        # still holding its starting value selects it, so typing replaces it ("Reply" + typing gave
+        # "ReplyGreet")
+        self._started: dict[str, dict[str, Any]] = {}
+        self._click_selects = _ClickSelects(self)
 
         body = QWidget(self)
         self._layout = QVBoxLayout(body)
@@ -47,6 +54,12 @@ class PropertiesDock(QDockWidget):
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
         self._layout.addWidget(self.header)
+        self.sections_label = QLabel("Prompt and sampling here \u00b7 <a href='all'>all settings</a>", body)
+        self.sections_label.setToolTip("The Author workspace (Ctrl+1) shows every setting; so does this link, "
+                                       "until the next workspace switch")
+        self.sections_label.linkActivated.connect(lambda _link: self.show_sections(()))
+        self.sections_label.hide()
+        self._layout.addWidget(self.sections_label)
         self.scroll = QScrollArea(body)
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -56,11 +69,11 @@ class PropertiesDock(QDockWidget):
         document.node_changed.connect(self._on_node_changed)
         document.node_renamed.connect(self._on_node_renamed)
         document.node_removed.connect(self._on_node_removed)
-        document.node_added.connect(lambda _id: self._refresh_choices())
+        document.node_added.connect(self._on_node_added)
         document.node_moved.connect(self._on_node_moved)
         document.agent_changed.connect(self._on_agent_changed)
         document.reset.connect(self._on_reset)
-        self.show_selection([])
+        self._on_reset()
 
     # --- which form -----------------------------------------------------------------------
 
@@ -91,21 +104,46 @@ class PropertiesDock(QDockWidget):
                 form = ModelForm(node_model(key), self._exit_choices, exclude=view.hidden_fields,
                                  group_order=view.groups)
                 form.field_edited.connect(self._node_edited)
+                for name, editor in form.editors.items():
+                    if type(editor) is LineEditor and not hasattr(editor, "browse_button"):  # not a file's
+                        editor.line.setProperty("field", name)
+                        editor.line.installEventFilter(self._click_selects)
             self._forms[key] = form
         return form
 
     def _set_form(self, form: ModelForm | None) -> None:
         current = self.scroll.widget()
-        if current is form and form is not None:
-            return
-        if current is not None:
-            self.scroll.takeWidget()
-            current.hide()
-        if form is not None:
-            self.scroll.setWidget(form)
-            form.show()
-        else:
-            self.scroll.setWidget(QWidget())
+        if current is not form or form is None:
+            if current is not None:
+                self.scroll.takeWidget()
+                current.hide()
+            if form is not None:
+                self.scroll.setWidget(form)
+                form.show()
+            else:
+                self.scroll.setWidget(QWidget())
+        self._apply_sections()
+
+    # --- sections on show -----------------------------------------------------------------
+
+    def show_sections(self, sections: tuple[str, ...]) -> None:
+        """Show only these sections of a node's form (all when empty, or when the form has none of
+        them); the Talk and Test workspaces keep to the prompt and sampling (editor/window/workspace.py)."""
+        self._sections = tuple(sections)
+        self._apply_sections()
+
+    def _apply_sections(self) -> None:
+        form = self.form
+        boxes = form.sections if form is not None and self.node_id is not None else {}
+        kept = {name for name in boxes if name in self._sections}
+        for name, box in boxes.items():
+            box.setVisible(not kept or name in kept)
+        self.sections_label.setVisible(bool(kept) and len(kept) < len(boxes))
+
+    def starting_value(self, field: str, text: str) -> bool:
+        """Whether the selected node's ``field`` still holds what it started with in this window."""
+        started = self._started.get(self.node_id or "")
+        return started is not None and field in started and str(started[field]) == text
 
     def _show_node(self, node_id: str) -> None:
         node = self.document.node(node_id)
@@ -244,6 +282,11 @@ class PropertiesDock(QDockWidget):
 
     # --- following the document -----------------------------------------------------------
 
+    def _on_node_added(self, node_id: str) -> None:
+        if self.document.has_node(node_id):
+            self._started[node_id] = self.document.node(node_id).model_dump()
+        self._refresh_choices()
+
     def _on_node_changed(self, node_id: str, _field: str) -> None:
         if node_id == self.node_id and self.form is not None:
             self._fill_node_form(self.form, node_id)
@@ -276,6 +319,9 @@ class PropertiesDock(QDockWidget):
 
     def _on_reset(self) -> None:
         """A new asset (File > New, Open): refused values belonged to the old one's nodes."""
+        # File > New's nodes hold starting values; an opened file's (or example's) hold what its designer wrote
+        doc = self.document
+        self._started = {n.id: n.model_dump() for n in doc.asset.nodes} if not (doc.path or doc.folder) else {}
         if self._rejected:
             self._rejected.clear()
             for form in self._forms.values():
@@ -306,6 +352,22 @@ class PropertiesDock(QDockWidget):
         editor.setStyleSheet("QWidget#" + editor.objectName().replace(":", "\\:") + " { background: #3a3d41; }")
         QTimer.singleShot(900, editor, lambda: editor.setStyleSheet(""))
         return editor
+
+
+class _ClickSelects(QObject):
+    """Selects a single-line field's text when a click focuses it and it holds the node's starting
+    value (after the click has placed the cursor), so typing replaces it."""
+
+    def __init__(self, dock: PropertiesDock) -> None:
+        super().__init__(dock)
+        self._dock = dock
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (event.type() == QEvent.Type.FocusIn and isinstance(event, QFocusEvent)
+                and event.reason() == Qt.FocusReason.MouseFocusReason and isinstance(watched, QLineEdit)
+                and self._dock.starting_value(str(watched.property("field")), watched.text())):
+            QTimer.singleShot(0, watched, watched.selectAll)
+        return False
 
 
 class _Quiet:

@@ -318,7 +318,7 @@ class TurnInspectorDock(QDockWidget):
             self.scene.select_line(self.scene_turns.key_of(picked))
         d = record.diagnostics
         links = " \u2192 ".join(f"<a href='{html.escape(n)}' style='color:#7fb2e5'>{html.escape(n)}</a>" for n in d.path)
-        warn = f" <span style='color:#e5c07b'>\u26a0 {len(d.warnings)} warning(s)</span>" if d.warnings else ""
+        warn = warnings_html(d.warnings, d.path)
         # where the turn ran, when not on this computer (reuse and timings are that server's); a turn
         # followed on `parley serve` ran there whatever backend its diagnostics name
         external = isinstance(self.turn_picker.currentData(), str)  # a test run's: its ids are not ours
@@ -549,6 +549,24 @@ def not_reproducible_text(record: InspectedTurn) -> str:
     """The Turn Inspector's line for a turn whose backend is not exact."""
     return (f"\u26a0 Not reproducible on {record.diagnostics.backend or 'this backend'}: a replay may change "
             "this reply with the same graph and seed.")
+
+
+def warnings_html(warnings: list[str], path: list[str]) -> str:
+    """A turn's warnings where their count is shown: each one's text, after a link to its node (the
+    runtime writes them as "node: text"); "⚠ 1 warning(s)" alone did not say which."""
+    if not warnings:
+        return ""
+    rows = []
+    for warning in warnings:
+        node, sep, text = warning.partition(": ")
+        if sep and node in path:
+            rows.append(f"<a href='{html.escape(node)}' style='color:#7fb2e5'>{html.escape(node)}</a>: "
+                        f"{html.escape(text)}")
+        else:
+            rows.append(html.escape(warning))
+    count = f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}"
+    head = f"<br/><span style='color:#e5c07b'>\u26a0 {count}:</span> "
+    return head + rows[0] if len(rows) == 1 else head + "".join(f"<br/>&nbsp;&nbsp;\u2022 {row}" for row in rows)
 
 
 def numerics_warnings(old: InspectedTurn, new: InspectedTurn) -> list[str]:

@@ -225,7 +225,7 @@ def test_presets_switch_with_one_key_or_click_and_come_back_as_left(sized_window
     settle(qtbot, window)
     assert window.workspace.current == "Talk" and actions["Talk"].isChecked()
     assert {"ConversationDock", "TurnInspectorDock"} <= visible_docks(window)
-    assert not window.properties.isVisible()
+    assert not window.palette.isVisible() and not window.problems_dock.isVisible()  # Author's, not Talk's
     # the designer adjusts Talk: a narrower conversation, and the Raw JSON dock opened beside it
     window.resizeDocks([window.conversation_dock], [300], Qt.Orientation.Horizontal)
     window.docks["RawJsonDock"].show()
