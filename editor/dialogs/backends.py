@@ -191,7 +191,8 @@ class BackendsDialog(QDialog):
     def _build_intro(self, layout: QVBoxLayout) -> None:
         """Where the profiles are kept, and why none are shown when the file could not be read."""
         intro = QLabel("Servers your agents can run on, kept in your settings, never in an asset: "
-                       f"<tt>{self.path}</tt>. Pick one in the Conversation dock or the Backend menu.", self)
+                       f"<tt>{self.path}</tt>. Pick one in the Conversation dock or the Backend menu. (Scripted, "
+                       "there too, needs no server: canned replies, instant, to check the wiring.)", self)
         intro.setWordWrap(True)
         intro.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(intro)

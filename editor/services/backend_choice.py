@@ -1,9 +1,13 @@
-"""Which backend the window's agent runs on: the embedded runtime or a saved server profile.
+"""Which backend the window's agent runs on: the embedded runtime, the scripted one, or a saved server profile.
 
 ``BackendChoice`` lives on the UI thread, one per window, and is passed to whatever needs it (the
 test conversation, the test runs, the Conversation and VRAM docks, the Backend menu). The choice
 is remembered in the editor's settings (never in the asset, which stays portable); the profiles
 themselves live in ``backends.json`` (``runtime.backends.profiles``), shared with ``parley``.
+
+The scripted backend (``runtime.backends.scripted``, ``parley test --backend scripted``) needs no model and
+no profile: each node answers at once with a canned line, the same every time, so a designer checks the
+wiring (paths, exits, tests) in seconds, never what a model would say.
 """
 
 from __future__ import annotations
@@ -17,21 +21,33 @@ from runtime.backends.base import Backend
 from runtime.backends.profiles import (
     EMBEDDED,
     KIND_LABELS,
+    SCRIPTED,
     BackendProfile,
     backend_factory,
     load_profiles,
 )
+from runtime.backends.scripted import ScriptedBackend
 from runtime.problems import BackendError, InputError
 
 SETTINGS_KEY = "backend/choice"
 EMBEDDED_TITLE = "Embedded (this computer)"
 EMBEDDED_LABEL: str = Backend.label  # "embedded (llama.cpp on this computer)"
+SCRIPTED_TITLE = "Scripted (instant, no model: checks wiring)"
+SCRIPTED_LABEL: str = ScriptedBackend.label  # what a turn or a test case that ran on it names
+SCRIPTED_DESCRIPTION = ("canned replies, instant, no model: each node answers with a made-up line (one of the "
+                        "choices it was given, JSON its schema allows, else \u201cnode heard: \u2026\u201d), the same "
+                        "every time. It checks the wiring (paths, exits, tests), not what a model would say.")
+# The choices that need no profile, as pickers list them: (title, spec, what it is)
+BUILT_IN: tuple[tuple[str, str, str], ...] = (
+    (EMBEDDED_TITLE, EMBEDDED, "Run the agent on this computer (llama.cpp)"),
+    (SCRIPTED_TITLE, SCRIPTED, "Scripted: " + SCRIPTED_DESCRIPTION),
+)
 
 BackendMaker = Callable[[], Backend]
 
 
 class BackendChoice(QObject):
-    """The chosen backend (``spec``: ``embedded`` or a profile's name) and the saved profiles."""
+    """The chosen backend (``spec``: ``embedded``, ``scripted`` or a profile's name) and the saved profiles."""
 
     changed = Signal()  # the choice changed, or the chosen profile was edited: the next turn uses it
     profiles_changed = Signal()  # the saved profiles were (re)read
@@ -68,7 +84,7 @@ class BackendChoice(QObject):
         before = self.profile
         self._read_profiles()
         self.profiles_changed.emit()
-        if self.spec == EMBEDDED:
+        if not self.remote:
             return
         after = next((p for p in self.profiles if p.name == self.spec), None)
         if after is None or self._check(self.spec):
@@ -81,7 +97,7 @@ class BackendChoice(QObject):
 
     def _check(self, spec: str) -> str:
         """Why ``spec`` cannot be used now ("" when it can): no such profile, its key variable unset."""
-        if spec == EMBEDDED:
+        if spec in (EMBEDDED, SCRIPTED):
             return ""
         if not any(p.name == spec for p in self.profiles):
             return self.load_error or f"no saved profile is named {spec!r}"
@@ -116,24 +132,41 @@ class BackendChoice(QObject):
 
     @property
     def profile(self) -> BackendProfile | None:
-        return next((p for p in self.profiles if p.name == self.spec), None) if self.spec != EMBEDDED else None
+        return next((p for p in self.profiles if p.name == self.spec), None) if self.remote else None
 
     @property
     def remote(self) -> bool:
-        return self.spec != EMBEDDED
+        """Whether the agent runs on a server (a saved profile)."""
+        return self.spec not in (EMBEDDED, SCRIPTED)
+
+    @property
+    def scripted(self) -> bool:
+        """Whether the agent gets canned replies (no model at all)."""
+        return self.spec == SCRIPTED
 
     @property
     def title(self) -> str:
         """How the picker names the choice."""
-        return EMBEDDED_TITLE if self.spec == EMBEDDED else self.spec
+        return spec_title(self.spec)
 
     @property
     def description(self) -> str:
         """What the choice is, before any turn has run on it (a turn's label also names the model)."""
+        if self.scripted:
+            return f"{SCRIPTED_LABEL}: {SCRIPTED_DESCRIPTION}"
         profile = self.profile
         if profile is None:
             return EMBEDDED_LABEL
         return f"{profile.name} ({profile.shown_url}) \u00b7 {KIND_LABELS[profile.kind]}"
+
+    def ran_on_choice(self, label: str) -> bool:
+        """Whether a turn's (or a test case's) backend label is the chosen backend's."""
+        if not label:
+            return False
+        if self.spec in (EMBEDDED, SCRIPTED):
+            return label == (SCRIPTED_LABEL if self.scripted else EMBEDDED_LABEL)
+        profile = self.profile
+        return profile is not None and label.startswith((f"{profile.name} (", f"{profile.name} \u00b7"))
 
     def maker(self) -> BackendMaker | None:
         """What the test conversation makes its backend with: None for the embedded runtime (the
@@ -162,4 +195,9 @@ def problems_text(exc: InputError) -> str:
 
 
 def spec_title(spec: str) -> str:
-    return EMBEDDED_TITLE if spec == EMBEDDED else spec
+    return next((title for title, built_in, _tip in BUILT_IN if built_in == spec), spec)
+
+
+def is_scripted_label(label: str) -> bool:
+    """Whether a backend's label (a turn's, a test case's) is the scripted backend's: canned replies."""
+    return label == SCRIPTED_LABEL

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QMenu, QMenuBar, QMessageBox
 from editor.dialogs.attach import AttachDialog
 from editor.dialogs.backends import open_backends_dialog
 from editor.dialogs.snapshot_budget import SnapshotBudgetDialog
-from editor.services.backend_choice import EMBEDDED_TITLE
+from editor.services.backend_choice import BUILT_IN
 from editor.session.follow import ServerAddress
 from runtime.asset.model import Asset
 
@@ -73,7 +73,7 @@ class BackendMenu(QObject):
         for action in self.group.actions():
             self.group.removeAction(action)
             action.deleteLater()
-        entries = [(EMBEDDED_TITLE, "embedded", "Run the agent on this computer (llama.cpp)")]
+        entries = list(BUILT_IN)  # the embedded runtime, and the scripted backend (no model: wiring)
         entries += [(p.name, p.name, p.description) for p in self.backends.profiles]
         for title, spec, tip in entries:
             action = QAction(title, self.group)

@@ -11,8 +11,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
 
 from editor.dialogs.backends import open_backends_dialog
 from editor.docks.conversation.status import TurnStatus, tool_button
-from editor.services.backend_choice import EMBEDDED_LABEL, BackendChoice
-from runtime.backends.profiles import EMBEDDED
+from editor.services.backend_choice import BUILT_IN, BackendChoice
 
 
 class BackendBar(QWidget):
@@ -32,7 +31,8 @@ class BackendBar(QWidget):
         picker.addWidget(caption)
         self.combo = QComboBox(self)
         self.combo.setObjectName("backend_combo")
-        self.combo.setToolTip("Where the agent runs: this computer, or a server saved in Backends… "
+        self.combo.setToolTip("Where the agent runs: this computer, canned replies (Scripted: no model, to check "
+                              "the wiring), or a server saved in Backends… "
                               "The next turn runs on the choice; the conversation so far stays.")
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         picker.addWidget(self.combo)
@@ -52,12 +52,13 @@ class BackendBar(QWidget):
         # picker's, so a long profile name never sets the dock's minimum width.
 
     def fill(self) -> None:
-        """The picker's entries: this computer, then every saved profile."""
+        """The picker's entries: this computer, canned replies, then every saved profile."""
         combo = self.combo
         combo.blockSignals(True)
         combo.clear()
-        combo.addItem("Embedded (this computer)", EMBEDDED)
-        combo.setItemData(0, EMBEDDED_LABEL, Qt.ItemDataRole.ToolTipRole)
+        for title, spec, tip in BUILT_IN:
+            combo.addItem(title, spec)
+            combo.setItemData(combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         for profile in self.backends.profiles:
             combo.addItem(profile.name, profile.name)
             combo.setItemData(combo.count() - 1, profile.description, Qt.ItemDataRole.ToolTipRole)
@@ -75,18 +76,19 @@ class BackendBar(QWidget):
             self.label.setToolTip(choice.load_error)
             self.label.setStyleSheet("color: #ff8080;")
             return
+        if choice.scripted:
+            # said where the designer looks: these replies are canned, not a model's
+            self.label.setStyleSheet("color: #e5c07b;")
+            self.label.setText("Canned replies")  # the picker says the rest; the tooltip says all
+            self.label.setToolTip(f"The next turn runs on {choice.description}")
+            return
         self.label.setStyleSheet("color: #8a8a8a;")
         self.label.setText(text)
         self.label.setToolTip(f"The next turn runs on {text}")
 
     def is_chosen(self, label: str) -> bool:
         """Whether a turn's backend label is the chosen backend's."""
-        if not label:
-            return False
-        profile = self.backends.profile
-        if profile is None:
-            return label == EMBEDDED_LABEL
-        return label.startswith((f"{profile.name} (", f"{profile.name} \u00b7"))
+        return self.backends.ran_on_choice(label)
 
     def turn_ran_on(self, label: str) -> None:
         """A turn ran on ``label``: the label shows it when it is the chosen backend."""

@@ -10,7 +10,7 @@ import pytest
 
 from editor.dialogs.backends import BackendsDialog
 from editor.docks.vram_estimator.dock import VramEstimatorDock
-from editor.services.backend_choice import EMBEDDED_LABEL, SETTINGS_KEY, BackendChoice
+from editor.services.backend_choice import EMBEDDED_LABEL, SCRIPTED_TITLE, SETTINGS_KEY, BackendChoice
 from editor.settings import app_settings
 from runtime.asset.model import Asset
 from runtime.backends.llama_server import LlamaServerBackend
@@ -64,15 +64,16 @@ def test_the_picker_lists_profiles_and_the_choice_is_remembered(profiles_file, m
     window = make_window()
     dock = window.conversation_dock
     combo = dock.backend_combo
-    assert combo_entries(combo) == [("Embedded (this computer)", "embedded"), ("gpu-box", "gpu-box"),
-                                    ("vllm", "vllm")]
+    assert combo_entries(combo) == [("Embedded (this computer)", "embedded"), (SCRIPTED_TITLE, "scripted"),
+                                    ("gpu-box", "gpu-box"), ("vllm", "vllm")]
     assert combo.currentData() == "embedded" and dock.backend_label.text() == EMBEDDED_LABEL
     menu = [(a.text(), a.isChecked()) for a in window.backend_menu.actions() if a.isCheckable()]
-    assert menu == [("Embedded (this computer)", True), ("gpu-box", False), ("vllm", False)]
+    assert menu == [("Embedded (this computer)", True), (SCRIPTED_TITLE, False), ("gpu-box", False), ("vllm", False)]
     assert window.conversation.worker._make_backend is None, "embedded: the worker's own default"
 
-    combo.setCurrentIndex(1)
-    combo.activated.emit(1)
+    gpu = combo.findData("gpu-box")
+    combo.setCurrentIndex(gpu)
+    combo.activated.emit(gpu)
     assert window.backends.spec == "gpu-box"
     assert app_settings().value(SETTINGS_KEY) == "gpu-box", "remembered in the editor's settings"
     assert "gpu-box (http://10.0.0.5:8080)" in dock.backend_label.text()
@@ -146,7 +147,7 @@ def test_a_broken_profiles_file_is_said_in_the_picker_and_menu(make_window):
     path.write_text('{"version": 1, "backends": [{"name": "x", "kind": "llama-server", "url": "ftp://x"}]}')
     window = make_window()
     dock = window.conversation_dock
-    assert combo_entries(dock.backend_combo) == [("Embedded (this computer)", "embedded")]
+    assert combo_entries(dock.backend_combo) == [("Embedded (this computer)", "embedded"), (SCRIPTED_TITLE, "scripted")]
     assert "could not be read" in dock.backend_label.text()
     assert str(path) in dock.backend_label.toolTip() and "backends[0]" in dock.backend_label.toolTip()
     assert any("could not be read" in a.text() for a in window.backend_menu.actions())
@@ -376,6 +377,7 @@ def test_editing_the_chosen_profile_applies_to_the_next_turn_and_removing_it_fal
         assert d.save()
     dock = window.conversation_dock
     assert window.backends.spec == "embedded" and window.conversation.worker._make_backend is None
-    assert combo_entries(dock.backend_combo) == [("Embedded (this computer)", "embedded"), ("vllm", "vllm")]
+    assert combo_entries(dock.backend_combo) == [("Embedded (this computer)", "embedded"), (SCRIPTED_TITLE, "scripted"),
+                                                 ("vllm", "vllm")]
     assert "gpu-box" in dock.status.text() and "this computer" in dock.status.text()
     assert [a.text() for a in window.backend_menu.actions() if a.isChecked()] == ["Embedded (this computer)"]
