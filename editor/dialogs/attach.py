@@ -1,19 +1,26 @@
 """Backend > Attach to Server…: pick a session of a running ``parley serve`` to follow, and the panel
 the Conversation dock shows while one is followed.
 
-The dialog remembers the last address in the editor's settings. The token is never saved (nor offered
-to be): it is a secret of the server's, typed again each time the editor starts, and kept in memory
-only while the window follows the session.
+The dialog remembers the last address in the editor's settings. It also lists the servers running on
+this computer (each ``parley serve`` announces its address while it serves: ``runtime.serve.running``),
+so one started with ``--port 0`` is found without its port typed in: the latest started is offered
+first, unless the remembered address is one of them or is another computer's. The token is never saved
+(nor offered to be): it is a secret of the server's, typed again each time the editor starts, and kept
+in memory only while the window follows the session.
 """
 
 from __future__ import annotations
 
 import html
+import time
+from pathlib import PurePath
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -41,6 +48,7 @@ from editor.threads.thread_job import ThreadJob
 
 if TYPE_CHECKING:  # the window imports this module as it starts; runtime.serve is for when it attaches
     from runtime.serve.protocol import Health, SessionOut
+    from runtime.serve.running import RunningServer
 
 ADDRESS_KEY = "attach/address"
 ERROR_STYLE = "color: #ff8080;"
@@ -51,6 +59,39 @@ COLUMNS = ("Session", "Asset", "Turns", "Busy")
 def last_address() -> str:
     value = app_settings.app_settings().value(ADDRESS_KEY, "")
     return str(value) if value else ""
+
+
+def local_servers() -> list[RunningServer]:
+    """The ``parley serve`` servers running on this computer, the latest started first."""
+    from runtime.serve.running import running_servers
+
+    return running_servers()
+
+
+def _is_local(url: str) -> bool:
+    try:
+        host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    except ValueError:
+        return False
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+
+
+def first_address(remembered: str, found: list[RunningServer]) -> str:
+    """The address the dialog opens with: the remembered one when a server runs there or it is another
+    computer's; else the latest server started here (its port may be any: ``--port 0``); else the
+    remembered one, else parley serve's default."""
+    urls = [s.url for s in found]
+    if remembered and (remembered in urls or not _is_local(remembered)):
+        return remembered
+    return urls[0] if urls else remembered or DEFAULT_ADDRESS
+
+
+def server_text(server: RunningServer) -> str:
+    """How the list of local servers names one: its address, what it serves, since when."""
+    folders = ", ".join(PurePath(p).name or p for p in server.assets) or "?"
+    since = time.strftime("%H:%M", time.localtime(server.started))
+    token = " \u00b7 wants a token" if server.wants_token else ""
+    return f"{server.url}  \u2014  assets {folders} \u00b7 started {since}{token}"
 
 
 def remember_address(url: str) -> None:
@@ -80,8 +121,16 @@ class AttachDialog(QDialog):
         layout.addWidget(intro)
 
         form = QFormLayout()
+        self.found = local_servers()
+        self.running_here = QComboBox(self)
+        self.running_here.setObjectName("attach_running_here")
+        self.running_here.setToolTip("The parley serve servers running on this computer, found by the address "
+                                     "each announces while it serves (whatever port it took, --port 0 too)")
+        for server in self.found:
+            self.running_here.addItem(server_text(server), server.url)
+        self.running_here.activated.connect(self._pick_running)
         row = QHBoxLayout()
-        self.address = QLineEdit(last_address() or DEFAULT_ADDRESS, self)
+        self.address = QLineEdit(first_address(last_address(), self.found), self)
         self.address.setObjectName("attach_address")
         self.address.setToolTip("What `parley serve` printed when it started: http://HOST:PORT")
         self.address.returnPressed.connect(self.list_sessions)
@@ -91,6 +140,10 @@ class AttachDialog(QDialog):
         self.list_button.clicked.connect(lambda _c=False: self.list_sessions())
         row.addWidget(self.list_button)
         form.addRow("Server", row)
+        if self.found:
+            form.addRow("Running here", self.running_here)
+        else:
+            self.running_here.hide()
         self.token = QLineEdit(self)
         self.token.setObjectName("attach_token")
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
@@ -132,7 +185,19 @@ class AttachDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
-        self.set_status("List the server's sessions, pick one, then Attach.")
+        shown = self.running_here.findData(self.address.text())
+        if shown >= 0:
+            self.running_here.setCurrentIndex(shown)
+        self.set_status("List the server's sessions, pick one, then Attach." if self.found else
+                        "No parley serve is running on this computer; type a server's address (what "
+                        "`parley serve` printed when it started), then List Sessions.")
+
+    def _pick_running(self, index: int) -> None:
+        """A server running here was picked: its address, and its sessions listed."""
+        url = self.running_here.itemData(index)
+        if url:
+            self.address.setText(str(url))
+            self.list_sessions()
 
     def set_status(self, text: str, error: bool = False) -> None:
         self.status.setStyleSheet(ERROR_STYLE if error else "")

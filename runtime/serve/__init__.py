@@ -8,5 +8,7 @@
 - ``server``: running it on uvicorn (``parley serve``, and in-process for tests).
 - ``crash_reports``: the state folder a server's crash report goes to, and the crashes of earlier
   servers told as the next one starts (its log and ``GET /v1/health``).
+- ``running``: the servers running on this computer, each announced by a file while it serves (its
+  address, so one started with ``--port 0`` is found by the editor's Attach dialog).
 - ``client``: a small typed Python client on httpx.
 """

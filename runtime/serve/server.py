@@ -22,6 +22,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch
+from runtime.serve import running
 from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, RequestGuard, cors_origin, create_app
 from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
@@ -281,15 +282,21 @@ def serve_forever(config: ServeConfig, backend: Backend, announce=print, crash_w
         watch_parent(server.shut_down)  # type: ignore[attr-defined]
 
     startup = server.startup
+    announcement: list[Path | None] = []  # this server's file among those running here (``running``)
 
     async def announced_startup(sockets=None):
         await startup(sockets)
+        # the port (chosen as it bound, with --port 0) for the editor's Attach dialog to find: written
+        # before the line, so whoever reads the line finds the file too
+        announcement.append(running.announce(url_of(sock), [str(d) for d in config.asset_dirs], bool(config.token)))
         announce(f"parley serve: listening on {url_of(sock)}", flush=True)
 
     server.startup = announced_startup  # type: ignore[method-assign]
     try:
         server.run(sockets=[sock])
     finally:
+        for file in announcement:
+            running.withdraw(file)
         ended = npcs.close()
         if not ended:
             log.warning("a turn was still running at the shutdown's limit (%g s): exiting without it",
