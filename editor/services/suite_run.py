@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -229,3 +230,34 @@ def _llama_backend(asset_dir: str) -> BackendFactory:
         return LlamaBackend(asset_dir or None)
 
     return make
+
+
+MAX_EXAMPLE_CANDIDATES = 64  # asset files looked at in the folder an untitled asset was opened from
+MAX_EXAMPLE_BYTES = 256 * 1024  # a bigger file is no example (the shipped ones are a few KB)
+
+
+def example_source(folder: str | os.PathLike[str], asset: Asset) -> str:
+    """The asset file in ``folder`` that ``asset`` is an unchanged copy of ("" when none is): the example
+    an untitled document was opened from, so the suites that ship beside it still test it. Only files
+    whose name matches the asset's (a cheap look at ``"name"``) are loaded and compared."""
+    import json
+
+    from runtime.asset.file import load_asset_for_editing
+    from runtime.problems import AssetError
+
+    try:
+        candidates = sorted(p for p in Path(folder).glob("*.json") if not p.name.endswith(".scene.json"))
+    except OSError:
+        return ""
+    for path in candidates[:MAX_EXAMPLE_CANDIDATES]:
+        try:
+            if path.stat().st_size > MAX_EXAMPLE_BYTES:
+                continue
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict) or raw.get("name", asset.name) != asset.name:
+                continue
+            if load_asset_for_editing(path).asset == asset:
+                return str(path.resolve())
+        except (OSError, ValueError, AssetError):
+            continue
+    return ""

@@ -4,8 +4,9 @@
 unsaved edits included, as Run all tests it), or the saved version of the open asset (A: its file on
 disk, B: the document with its unsaved edits). ``VariantComparison`` runs
 ``runtime.suites.variants.compare_variants`` on a thread of its own (one comparison at a time) and
-re-emits its report from the UI thread. ``VariantPanel`` shows the report: per case the passes on A
-and B and the turns that differ, the paired difference with its 95 % interval and McNemar's p, and
+re-emits its report from the UI thread. ``VariantPanel`` shows the report: a verdict in a designer's
+words (better, or a difference chance explains), per case the passes on A and B and the turns that
+differ, as details the paired difference with its 95 % interval and McNemar's p, and
 each case's first divergence (turn, node, token); clicking one sends both prompts out
 (``divergence_opened``) as two turn records the Turn Inspector shows side by side.
 """
@@ -215,8 +216,33 @@ def _interval(report: VariantReport) -> str:
     return f"95 % interval {_points(low)} to {_points(high)}{wide}"
 
 
+def verdict_text(report: VariantReport) -> str:
+    """The comparison in a designer's words: is one side better, or is the difference luck? McNemar's
+    test decides, on the conversations that passed on one side only; the statistic is in the details."""
+    n = report.conversations
+    unit = "case" if n == len(report.cases) else "conversation"  # each case ran once: a conversation is a case
+    if n == 0:
+        return "Nothing was compared: no case ran."
+    a_only, b_only = report.discordant
+    differ = a_only + b_only
+    if differ == 0:
+        which = f"the {unit}" if n == 1 else f"all {n} {unit}s"
+        return f"No difference between A and B: {which} passed or failed alike on both."
+    split = f"{b_only} pass{'es' if b_only == 1 else ''} only on B, {a_only} only on A"
+    if report.significant:
+        better, worse = ("B", "A") if b_only > a_only else ("A", "B")
+        return (f"{better} is better than {worse}: {differ} of {_count(n, unit)} differ ({split}), more than "
+                "chance explains.")
+    return (f"No real difference between A and B: {differ} of {_count(n, unit)} differ ({split}), which chance "
+            f"explains. More {unit}s would tell a small difference from luck.")
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}{'s' if n != 1 else ''}"
+
+
 def summary_text(report: VariantReport, request: VariantRequest) -> str:
-    """The comparison in a sentence: both pass rates, the paired difference with its interval, McNemar's p."""
+    """The details under the verdict: both pass rates, the paired difference with its interval, McNemar's p."""
     b_won, a_won = report.discordant[1], report.discordant[0]
     return (f"A: {request.label_a} \u00b7 B: {request.label_b} \u00b7 {report.conversations} conversation"
             f"{'s' if report.conversations != 1 else ''} on each. Pass rate A {_percent(report.pass_rate_a)}, "
@@ -291,7 +317,8 @@ class VariantPanel(QWidget):
     def show_report(self, request: VariantRequest, report: VariantReport) -> None:
         self.request, self.report = request, report
         first = self.first_divergence()
-        text = _h(summary_text(report, request))
+        text = (f"<b>{_h(verdict_text(report))}</b><br/><span style='color:{DIM.name()}'>"
+                f"{_h(summary_text(report, request))}</span>")
         if request.stopped:
             text = "<b>Stopped</b>: only the cases run before Stop count. " + text
         if first is not None:

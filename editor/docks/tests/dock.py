@@ -45,8 +45,9 @@ from editor.docks.tests.results_tree import (
     turn_note,
 )
 from editor.model.document import Document
+from editor.services.backend_choice import is_scripted_label
 from editor.services.red_team_run import RedTeamRequest, RedTeamRun
-from editor.services.suite_run import SuiteRun, TurnComparison
+from editor.services.suite_run import SuiteRun, TurnComparison, example_source
 from editor.services.variant_compare import (
     VariantComparison,
     VariantPanel,
@@ -61,6 +62,7 @@ from runtime.suites.file import LoadedSuite, SuiteBeside
 from runtime.suites.kept import asset_changes, blamed_node
 from runtime.suites.redteam import Attempt, RedTeamReport
 from runtime.suites.report import CaseResult, Coverage, Report, TurnOutcome
+from runtime.suites.variants import VariantReport
 
 
 class TestsDock(QDockWidget):
@@ -81,11 +83,13 @@ class TestsDock(QDockWidget):
         self.entries: list[SuiteEntry] = []
         self.results: dict[CaseKey, CaseResult] = {}
         self.partial: dict[CaseKey, list[TurnOutcome]] = {}  # turns of the cases running, as they finish
+        self._compared_only: set[CaseKey] = set()  # results a variant comparison gave (it keeps no prompts)
         self.running: set[CaseKey] = set()
         self.coverage: Coverage | None = None
         self._assets: dict[str, Asset] = {}  # suite file name -> the asset its cases last ran on
         self._red_team_asset: Asset | None = None  # the graph the last red-team run attacked
         self._path: str | None = None
+        self._example = ""  # the shipped example the untitled document was opened from ("": none)
         self._stale = False  # the asset's path changed during a run: list its suites afterwards
         self._reading = False  # the suite files are being read (the tree shows the last listing)
         self._then: Callable[[], object] | None = None  # what to do once they are read (a run asked for)
@@ -144,6 +148,7 @@ class TestsDock(QDockWidget):
         self.variant_panel = VariantPanel(self)
         self.variant_panel.divergence_opened.connect(self.open_divergence)
         self.variants.started.connect(self.variant_panel.running)
+        self.variants.started.connect(self._comparison_started)
         self.variants.finished.connect(self.variant_panel.show_report)
         self.variants.failed.connect(self.variant_panel.failed)
         self.variants.finished.connect(self._compared)
@@ -174,8 +179,8 @@ class TestsDock(QDockWidget):
         run.busy_changed.connect(self._busy)
         run.reading.listed.connect(self._listed)
         # Bound methods, not lambdas: Qt drops a connection when its receiver is destroyed.
-        document.path_changed.connect(self.refresh)
-        document.reset.connect(self.refresh)
+        document.path_changed.connect(self._path_changed)
+        document.reset.connect(self._reset)
         document.node_renamed.connect(self._renamed)
         self.visibilityChanged.connect(self._shown)
         self._busy(False)
@@ -195,6 +200,26 @@ class TestsDock(QDockWidget):
 
     # --- the suites beside the asset ----------------------------------------------------------
 
+    @property
+    def asset_path(self) -> str:
+        """The file whose suites the dock lists and runs: the document's, else, for an example opened as
+        an unsaved copy, the shipped example's ("": neither)."""
+        return self.document.path or self._example
+
+    def _path_changed(self, _path: str) -> None:
+        self._example = ""  # saved to a file of its own, or another asset (whose reset finds its example)
+        self.refresh()
+
+    def _reset(self) -> None:
+        """A whole new asset: when it is an unchanged copy of a file in the folder it was opened from (an
+        example, opened untitled so saving never overwrites it), the suites beside that file are its."""
+        doc = self.document
+        self._example = "" if doc.path or doc.folder is None else example_source(doc.folder, doc.asset)
+        self.refresh()
+        if self._example:
+            self.set_status(f"The suites that ship beside the example {Path(self._example).name}: runs test the "
+                            "graph as it is here (an unsaved copy; Save As keeps it, the example stays as shipped).")
+
     def _shown(self, visible: bool) -> None:
         if visible:
             self.refresh()
@@ -211,10 +236,11 @@ class TestsDock(QDockWidget):
             self._stale = True
             return
         self._stale = False
-        path = self.document.path
+        path = self.asset_path
         if path != self._path:  # another asset: nothing of the old one's runs applies
             self._path = path
             self.results.clear()
+            self._compared_only.clear()
             self._assets.clear()
             self.entries = []
             self._then = None
@@ -235,7 +261,7 @@ class TestsDock(QDockWidget):
         self.run.reading.read(path, edited)
 
     def _listed(self, asset_path: str, found: object) -> None:
-        if not self._reading or asset_path != self.document.path:
+        if not self._reading or asset_path != self.asset_path:
             return  # read for an asset no longer open: the open one's read is asked for already
         self._reading = False
         entries: list[SuiteEntry] = []
@@ -258,13 +284,14 @@ class TestsDock(QDockWidget):
 
     def _fill(self) -> None:
         placeholder = ""
-        if not self.document.path:
+        path = self.asset_path
+        if not path:
             placeholder = "Save the asset to a file: its tests are the .suite.yaml files beside it that name it."
         elif self._reading and not self.entries:
-            placeholder = f"Reading the test suites beside {Path(self.document.path).name}\u2026"
+            placeholder = f"Reading the test suites beside {Path(path).name}\u2026"
         elif not self.entries:
-            stem = Path(self.document.path).stem
-            placeholder = (f"No test suites beside {Path(self.document.path).name}. Save a conversation as a test "
+            stem = Path(path).stem
+            placeholder = (f"No test suites beside {Path(path).name}. Save a conversation as a test "
                            f"case from the Conversation dock, or write {stem}.suite.yaml.")
         self.tree.fill(self.entries, placeholder, self.results, self._fill_case)
 
@@ -305,7 +332,7 @@ class TestsDock(QDockWidget):
         if self.run.busy:
             self.set_status("A run is going on: stop it first.")
             return False
-        if not self.document.path:
+        if not self.asset_path:
             self.set_status("Nothing to run: save the asset to a file, and write its test suites beside it.")
             return False
         self._then = self._run_all_listed
@@ -355,6 +382,7 @@ class TestsDock(QDockWidget):
         ran = {(s.name, c.name) for s in loaded for c in s.suite.cases}
         for key in ran:
             self.results.pop(key, None)
+            self._compared_only.discard(key)
             self.partial[key] = []
         self.running = set(ran)
         asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
@@ -372,7 +400,8 @@ class TestsDock(QDockWidget):
         """What a suite's cases run on: the document's graph when the suite tests the open file (so
         unsaved edits are tested), else the file's."""
         doc = self.document
-        if doc.path and (loaded.path.parent / loaded.suite.asset).resolve() == Path(doc.path).resolve():
+        path = self.asset_path
+        if path and (loaded.path.parent / loaded.suite.asset).resolve() == Path(path).resolve():
             asset = doc.asset.model_copy(deep=True)
             if loaded.suite.model:
                 asset = asset.model_copy(update={"default_model": loaded.suite.model})
@@ -422,7 +451,9 @@ class TestsDock(QDockWidget):
         text = f"{len(results) - failed} passed, {failed} failed in {report.seconds:.1f} s"
         where = {r.server for r in results if r.server}
         if len(where) == 1:
-            text += f" on {where.pop()}"
+            label = where.pop()
+            text += f" on {label}" + (": canned replies, no model, so this checks the wiring, not the wording"
+                                      if is_scripted_label(label) else "")
         if self.run.stopping:
             skipped = sum(r.error == "stopped" for r in results)
             text = f"Stopped: {text}" + (f" ({skipped} not run)" if skipped else "")
@@ -474,6 +505,10 @@ class TestsDock(QDockWidget):
         if case is None:
             self.set_status("Select one case (or one of its turns) to edit its expectations.")
             return None
+        if not self.document.path and self._example:
+            self.set_status("This suite ships with the example, which stays as shipped: save the asset (Save As) "
+                            "and write its suite beside it to edit expectations.")
+            return None
         return edit_case_expectations(entry, case, self, self.set_status, self.refresh)  # type: ignore[arg-type]
 
     # --- opening a turn in the Turn Inspector ---------------------------------------------------
@@ -490,7 +525,9 @@ class TestsDock(QDockWidget):
             return False
         result = outcome.result
         if result is None or result.diagnostics is None:
-            why = outcome.error or "the asset turns diagnostics off"
+            why = outcome.error or ("it ran in the variant comparison, which keeps only where A and B part: "
+                                    "run the case to see its prompts" if (suite, case) in self._compared_only
+                                    else "the asset turns diagnostics off")
             self.set_status(f"Turn {number} of \u201c{case}\u201d has no prompts to show: {why}", error=True)
             return False
         asset = self._assets.get(suite) or self._entry(suite).loaded.asset  # type: ignore[union-attr]
@@ -533,13 +570,13 @@ class TestsDock(QDockWidget):
         picked in a dialog; with ``saved``, A the saved file and B the document. False when nothing runs."""
         entry = self._entry(self.selected_cases()[0][0]) if self.selected_cases() else None
         entry = entry or next((e for e in self.entries if e.loaded is not None), None)
-        if entry is None or not self.document.path:
+        if entry is None or not self.asset_path:
             self.set_status("Nothing to compare: save the asset, and write a test suite beside it.")
             return False
         if self.variants.busy:
             self.set_status("A comparison is going on.")
             return False
-        name = Path(self.document.path).name
+        name = Path(self.asset_path).name
         if saved:
             if not self.document.modified:
                 self.set_status(f"{name} has no unsaved edits: the saved version is the same.")
@@ -547,7 +584,7 @@ class TestsDock(QDockWidget):
             request = VariantRequest(entry.path, self.document.asset.model_copy(deep=True), f"{name} as saved",
                                      f"{name} with the unsaved edits")
         else:
-            variant = variant or pick_variant_file(self, str(Path(self.document.path).parent))
+            variant = variant or pick_variant_file(self, str(Path(self.asset_path).parent))
             if not variant:
                 return False
             request = VariantRequest(entry.path, Path(variant), name + (" (unsaved edits)" if self.document.modified
@@ -563,9 +600,39 @@ class TestsDock(QDockWidget):
         self.compare_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy or self.run.busy)
 
-    def _compared(self, request: VariantRequest, report: object) -> None:
+    def _comparison_started(self, request: VariantRequest) -> None:
+        """The comparison runs the suite again: the tree no longer shows the results of the run before."""
+        stale = [key for key in self.results if key[0] == request.suite.name]
+        for key in stale:
+            del self.results[key]
+            self._compared_only.discard(key)
+            self._fill_case(key)
+        self._show_suite_result(request.suite.name)
+        failed = sum(not r.passed for r in self.results.values())
+        self.setWindowTitle(f"Tests ({failed} failed)" if failed else "Tests")
+
+    def _compared(self, request: VariantRequest, report: VariantReport) -> None:
+        # The tree shows the side that is the graph as it is in the editor: B when comparing with the
+        # saved version (B is the unsaved edits), else A.
+        side = "B" if isinstance(request.variant, Asset) else "A"
+        shown = report.reports.get(side)
+        name = request.suite.name
+        if shown is not None and self._entry(name) is not None:
+            for result in shown.results:
+                key = (result.suite, result.case)
+                if key[0] == name and key[1] in {c for s, c in self._cases_of(name)}:
+                    self.results[key] = result
+                    self._compared_only.add(key)
+                    self._fill_case(key)
+            self._show_suite_result(name)
+            failed = sum(not r.passed for r in self.results.values())
+            self.setWindowTitle(f"Tests ({failed} failed)" if failed else "Tests")
         self.set_status(f"Compared {request.label_a} (A) with {request.label_b} (B) on {request.suite.name}: "
-                        "the table is below.")
+                        f"the table is below; the tree shows {side}'s results.")
+
+    def _cases_of(self, name: str) -> list[CaseKey]:
+        entry = self._entry(name)
+        return [(name, c.name) for c in entry.loaded.suite.cases] if entry is not None and entry.loaded else []
 
     def open_divergence(self, divergence: object) -> None:
         """Both prompts of a divergence side by side in the Turn Inspector (B's turn against A's)."""
@@ -583,7 +650,7 @@ class TestsDock(QDockWidget):
         selected = self._entry(self.selected_cases()[0][0]) if self.selected_cases() else None
         entry = (selected if selected is not None and selected.loaded is not None else None) or next(
             (e for e in loaded if e.loaded.suite.red_team is not None), None) or (loaded[0] if loaded else None)
-        if entry is None or not self.document.path:
+        if entry is None or not self.asset_path:
             self.set_status("Nothing to attack: save the asset, and write a test suite beside it (its red_team "
                             "section says which attacks, secrets and benign lines).")
             return False
@@ -591,7 +658,7 @@ class TestsDock(QDockWidget):
             self.set_status("A red-team run is going on.")
             return False
         asset_dir = str(self.document.asset_dir) if self.document.asset_dir else ""
-        name = Path(self.document.path).name + (" (unsaved edits)" if self.document.modified else "")
+        name = Path(self.asset_path).name + (" (unsaved edits)" if self.document.modified else "")
         request = RedTeamRequest(entry.path, self.document.asset.model_copy(deep=True), asset_dir, name)
         if not self.red_team.start(request, self.run._maker(asset_dir)):
             self.set_status("Could not start the red-team run.", error=True)
