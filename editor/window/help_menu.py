@@ -66,16 +66,17 @@ def shortcut_rows(window: QMainWindow) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     seen: set[int] = set()
 
-    def keys(action: QAction) -> str:
-        return ", ".join(s.toString(QKeySequence.SequenceFormat.NativeText) for s in action.shortcuts())
-
     def walk(menu: QMenu, title: str) -> None:
+        # a menu's own entries first, then its submenus': each menu's rows under one heading
+        submenus = []
         for action in menu.actions():
             if action.menu() is not None:
-                walk(action.menu(), f"{title} \u25b8 {_plain(action.menu().title())}")
+                submenus.append(action.menu())
             elif action.shortcuts() and id(action) not in seen:
                 seen.add(id(action))
-                rows.append((title, _plain(action.text()), keys(action)))
+                rows.append((title, _plain(action.text()), keys_text(action)))
+        for submenu in submenus:
+            walk(submenu, f"{title} \u25b8 {_plain(submenu.title())}")
 
     for top in window.menuBar().actions():
         if top.menu() is not None:
@@ -88,8 +89,22 @@ def shortcut_rows(window: QMainWindow) -> list[tuple[str, str, str]]:
     for action in others.values():
         if action.shortcuts() and id(action) not in seen and action.text():
             seen.add(id(action))
-            rows.append(("Canvas", _plain(action.text()), keys(action)))
-    return rows
+            rows.append(("Canvas", _plain(action.text()), keys_text(action)))
+    return [row for row in rows if row[2]]
+
+
+def keys_text(action: QAction) -> str:
+    """The keys a person can press for ``action``, as the platform writes them: the platform's standard
+    bindings also hold media and office keys (Open, Save, Copy, Back), which few keyboards have, and
+    which would read as words, not keys."""
+    return ", ".join(s.toString(QKeySequence.SequenceFormat.NativeText) for s in action.shortcuts()
+                     if _on_a_keyboard(s))
+
+
+def _on_a_keyboard(sequence: QKeySequence) -> bool:
+    """Whether every key of ``sequence`` is on an ordinary keyboard (letters, digits, F-keys, the arrows
+    and the like): Qt numbers media and special keys from Key_Back up."""
+    return all(sequence[i].key().value < Qt.Key.Key_Back.value for i in range(sequence.count()))
 
 
 class ShortcutsDialog(QDialog):
