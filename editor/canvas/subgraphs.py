@@ -44,7 +44,7 @@ from editor.model.commands import (
 )
 from editor.model.document import Document
 from runtime.asset.behaviours import END_PORT, behaviour_path, ports_of
-from runtime.asset.file import load_asset, save_asset
+from runtime.asset.file import dumps_asset, load_asset, save_asset
 from runtime.asset.model import END, Asset, NodeBase, new_node
 from runtime.names import NAMESPACE_SEP, free_id
 from runtime.nodes import shown_exit_label, shown_exits
@@ -86,7 +86,11 @@ _FOLDERS: dict[int, Path | None] = {}
 
 def resolve(asset_dir: Path | None, behaviour: str) -> Path | None:
     """The file a Subgraph node's ``behaviour`` names from its asset's folder (None: it names none
-    that can be found: empty, absolute, or the asset has no folder yet; validation says why)."""
+    that can be found: empty, absolute, or the asset has no folder yet; validation says why). An
+    asset with no folder yet names a behaviour chosen for it by its absolute path: that is found,
+    and the asset's first save names it relative (``SubgraphSupport``)."""
+    if asset_dir is None and behaviour.strip() and os.path.isabs(behaviour):
+        return Path(os.path.normpath(behaviour))
     try:
         return Path(os.path.normpath(behaviour_path(asset_dir, behaviour)))
     except ValueError:
@@ -126,15 +130,35 @@ def behaviour_info(asset_dir: Path | None, behaviour: str) -> BehaviourInfo:
     return info
 
 
+def behaviour_node(asset: Asset, asset_dir: Path | None, node_id: str) -> NodeBase | None:
+    """The node a namespaced id (``guard/warn``, ``guard/inner/x``) names: in the behaviour that the
+    Subgraph node ``guard`` of ``asset`` runs, read from its file. None: no such node, or a file on
+    the way cannot be read."""
+    *subgraphs, last = node_id.split(NAMESPACE_SEP)
+    graph, folder = asset, asset_dir
+    for part in subgraphs:
+        node = next((n for n in graph.nodes if n.id == part), None)
+        if node is None or node.type_name != SUBGRAPH:
+            return None
+        info = behaviour_info(folder, getattr(node, "behaviour", ""))
+        if info.asset is None:
+            return None
+        graph, folder = info.asset, info.path.parent
+    return next((n for n in graph.nodes if n.id == last), None) if subgraphs else None
+
+
 def subgraph_summary(node: NodeBase, asset: Asset) -> list[str]:
     """A Subgraph node's lines on the canvas: the behaviour's name and its file (or what is wrong)."""
     behaviour = getattr(node, "behaviour", "")
     if not behaviour.strip():
         return ["no behaviour chosen", "choose its file in Properties"]
-    info = behaviour_info(_FOLDERS.get(id(asset)), behaviour)
+    folder = _FOLDERS.get(id(asset))
+    info = behaviour_info(folder, behaviour)
     lines = [f"runs: {info.name}", behaviour]
     if info.problem:
         lines.append(info.problem)
+    elif folder is None:  # named by its absolute path: the first save makes it relative
+        lines.append("relative once the asset is saved")
     else:
         lines.append("double-click to open it")
     return lines
@@ -313,7 +337,8 @@ def extraction_command(document: Document, plan: Extraction, file_name: str) -> 
 
 def behaviour_reference(document: Document, chosen: str) -> str:
     """How a Subgraph node names the file ``chosen``: relative to the asset's folder (with /), as
-    the design asks; as it is when the asset is not saved yet or it already is relative."""
+    the design asks; as it is when the asset has no folder yet (its first save makes it relative,
+    ``first_save_command``) or it already is relative."""
     folder = document.asset_dir
     if folder is None or not os.path.isabs(chosen):
         return chosen
@@ -348,6 +373,26 @@ def edit_subgraph_field(document: Document, node_id: str, field: str, value: Any
     if exits is not None and exits != old:
         SetNodeFieldCommand(document, node_id, "exits", old, exits, command)
     return command if command.parts else MacroCommand("")
+
+
+def first_save_command(document: Document, before: Path | None) -> MacroCommand | None:
+    """After the asset was written to a file in a new folder (from ``before``, None: it had none):
+    the behaviours chosen by absolute path are named relative to its folder, and a node whose
+    behaviour could not be read from ``before`` but can be now gets its ports. None: nothing to do."""
+    command = MacroCommand(f"Name behaviours relative to {Path(document.path).name}")
+    for node in document.asset.nodes:
+        if node.type_name != SUBGRAPH:
+            continue
+        behaviour = node.behaviour  # type: ignore[attr-defined]
+        value = behaviour_reference(document, behaviour)
+        if value != behaviour:
+            SetNodeFieldCommand(document, node.id, "behaviour", behaviour, value, command)
+        if behaviour_info(before, behaviour).ports is None:
+            exits = ports_for(document, node, value)
+            old = dict(node.exit_targets)  # type: ignore[attr-defined]
+            if exits is not None and exits != old:
+                SetNodeFieldCommand(document, node.id, "exits", old, exits, command)
+    return command if command.parts else None
 
 
 # --- the window's part -----------------------------------------------------------------------------
@@ -415,6 +460,7 @@ class SubgraphSupport(QObject):
         self.pending: list[Path] = []  # changed since, not reloaded yet
         self.last_refusal = ""  # what Extract to Behaviour last said it could not do
         self._registered = -1  # the asset whose folder _FOLDERS holds for this window
+        self.folder: Path | None = None  # the asset's folder as _FOLDERS holds it
         window.destroyed.connect(lambda *_: _FOLDERS.pop(self._registered, None))
         self.bar = BehaviourChangedBar(window.canvas.viewer)
         self.bar.reload_requested.connect(self.reload)
@@ -422,7 +468,7 @@ class SubgraphSupport(QObject):
         self.watcher.fileChanged.connect(self._look)
         self.watcher.directoryChanged.connect(self._look)
         document.reset.connect(self._asset_replaced)
-        document.path_changed.connect(self._asset_replaced)
+        document.path_changed.connect(self._path_changed)
         document.node_added.connect(self._node_added_or_changed)
         document.node_removed.connect(self._rescan)
         document.node_changed.connect(self._node_added_or_changed)
@@ -434,12 +480,41 @@ class SubgraphSupport(QObject):
     def _asset_replaced(self, *_changed: object) -> None:
         _FOLDERS.pop(self._registered, None)
         self._registered = id(self.document.asset)
-        _FOLDERS[self._registered] = self.document.asset_dir
+        self.folder = _FOLDERS[self._registered] = self.document.asset_dir
         self.pending = []
         self.bar.hide()
         self.watched.clear()
         self._rescan()
         self._redraw_subgraphs()
+
+    def _path_changed(self, _path: str) -> None:
+        before = self.folder
+        self._asset_replaced()
+        if before != self.document.asset_dir and self._saved_as_shown():
+            self._name_behaviours_relative(before)
+
+    def _saved_as_shown(self) -> bool:
+        """Whether the asset's file holds the asset as it is: it was just saved there. (Opening a file
+        changes the path too, before the asset: its file holds another asset.)"""
+        try:
+            return Path(self.document.path).read_text(encoding="utf-8") == dumps_asset(self.document.asset)
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def _name_behaviours_relative(self, before: Path | None) -> None:
+        """The asset's first save (or a save in another folder): ``first_save_command`` as one undo step,
+        and the file written again to hold it (the save marks the document clean after this)."""
+        doc = self.document
+        command = first_save_command(doc, before)
+        if command is None:
+            return
+        doc.push(command)
+        try:
+            save_asset(doc.asset, doc.path)
+        except OSError as exc:
+            doc.undo_stack.undo()  # the file holds the paths as they were chosen; so does the editor
+            self.window.statusBar().showMessage(
+                f"Could not name the behaviours relative to {doc.path}: {exc.strerror or exc}", 8000)
 
     def _node_added_or_changed(self, node_id: str, field: str = "behaviour") -> None:
         if field in ("behaviour", "exits", "type") and self.document.has_node(node_id) \
@@ -610,6 +685,6 @@ def install(window: MainWindow) -> SubgraphSupport:
     return support
 
 
-__all__ = ["BehaviourInfo", "ExtractRefused", "Extraction", "SubgraphSupport", "behaviour_info",
-           "edit_subgraph_field", "extraction_command", "files_used", "install", "plan_extraction",
+__all__ = ["BehaviourInfo", "ExtractRefused", "Extraction", "SubgraphSupport", "behaviour_info", "behaviour_node",
+           "edit_subgraph_field", "extraction_command", "files_used", "first_save_command", "install", "plan_extraction",
            "subgraph_port_counts", "subgraph_summary"]

@@ -44,11 +44,11 @@ def behaviour_path(asset_dir: PathLike | None, rel: str) -> Path:
     Raises ValueError saying what to do for an empty or absolute path, or no folder (an unsaved asset)."""
     if not rel.strip():
         raise ValueError("no behaviour: choose the asset file this node runs")
+    if asset_dir is None:  # before "absolute": the editor names a behaviour so until the first save
+        raise ValueError("the asset has no folder yet: save it first, then its behaviours are found relative to it")
     if PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
         raise ValueError(f"{rel!r} is an absolute path; give the behaviour's path relative to this asset's folder "
                          "(behaviours/guard_threats.json), so the folder can move as a whole")
-    if asset_dir is None:
-        raise ValueError("the asset has no folder yet: save it first, then its behaviours are found relative to it")
     return Path(asset_dir) / rel.replace("\\", "/")
 
 

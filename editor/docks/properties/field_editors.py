@@ -176,9 +176,10 @@ class LineEditor(FieldEditor):
 
     def _browse(self, file_filter: str) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a file", self.browse_folder(), file_filter)
-        if path:
-            self.line.setText(self.chosen_value(path))
-            self._commit()
+        if path:  # an edit even when the same file is picked again: it is read again (a behaviour's ports)
+            self._shown = self.chosen_value(path)
+            self.line.setText(self._shown)
+            self.edited.emit(self._shown, False)
 
     def _commit(self) -> None:
         if self.line.text() != self._shown:
