@@ -9,6 +9,7 @@ import re
 import stat
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from runtime.agent import TurnResult
 from runtime.asset.model import Asset
 from runtime.files.reading import file_kind
 from runtime.files.writing import atomic_write_text
+from runtime.names import NAMESPACE_SEP
+from runtime.nodes.subgraph import END_PORT, Subgraph
 from runtime.session.record import HoldsRecord, TurnRecord
 from runtime.suites.checks import Check
 
@@ -79,6 +82,23 @@ class CaseResult:
         return out
 
 
+def behaviour_ports_taken(path: list[str], ports: Mapping[str, Collection[str]]) -> Counter:
+    """(Subgraph node id, port) -> how often a turn that ran ``path`` (namespaced ids: ``guard/refuse``)
+    left that node's behaviour through the port: the Exit node it left from, or ``next`` when a node's
+    exit ended the behaviour. ``ports``: each Subgraph node's ports, by its id (others are not counted)."""
+    taken: Counter = Counter()
+    for here, after in zip(path, [*path[1:], ""]):
+        namespace = here
+        while NAMESPACE_SEP in namespace:
+            namespace = namespace.rsplit(NAMESPACE_SEP, 1)[0]
+            if after.startswith(namespace + NAMESPACE_SEP):
+                break  # still inside this behaviour, so inside the ones around it too
+            if namespace in ports:
+                rest = here[len(namespace) + 1:]
+                taken[(namespace, rest if rest in ports[namespace] else END_PORT)] += 1
+    return taken
+
+
 @dataclass
 class Coverage:
     """How often each node ran and each exit was taken, over every case run on one asset. A bypassed
@@ -94,6 +114,12 @@ class Coverage:
         self.visits.update(result.visits)
         self.exits.update(result.exits)
         self.bypassed.update(result.bypassed)
+        # A Subgraph node's ports are taken inside its behaviour (a run counts its one way in,
+        # ``enter``): a port is taken when a turn leaves the behaviour through it.
+        ports = {n.id: set(n.exit_targets) for n in self.asset.nodes if isinstance(n, Subgraph)}
+        if ports:
+            for turn in result.turns:
+                self.exits.update(behaviour_ports_taken(turn.path, ports))
 
     @property
     def all_exits(self) -> list[tuple[str, str]]:
