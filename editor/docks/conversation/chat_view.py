@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
+from editor.canvas.subgraphs import behaviour_node
 from editor.services.backend_choice import EMBEDDED_LABEL
 from runtime.asset.model import Asset
 from runtime.dialogue.history import Reply, SavedDialog, ToolExchange
@@ -46,22 +48,23 @@ def _e(text: str) -> str:
     return html.escape(text).replace("\n", "<br/>")
 
 
-def node_label(asset: Asset | None, node_id: str) -> str:
-    """A node as the chat names it: its title and id (just the id when the node is gone)."""
+def node_label(asset: Asset | None, node_id: str, folder: Path | None = None) -> str:
+    """A node as the chat names it: its title and id (just the id when the node is gone). A node of a
+    behaviour (``guard/warn``) is found in the behaviour's file, from the asset's ``folder``."""
     if asset is not None:
         try:
             node = asset.node(node_id)
         except KeyError:
-            return node_id
-        if node.title and node.title != node_id:
+            node = behaviour_node(asset, folder, node_id)
+        if node is not None and node.title and node.title != node.id:
             return f"{node.title} ({node_id})"
     return node_id
 
 
-def node_link(asset: Asset | None, node_id: str, after: str = "") -> str:
+def node_link(asset: Asset | None, node_id: str, after: str = "", folder: Path | None = None) -> str:
     """A node's name as a ``node:ID`` link (the dock shows the node on the canvas), ``after`` inside it."""
     return (f"<a class='node' href='node:{html.escape(node_id, quote=True)}' title='Show this node on the canvas'>"
-            f"{_e(node_label(asset, node_id))}{after}</a>")
+            f"{_e(node_label(asset, node_id, folder))}{after}</a>")
 
 
 def tool_text(tool: str, arguments: dict) -> str:
@@ -114,10 +117,11 @@ def shown_backends(saved: SavedDialog, backends: dict[int, str] | None) -> dict[
 
 
 def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
-                    backends: dict[int, str] | None = None, read_only: bool = False) -> str:
+                    backends: dict[int, str] | None = None, read_only: bool = False,
+                    folder: Path | None = None) -> str:
     """The finished turns of the current branch as HTML (summaries after the turn they fold through);
     ``backends`` (turn id -> backend label) adds a quiet "via ..." line under each turn's replies;
-    ``read_only`` leaves out the turns' actions."""
+    ``read_only`` leaves out the turns' actions; ``folder``: the asset's (where its behaviours are)."""
     rows: list[str] = []
     via = shown_backends(saved, backends)
     summaries = {}
@@ -129,15 +133,15 @@ def transcript_html(saved: SavedDialog, asset: Asset | None, changed: dict[int, 
         for entry in turn.entries:
             if isinstance(entry, Reply):
                 hidden = "" if entry.replay else " <span class='hidden'>(hidden step: not replayed)</span>"
-                rows.append(f"<p>{node_link(asset, entry.node, ':')}{hidden} "
+                rows.append(f"<p>{node_link(asset, entry.node, ':', folder)}{hidden} "
                             f"{_e(entry.text)}</p>")
             elif isinstance(entry, ToolExchange):
-                rows.append(f"<p class='tool'>\u2692 {node_link(asset, entry.node)} called "
+                rows.append(f"<p class='tool'>\u2692 {node_link(asset, entry.node, folder=folder)} called "
                             f"{_e(tool_text(entry.tool, entry.arguments))} \u2192 {_e(entry.result)}</p>")
         if index in via:
             rows.append(f"<p class='via' title='{html.escape(via[index], quote=True)}'>via {_e(via[index])}</p>")
         for summary in summaries.get(index, []):
-            by = f" by {_e(node_label(asset, summary.node))}" if summary.node else ""
+            by = f" by {_e(node_label(asset, summary.node, folder))}" if summary.node else ""
             rows.append(f"<p class='summary'>\u2261 Summary{by}: folded {summary.folded_turns} turn"
                         f"{'s' if summary.folded_turns != 1 else ''} (through turn {summary.covered_through + 1})<br/>"
                         f"<i>{_e(summary.text)}</i></p>")
@@ -154,9 +158,9 @@ class ChatView(QTextBrowser):
         self.read_only = False  # turns without their actions (a conversation followed on a server)
 
     def show_history(self, saved: SavedDialog, asset: Asset | None, changed: dict[int, bool] | None = None,
-                     backends: dict[int, str] | None = None) -> None:
+                     backends: dict[int, str] | None = None, folder: Path | None = None) -> None:
         self._streaming_node = ""
-        self.setHtml(transcript_html(saved, asset, changed, backends, self.read_only))
+        self.setHtml(transcript_html(saved, asset, changed, backends, self.read_only, folder))
         self._scroll_to_end()
 
     def _append(self, html_text: str) -> None:

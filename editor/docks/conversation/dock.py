@@ -8,6 +8,7 @@ tool's answer, the missing-model offer, the load bar, the status line and the pl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QDockWidget, QSplitter, QStackedWidget, QVBoxLayout, QWidget
@@ -185,6 +186,11 @@ class ConversationDock(QDockWidget):
         return self.actions.running_asset or self.actions.document.asset
 
     @property
+    def asset_folder(self) -> Path | None:
+        """Where the asset's behaviours are found (None for a followed conversation's asset)."""
+        return self.actions.document.asset_dir if self.follow_asset is None else None
+
+    @property
     def voice(self):
         return self.voice_panel.engine
 
@@ -268,7 +274,7 @@ class ConversationDock(QDockWidget):
     def _on_event(self, event: object) -> None:
         if isinstance(event, NodeStarted):
             if _shows_output(event.type):
-                self.chat.begin_node(node_label(self.asset, event.node), event.node)
+                self.chat.begin_node(node_label(self.asset, event.node, self.asset_folder), event.node)
             self.set_status(f"Running {event.node}\u2026")
         elif isinstance(event, Token):
             self.chat.stream(event.text)
@@ -330,7 +336,7 @@ class ConversationDock(QDockWidget):
 
     def _redraw(self, saved: SavedDialog | None = None) -> None:
         self.chat.show_history(saved or self.view.saved, self.asset, self._changed(),
-                               self.view.turn_backends)
+                               self.view.turn_backends, self.asset_folder)
 
     def _changed(self) -> dict[int, bool]:
         """Turn id -> whether a replay changed its reply (every replay of this conversation)."""
