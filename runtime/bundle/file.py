@@ -657,6 +657,10 @@ def bundle_from_dict(raw: Any, source: str = "<bundle>") -> Bundle:
         raise BundleError([Problem("error", f"this bundle is version {version}; this Parley Studio reads version "
                                    f"{BUNDLE_VERSION}. Update Parley Studio", source, field="version")])
     written_version = version
+    if version == 1 and isinstance(raw.get("asset"), dict) and "behaviours" in raw["asset"]:
+        raise BundleError([Problem("error", "a version 1 bundle holds no behaviour files (they came with version 2), "
+                                   "but this one has them: it was changed or written wrongly. Write it again with "
+                                   "parley bundle", source, field="asset.behaviours")])
     raw = _migrated(raw)
     try:
         record = BundleFile.model_validate(raw)

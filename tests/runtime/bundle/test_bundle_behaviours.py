@@ -216,6 +216,8 @@ def test_a_version_1_bundle_still_loads_and_one_that_needed_behaviours_says_why_
     # One of gate_guard holds no behaviour file: refused at the node, saying why
     raw = json.loads(written[0].read_text(encoding="utf-8"))
     raw["version"] = 1
+    # issue 39: one that says version 1 but carries behaviour files was read silently
+    refused(raw, tmp_path, "FILE:asset.behaviours: error: a version 1 bundle holds no behaviour files")
     del raw["asset"]["behaviours"]
     refused(raw, tmp_path, f"FILE:asset.file.guard.behaviour: error: runs the behaviour {BEHAVIOUR}, which the "
             "bundle does not hold (a bundle of version 1 holds no behaviour files")
