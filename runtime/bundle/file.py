@@ -24,6 +24,7 @@ and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -521,12 +522,24 @@ def unpack_bundle(bundle: Bundle, folder: str | os.PathLike[str]) -> list[Path]:
             plan.append((target, text))
     if problems:
         raise BundleError(problems)
-    written = []
-    for target, text in plan:
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(target, text)
-        written.append(target)
+    written: list[Path] = []
+    created: list[Path] = []  # files and folders this unpacking made: taken back if a write fails
+    try:
+        for target, text in plan:
+            if not target.exists():
+                missing = [d for d in reversed(target.parents) if d.is_relative_to(root) and not d.exists()]
+                for d in missing:
+                    d.mkdir()
+                    created.append(d)
+                atomic_write_text(target, text)
+                created.append(target)
+            written.append(target)
+    except OSError as exc:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        raise BundleError([Problem("error", f"could not write {target}: {exc.strerror or exc}; nothing this "
+                                   "unpacking wrote is left", bundle.source)]) from None
     return written
 
 

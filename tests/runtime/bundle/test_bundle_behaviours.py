@@ -285,6 +285,30 @@ def test_unpacking_writes_inside_the_chosen_folder_only_and_overwrites_nothing(w
         "refused before anything was written"
 
 
+def test_an_unpacking_that_fails_to_write_leaves_nothing_half_written(written, tmp_path, monkeypatch):
+    """Issue 39: an OS error midway (a full disk) left a half-written folder. What this unpacking wrote
+    (files and the folders it made) is taken back, and the error names the file."""
+    from runtime.bundle import file as bundle_file
+
+    target = tmp_path / "full-disk"
+    target.mkdir()
+    (target / "mine.txt").write_text("the designer's own", encoding="utf-8")
+    real = bundle_file.atomic_write_text
+    calls = []
+
+    def fails_on_the_third(path, text):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(path, text)
+
+    monkeypatch.setattr(bundle_file, "atomic_write_text", fails_on_the_third)
+    with pytest.raises(BundleError, match="No space left on device; nothing this unpacking wrote is left"):
+        unpack_bundle(load_bundle(written[0]), target)
+    assert len(calls) == 3
+    assert [p.name for p in target.iterdir()] == ["mine.txt"], "the behaviours folder it made is gone too"
+
+
 @pytest.mark.model
 def test_a_gate_guard_conversation_on_the_sample_model_replays_byte_identical_from_another_folder(sample_model,
                                                                                                    tmp_path):
