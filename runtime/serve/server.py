@@ -102,6 +102,16 @@ def check_config(config: ServeConfig) -> None:
     for folder in config.asset_dirs:
         if not folder.is_dir():
             raise ServeConfigError(f"--assets {folder}: not a folder")
+    if len(config.asset_dirs) > 1:
+        # With several folders an asset is named by its folder's name ("npcs/guard.json"): two folders
+        # of one name would list the same names, and the first would hide the second's assets.
+        named: dict[str, Path] = {}
+        for folder in config.asset_dirs:
+            other = named.setdefault(folder.resolve().name, folder)
+            if other is not folder:
+                raise ServeConfigError(f"--assets {other} and {folder}: both folders are called {folder.resolve().name!r}, "
+                                       "and a game names an asset by its folder's name (npcs/guard.json), so one "
+                                       "would hide the other's: rename one, or serve the folder above them")
     if not is_loopback(config.host) and not config.token:
         raise ServeConfigError(f"--host {config.host} is reachable from other computers: set a long random token "
                                f"in the environment variable {config.token_env} (named by --token-env) first")

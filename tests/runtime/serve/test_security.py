@@ -488,3 +488,14 @@ def test_a_turn_past_max_stream_events_ends_with_stream_limit_and_the_session_as
 def test_a_limit_below_one_is_refused_on_the_command_line(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert parley_main(serve_args(flag, "0")) == 2
     assert f"{flag} must be at least 1" in capsys.readouterr().err
+
+
+def test_two_asset_folders_of_one_name_are_refused_before_binding(tmp_path) -> None:
+    """Issue 39: with --assets a/npcs and b/npcs, both listed their assets as npcs/NAME.json, and the
+    first folder hid the second's."""
+    first, second = tmp_path / "a" / "npcs", tmp_path / "b" / "npcs"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    with pytest.raises(ServeConfigError, match="both folders are called 'npcs'"):
+        check_config(ServeConfig(asset_dirs=[first, second]))
+    check_config(ServeConfig(asset_dirs=[first, tmp_path / "b"]))  # told apart by name: served
