@@ -98,6 +98,9 @@ async def _send_error(send: Callable[[dict[str, Any]], Awaitable[None]], error: 
 
 MAX_REQUESTS = 4096  # answered at once (open streams count); past it, limit_reached
 BODY_SECONDS = 30.0  # for a request's whole body to arrive, once its header has
+# A request's line and headers, in bytes: h11 checks only a head that arrives in pieces
+# (``h11_max_incomplete_event_size``), so one sent whole is measured here too
+MAX_HEADER_BYTES = 64 * 1024
 
 
 class RequestGuard:
@@ -131,6 +134,11 @@ class RequestGuard:
             return await send({"type": "websocket.close", "code": 1008})
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + sum(
+            len(name) + len(value) + 4 for name, value in scope.get("headers") or [])
+        if head > MAX_HEADER_BYTES:
+            return await _send_error(send, ServeError("bad_request", f"the request's headers are {head} bytes; at "
+                                                      f"most {MAX_HEADER_BYTES} are read"))
         if self.active >= self.max_requests:
             return await _send_error(send, ServeError("limit_reached", f"the server is answering {self.max_requests} "
                                                       "requests at once, its limit; try again when one has finished"))

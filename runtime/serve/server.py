@@ -23,7 +23,14 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from runtime.backends.base import Backend
 from runtime.crashes import CrashWatch
 from runtime.serve import running
-from runtime.serve.app import BODY_SECONDS, MAX_REQUESTS, RequestGuard, cors_origin, create_app
+from runtime.serve.app import (
+    BODY_SECONDS,
+    MAX_HEADER_BYTES,
+    MAX_REQUESTS,
+    RequestGuard,
+    cors_origin,
+    create_app,
+)
 from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
 from runtime.serve.protocol import PreviousCrash
@@ -221,7 +228,7 @@ def make_server(config: ServeConfig, backend: Backend, crash_watch: CrashWatch |
         # no limit_concurrency: uvicorn's counts idle connections and answers plain text; the guard
         # limits requests being answered, and the header deadline idle connections
         app, http=protocol, log_level="warning", access_log=False, lifespan="off",
-        timeout_keep_alive=KEEP_ALIVE_SECONDS, h11_max_incomplete_event_size=64 * 1024, server_header=False,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS, h11_max_incomplete_event_size=MAX_HEADER_BYTES, server_header=False,
     ))
     _bound_shutdown(server, npcs, config.shutdown_seconds)
     server.shut_down = shut_down  # type: ignore[attr-defined]
