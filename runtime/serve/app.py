@@ -261,6 +261,13 @@ def _not_local(headers: dict[bytes, bytes], *, origin_allowed: bool = False) -> 
         name = origin.decode("latin-1").partition("://")[2] if b"://" in origin else ""
         if not _is_local_name(_host_name(name.partition("/")[0])):
             return "requests from another site's web page are refused (its Origin is not this computer)"
+    # A browser sends no Origin with a plain GET (an <img>, a <script>, a link) but says where it came
+    # from: another site's page could otherwise learn which sessions exist and take observer places.
+    if not origin_allowed and headers.get(b"sec-fetch-site", b"").lower() == b"cross-site":
+        referer = headers.get(b"referer", b"").decode("latin-1")
+        name = referer.partition("://")[2].partition("/")[0] if "://" in referer else ""
+        if not (name and _is_local_name(_host_name(name))):
+            return "requests from another site's web page are refused (its browser says Sec-Fetch-Site: cross-site)"
     return ""
 
 

@@ -184,6 +184,8 @@ def exchange(port: int, payload: bytes) -> bytes:
     ("Host", "evil.example"), ("Host", "evil.example:{port}"), ("Host", "192.168.1.10:{port}"),
     ("Host", "0.0.0.0:{port}"), ("Host", "localhost.evil.example:{port}"), ("Host", "[::2]:{port}"),
     ("Origin", "http://evil.example"), ("Origin", "https://127.0.0.1.evil.example"), ("Origin", "null"),
+    # issue 39: a cross-site <img> GET sends no Origin, but its browser says where it came from
+    ("Sec-Fetch-Site", "cross-site"),
 ])
 def test_a_loopback_server_without_a_token_answers_this_computer_only(backend: ScriptedBackend, header: str,
                                                                       value: str) -> None:
@@ -204,7 +206,9 @@ def test_a_loopback_server_answers_its_own_names_and_local_pages(backend: Script
         port = url.rsplit(":", 1)[1]
         for headers in ({"Host": f"127.0.0.1:{port}"}, {"Host": f"localhost:{port}"}, {"Host": "LOCALHOST"},
                         {"Host": f"[::1]:{port}"}, {"Host": f"127.0.0.2:{port}"},
-                        {"Origin": "http://localhost:5173"}, {"Origin": f"http://127.0.0.1:{port}"}):
+                        {"Origin": "http://localhost:5173"}, {"Origin": f"http://127.0.0.1:{port}"},
+                        {"Sec-Fetch-Site": "same-site"}, {"Sec-Fetch-Site": "none"},
+                        {"Sec-Fetch-Site": "cross-site", "Referer": "http://localhost:5173/game.html"}):
             assert http.get("/v1/health", headers=headers).status_code == 200, headers
     # with a token, the token is the guard: any name the server is reached by will do
     with running_server(backend, [examples_dir()], token=TOKEN) as url:
