@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, fields, is_dataclass
 from typing import Annotated, Any, Literal, get_origin, get_type_hints
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from runtime.events import (
     Event,
@@ -125,6 +125,19 @@ def _whole_characters(text: str) -> str:
 # What a player says, or a game writes, that goes into a conversation
 Text = Annotated[str, AfterValidator(_whole_characters)]
 
+
+def _whole_variables(variables: dict[str, Any]) -> dict[str, Any]:
+    """Variables whose names and texts hold no lone surrogate (a history could not be written with them,
+    nor the session listed)."""
+    for name, value in variables.items():
+        try:
+            _whole_characters(name)
+            if isinstance(value, str):
+                _whole_characters(value)
+        except ValueError as exc:
+            raise ValueError(f"{name.encode('utf-8', 'backslashreplace').decode()}: {exc}") from None
+    return variables
+
 # A finite number: NaN and infinities (which Python's json reads) would export a history its import refuses.
 Variable = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 
@@ -132,6 +145,11 @@ Variable = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 class NewSession(_Request):
     asset: str = Field(description="The asset's path relative to one of the server's --assets folders.")
     variables: dict[str, Variable] = Field(default_factory=dict, description="Agent variables to start with.")
+
+    @field_validator("variables")
+    @classmethod
+    def _whole(cls, variables: dict[str, Any]) -> dict[str, Any]:
+        return _whole_variables(variables)
     id: str | None = Field(None, description="The session's id (letters, digits, _ . -; up to 64); the server "
                            "makes one when it is left out.")
 
@@ -186,10 +204,29 @@ class SceneRewindIn(_Request):
 class VariablesIn(_Request):
     variables: dict[str, Variable]
 
+    @field_validator("variables")
+    @classmethod
+    def _whole(cls, variables: dict[str, Any]) -> dict[str, Any]:
+        return _whole_variables(variables)
+
 
 class ParamsIn(_Request):
     nodes: dict[str, dict[str, Any]] = Field(description="node id -> parameters to change: system_prompt, min_p, repeat_penalty, "
                                              "temperature, top_p, seed, max_tokens.")
+
+    @field_validator("nodes")
+    @classmethod
+    def _whole_texts(cls, nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for node, changes in nodes.items():
+            _whole_characters(node)
+            for name, value in changes.items():
+                _whole_characters(name)
+                if isinstance(value, str):
+                    try:
+                        _whole_characters(value)
+                    except ValueError as exc:
+                        raise ValueError(f"{node}.{name}: {exc}") from None
+        return nodes
 
 
 class RewindIn(_Request):

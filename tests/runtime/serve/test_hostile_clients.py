@@ -791,3 +791,37 @@ def test_on_the_sample_model_a_client_gone_mid_generation_leaves_its_session_as_
             assert client.turn(gone, line).reply == client.turn(fresh, line).reply
     finally:
         backend.close()
+
+
+# --- half an emoji (issue 39, HIGH) -----------------------------------------------------------------
+
+def _lone(body: dict) -> bytes:
+    """``body`` as JSON with each "LONE" written as ``\\ud83d``: half an emoji, as a JavaScript game sends
+    after cutting a string (json.dumps cannot write one)."""
+    return json.dumps(body).replace("LONE", "\\ud83d").encode()
+
+
+@pytest.mark.parametrize(("path", "method", "body", "field"), [
+    ("/v1/sessions", "POST", {"asset": "tavern_keeper.json", "variables": {"npc_name": "Mi LONE ra"}}, "variables"),
+    ("/v1/sessions", "POST", {"asset": "tavern_keeper.json", "variables": {"npLONE": "Mira"}}, "variables"),
+    ("/v1/sessions/{id}/variables", "PATCH", {"variables": {"npc_name": "LONE"}}, "variables"),
+    ("/v1/sessions/{id}/params", "PATCH", {"nodes": {"reply": {"system_prompt": "Be kind LONE"}}}, "nodes"),
+    ("/v1/sessions/{id}/turns", "POST", {"line": "hi LONE"}, "line"),
+    ("/v1/sessions/{id}/turns", "POST", {"line": "hi", "instructions": "LONE"}, "instructions"),
+])
+def test_half_an_emoji_is_refused_and_changes_nothing(url: str, path: str, method: str, body: dict,
+                                                      field: str) -> None:
+    """A lone surrogate in a variable, a system prompt, a line or instructions was accepted: the turn's
+    stream broke off, and GET /v1/sessions answered 500 to every client until the session was deleted.
+    Now it is a 400 naming the field, and the session (and the session list) is as it was."""
+    with ParleyClient(url) as client:
+        npc = client.create_session("tavern_keeper.json")
+        before = httpx.get(f"{url}/v1/sessions/{npc.id}/history", timeout=DEADLINE).content
+        sessions = httpx.get(f"{url}/v1/sessions", timeout=DEADLINE).json()
+        answer = httpx.request(method, f"{url}{path.format(id=npc.id)}", content=_lone(body), headers=JSON,
+                               timeout=DEADLINE)
+        error = typed_error(answer, "bad_request", 400)
+        assert error["message"].startswith(f"{field}:") and "lone surrogate (U+D83D)" in error["message"]
+        assert httpx.get(f"{url}/v1/sessions", timeout=DEADLINE).json() == sessions
+        assert httpx.get(f"{url}/v1/sessions/{npc.id}/history", timeout=DEADLINE).content == before
+        client.delete_session(npc.id)
