@@ -150,6 +150,9 @@ class RequestGuard:
 
     async def _guarded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = dict(scope.get("headers") or [])
+        if b"websocket" in headers.get(b"upgrade", b"").lower():  # uvicorn without a WebSocket library passes it on
+            return await _send_error(send, ServeError("bad_request", "this server speaks HTTP and server-sent events; "
+                                                      "it takes no WebSocket"))
         origin = headers.get(b"origin")
         allowed = origin is not None and origin.decode("latin-1") in self.cors_origins
         if allowed:

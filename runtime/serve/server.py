@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ctypes
 import ipaddress
+import json
 import logging
 import os
 import socket
@@ -33,7 +34,7 @@ from runtime.serve.app import (
 )
 from runtime.serve.lifecycle import SHUTDOWN_SECONDS, watch_parent
 from runtime.serve.npcs import Limits, NPCs
-from runtime.serve.protocol import PreviousCrash
+from runtime.serve.protocol import PreviousCrash, ServeError
 from runtime.serve.store import SessionStore
 
 log = logging.getLogger("parley.serve")
@@ -184,6 +185,22 @@ class _HeaderDeadline(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse gets the typed JSON error every other refusal gets, not uvicorn's
+        plain text (a client dispatches on the code)."""
+        import h11
+
+        body = json.dumps(ServeError("bad_request", f"not an HTTP request this server reads: {msg}").body()).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        try:
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # too broken to answer at all
+            pass
+        self.transport.close()
 
     def _arm(self) -> None:
         self._disarm()

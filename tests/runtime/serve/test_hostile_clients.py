@@ -109,7 +109,19 @@ def test_garbage_gets_a_400_or_a_closed_connection_and_others_are_served(url: st
         answer = read_until_closed(sock)  # the server closes it: a hang here is a failure at the deadline
     assert answer == b"" or answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 413", b"HTTP/1.1 431")), answer[:200]
     assert b"Traceback" not in answer
+    if answer:  # issue 39: uvicorn's own refusals were plain text; every error is the typed JSON
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"content-type: application/json" in head.lower(), answer[:300]
+        assert json.loads(body)["error"]["code"] == "bad_request"
     assert_serving(url)
+
+
+def test_a_websocket_upgrade_is_refused_before_any_route(url: str) -> None:
+    """Issue 39: uvicorn, with no WebSocket library, passed an upgrade request on to the route."""
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    error = typed_error(httpx.get(f"{url}/v1/sessions", headers=upgrade, timeout=DEADLINE), "bad_request", 400)
+    assert "takes no WebSocket" in error["message"]
 
 
 def test_headers_past_64_kib_sent_whole_are_refused_as_json(url: str) -> None:
