@@ -15,6 +15,7 @@ history that kept no tree, and turns the designer wrote (seeded) that no model r
 
 from __future__ import annotations
 
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Literal
 from runtime.agent import Agent, TurnError
 from runtime.backends.base import Backend, Reproducibility
 from runtime.backends.llama import LlamaBackend
-from runtime.bundle.file import Bundle, BundleError, LlamaBuild, ModelFile, model_sha256
+from runtime.bundle.file import Bundle, BundleError, LlamaBuild, ModelFile, bundle_path_problem, model_sha256
 from runtime.dialogue.dialog_file import HistoryError
 from runtime.dialogue.history import Entry, Reply
 from runtime.dialogue.tree import ConversationTree, TurnNode
@@ -170,7 +171,7 @@ def model_files(bundle: Bundle, given: Sequence[str | Path] = (), force: bool = 
         chosen = [p for p in given_paths if len(bundle.models) == 1 or p.name == model.file]
         if chosen:
             path = chosen[0]
-            if not path.is_file():
+            if not path.exists():
                 raise BundleError([Problem("error", f"--model {path}: no such file", bundle.source, field=where)])
         else:
             found = _found(model)
@@ -181,13 +182,20 @@ def model_files(bundle: Bundle, given: Sequence[str | Path] = (), force: bool = 
                     "give its path with --model", bundle.source, field=where)])
             path = found
         try:
-            digest = model_sha256(path)
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):
+                raise BundleError([Problem("error", f"{path} is not a regular file (a device, a pipe, a folder): it "
+                                           "is not read", bundle.source, field=where)])
+            # a file of another size is another file: it is not read (a name the bundle gives could be
+            # anything on this machine, a file that never ends among them)
+            digest = model_sha256(path) if info.st_size == model.size else None
         except OSError as exc:
             raise BundleError([Problem("error", f"cannot read {path}: {exc.strerror or exc}", bundle.source,
                                        field=where)]) from None
         if digest != model.sha256:
-            said = (f"{path} has SHA-256 {digest}, but the bundle was recorded on {model.file} with SHA-256 "
-                    f"{model.sha256}")
+            said = (f"{path} has SHA-256 {digest}" if digest is not None else f"{path} has {info.st_size} bytes") + (
+                f", but the bundle was recorded on {model.file} with " + (
+                    f"SHA-256 {model.sha256}" if digest is not None else f"{model.size} bytes"))
             if not force:
                 raise BundleError([Problem("error", f"{said}: another file gives other numbers. Give the bundle's "
                                            "model with --model, or --force to replay on this one anyway",
@@ -201,6 +209,8 @@ def _found(model: ModelFile) -> Path | None:
     """The first file named as recorded that has the recorded size (else the first found at all)."""
     candidates: list[Path] = []
     for name in (model.name, model.file):
+        if bundle_path_problem(name.replace("\\", "/")) is not None:
+            continue  # an absolute path, or one going up: another machine's, never looked for here
         try:
             path = resolve_model(name)
         except ModelFileError:

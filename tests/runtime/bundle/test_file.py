@@ -207,6 +207,38 @@ def test_a_replay_needs_the_model_the_bundle_was_recorded_on(raw, tmp_path, samp
     assert list(files.values()) == [sample_model.resolve()]
 
 
+def test_a_replay_reads_no_file_the_bundle_points_at_outside_the_models_it_can_use(raw, tmp_path, sample_model,
+                                                                                   monkeypatch):
+    """Issue 39: `parley replay` hashed any file a bundle named, a path outside the bundle too, and a file
+    that never ends (/proc/self/pagemap) made it hash without end. A bundle's absolute or upward name is
+    never looked for; a file of another size than recorded is not read; a device or pipe is refused."""
+    from runtime.bundle import replay
+    from runtime.bundle.replay import model_files
+
+    hashed: list = []
+    monkeypatch.setattr(replay, "model_sha256", lambda path: hashed.append(path) or "f" * 64)
+
+    def naming(name: str):
+        for node in raw["asset"]["file"]["nodes"]:
+            node["model_name"] = name
+        raw["asset"]["sha256"] = asset_sha256(load_asset_dict(raw["asset"]["file"]))
+        raw["models"][0].update(name=name, file="pagemap")
+        raw["contexts"]["reply"]["model"] = name
+        return bundle_from_dict(raw, "b.parley-bundle")
+
+    with pytest.raises(BundleError, match="is not on this machine"):
+        model_files(naming("/proc/self/pagemap"))
+    with pytest.raises(BundleError, match="is not on this machine"):
+        model_files(naming("../../../../../proc/self/pagemap"))
+    assert hashed == []
+    # given on the command line: another size is said without reading it, a device is refused
+    with pytest.raises(BundleError, match="has 0 bytes, but the bundle was recorded on pagemap with"):
+        model_files(naming("pagemap"), ["/proc/self/pagemap"])
+    with pytest.raises(BundleError, match="not a regular file"):
+        model_files(naming("pagemap"), ["/dev/zero"])
+    assert hashed == []
+
+
 def load_asset_dict(raw):
     from runtime.asset.file import asset_from_dict
 
