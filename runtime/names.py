@@ -38,19 +38,27 @@ def namespaced(namespace: str, node_id: str) -> str:
     return f"{namespace}{NAMESPACE_SEP}{node_id}"
 
 
+# How deep free-form data may nest: pydantic writes no deeper (past about 250 levels an asset that
+# loaded could not be saved, nor bundled), and no designer's data needs more.
+MAX_FREE_FORM_DEPTH = 64
+
+
 def _only_finite_numbers(value: Any) -> Any:
-    """``value`` itself; a ValueError naming the key when a float in it is NaN or infinite: JSON has
-    no such numbers, so free-form data holding one could not be saved as it is. (A walk with a
-    stack, not recursion: the data may be nested as deeply as a JSON file allows.)"""
-    stack: list[tuple[Any, str]] = [(value, "")]
+    """``value`` itself; a ValueError naming the key when a float in it is NaN or infinite (JSON has
+    no such numbers, so free-form data holding one could not be saved as it is), or when it nests
+    deeper than ``MAX_FREE_FORM_DEPTH``. (A walk with a stack, not recursion.)"""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError(f"{where or 'the value'} is {item}, which JSON cannot hold; use a finite number or text")
+        if isinstance(item, (dict, list, tuple)) and depth >= MAX_FREE_FORM_DEPTH:
+            raise ValueError(f"{where or 'the value'} nests deeper than {MAX_FREE_FORM_DEPTH} levels, more than an "
+                             "asset can be saved with; flatten it")
         if isinstance(item, dict):
-            stack += [(v, f"{where}.{k}" if where else str(k)) for k, v in item.items()]
+            stack += [(v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in item.items()]
         elif isinstance(item, (list, tuple)):
-            stack += [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+            stack += [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item)]
     return value
 
 

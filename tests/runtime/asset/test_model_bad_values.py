@@ -195,6 +195,24 @@ def test_metadata_holding_nan_or_infinity_is_refused_by_key(node_metadata, asset
     assert where in _where(caught.value) and words in str(caught.value)
 
 
+def test_metadata_nested_past_what_an_asset_can_be_saved_with_is_refused() -> None:
+    """Issue 39: metadata nested 300 deep validated and chatted, then `parley bundle` (and saving) failed
+    with a traceback: pydantic writes no deeper than about 250 levels."""
+    deep: dict = {}
+    inner = deep
+    for _ in range(300):
+        inner["x"] = inner = {}
+    data = _asset_json(metadata={"layout": [deep]})
+    with pytest.raises(AssetError) as caught:
+        parse_asset(json.dumps(data), "a.json")
+    assert ("reply", "metadata") in _where(caught.value) and "nests deeper than 64 levels" in str(caught.value)
+    inner = kept = {}
+    for _ in range(60):  # what a designer's data needs, and more: kept, and saved as it is
+        inner["x"] = inner = {}
+    asset = parse_asset(json.dumps(_asset_json(metadata=kept)), "a.json")
+    assert parse_asset(dumps_asset(asset), "a.json") == asset
+
+
 def test_finite_metadata_round_trips() -> None:
     data = _asset_json(metadata={"big": 1e308, "list": [0.5, -2.0, {"deep": [1e-300]}]})
     asset = parse_asset(json.dumps(data), "a.json")
