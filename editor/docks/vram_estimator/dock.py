@@ -36,6 +36,7 @@ from editor.settings import snapshot_budget_mib
 from runtime.asset.estimate import Estimate, estimate_asset
 from runtime.models.context_settings import FLASH_ATTN, SNAPSHOT_BUDGET_MIB, kv_type_refusal
 from runtime.models.folder import resolve_model
+from runtime.models.gguf import GGUFError, read_gguf
 from runtime.models.memory import (
     GPU_PRESETS_GB,
     KV_TYPES,
@@ -47,6 +48,7 @@ from runtime.models.memory import (
 )
 
 VERDICT_COLOURS = {"fits": "#6fcf7f", "tight": "#e5c07b", "does not fit": "#ff7b7b", "no GPU": "#9a9a9a"}
+CANNOT_RUN_COLOUR = "#ff7b7b"  # fits in memory, but a node's context is one its model cannot run
 WEIGHT_COLOURS = [QColor(86, 140, 200), QColor(70, 110, 170), QColor(110, 160, 220)]
 NODE_COLOURS = [QColor(200, 160, 80), QColor(90, 180, 110), QColor(170, 120, 210), QColor(79, 179, 179),
                 QColor(220, 120, 90), QColor(150, 190, 90)]
@@ -84,6 +86,35 @@ def backend_short(label: str) -> str:
 
 def mib(n: int) -> str:
     return f"{n / MIB:,.1f} MiB" if n < 1024 * MIB else f"{n / (1024 * MIB):,.2f} GiB"
+
+
+@dataclasses.dataclass(frozen=True)
+class AboveTrained:
+    """A node whose context is larger than its model was trained for: the engine refuses to create it,
+    so the graph cannot run however well it fits (the same error the Problems dock shows)."""
+
+    node_id: str
+    n_ctx: int
+    trained: int
+    model_file: str
+
+    def text(self) -> str:
+        return (f"{self.node_id}'s context {self.n_ctx:,} is above {self.model_file}'s trained {self.trained:,}")
+
+
+def above_trained(e: Estimate) -> list[AboveTrained]:
+    """The estimate's nodes whose context is above their model's trained size (GGUF headers are cached)."""
+    found = []
+    for n in e.nodes:
+        if n.context is None or n.model_path is None:
+            continue
+        try:
+            trained = read_gguf(n.model_path).context_length
+        except GGUFError:
+            continue  # the estimate read it a moment ago; a file gone since is the next estimate's problem
+        if trained and n.context.n_ctx > trained:
+            found.append(AboveTrained(n.node_id, n.context.n_ctx, trained, n.model_path.name))
+    return found
 
 
 def snapshot_text(e: Estimate) -> str:
@@ -527,15 +558,23 @@ class VramEstimatorDock(QDockWidget):
                                         for p in estimate.problems))
 
     def _show_verdict(self, e: Estimate) -> None:
-        colour = VERDICT_COLOURS[e.verdict]
+        # A green FITS beside an error in Problems read as "ready to run": memory is not the only
+        # reason a graph cannot run, so a context the model cannot create turns the verdict red.
+        refused = above_trained(e)
+        colour = CANNOT_RUN_COLOUR if refused else VERDICT_COLOURS[e.verdict]
         gpu = e.settings.gpu_memory
-        line = (f"<span style='font-size: 15px; color:{colour}'><b>{e.verdict.upper()}</b></span> &nbsp; "
+        word = f"<span style='font-size: 15px; color:{colour}'><b>{e.verdict.upper()}</b></span>"
+        but = refused and e.verdict in ("fits", "tight")
+        line = (word + (" in memory, but it cannot run" if but else "") + " &nbsp; "
                 f"VRAM {mib(e.vram_bytes)}" + (f" of {mib(gpu)}" if gpu else "") + f" \u00b7 RAM {mib(e.ram_bytes)}")
         if gpu > 0:
             fit = e.agents_that_fit()
             line += f" \u00b7 headroom {mib(e.headroom)}"
             if fit is not None:
                 line += f" \u00b7 {fit} agent{'s' if fit != 1 else ''} of this graph fit (weights shared)"
+        for node in refused:
+            line += (f"<br/><span style='color:{CANNOT_RUN_COLOUR}'>\u2716 {html.escape(node.text(), quote=False)}: the engine "
+                     f"refuses this context. Lower its Context Size to {node.trained:,} or less, or set 0.</span>")
         self.verdict.setText(line)
 
     def _show_assumptions(self, e: Estimate) -> None:
@@ -568,7 +607,10 @@ class VramEstimatorDock(QDockWidget):
                                         f"{c.cells} cells, {e.settings.kv_type}"])
             QTreeWidgetItem(node_item, ["compute buffer", mib(c.compute_ram + c.output_ram), mib(c.compute_vram),
                                         f"graph scratch and output, flash attention {'on' if c.flash_attn else 'off'}"])
-        QTreeWidgetItem(self.table, ["Total", mib(e.ram_bytes), mib(e.vram_bytes), e.verdict])
+        refused = ", ".join(node.node_id for node in above_trained(e))
+        QTreeWidgetItem(self.table, ["Total", mib(e.ram_bytes), mib(e.vram_bytes),
+                                     e.verdict + (f" in memory; cannot run: {refused} above the trained context"
+                                                  if refused else "")])
         QTreeWidgetItem(self.table, ["Cache snapshots", mib(e.snapshot_ram), "-",
                                      "at most, on top of the total: all nodes together, taken only when a rewind "
                                      "or a trim cuts cached cells" if e.snapshot_ram else "off"])
