@@ -37,9 +37,9 @@ from runtime.nodes import shown_exit_label, shown_exits
 IDENTIFIER = "parley"
 START_KEY, END_KEY = "@start", "@end"
 PIXMAP_CACHE_KB = 192 * 1024
-# Room for a new node of any built-in type (they are at most about 190 x 110 before their lists
-# grow); a node not drawn yet is taken to be this size.
-NEW_NODE_SIZE = (200.0, 120.0)
+# Room for a new node of any built-in type (about 290 x 110 before their lists grow: the summary's box
+# is that wide whatever it says, node_appearance.summary_box); a node not drawn yet is taken to be this size.
+NEW_NODE_SIZE = (300.0, 120.0)
 # A larger graph is drawn in steps (about 0.5 ms a node): the nodes nearest the start at once, the
 # rest a slice at a time while the window already takes input (see Drawing.rebuild).
 PROGRESSIVE_ABOVE = 1000

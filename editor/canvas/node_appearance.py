@@ -8,6 +8,7 @@ this module paints it. Nodes show a compact summary of their key settings painte
 from __future__ import annotations
 
 import html
+import math
 
 from NodeGraphQt.constants import ICON_NODE_BASE, NodeEnum
 from NodeGraphQt.qgraphics.node_abstract import AbstractNodeItem
@@ -16,7 +17,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsItem
 
-from editor.canvas.node_types import view_of
+from editor.canvas.node_types import SUMMARY_LINES, view_of
 from editor.model.bypass import shown_fill, shown_opacity, shown_title
 from editor.model.game_events import marked_exits, marks_of
 from runtime.asset.model import Asset, NodeBase
@@ -66,6 +67,25 @@ def _summary_metrics() -> tuple[QFontMetricsF, float, float]:
     """The summary font's metrics, its line height and the widest a line may be."""
     metrics = QFontMetricsF(_SUMMARY_FONT)
     return metrics, metrics.lineSpacing() + 1.0, _SUMMARY_MAX_WIDTH * metrics.height()
+
+
+_SUMMARY_SAMPLE = "Explain in one or two sentences\u2026"  # SUMMARY_WIDTH characters of an example's summary
+
+
+def summary_box(lines: int) -> tuple[float, float]:
+    """The size of a summary of ``lines`` lines as painted on a node: the same for any text in it.
+
+    A box that grew with its text made nodes grow over their neighbours as a prompt was typed; this
+    one holds SUMMARY_LINES lines of SUMMARY_WIDTH characters (node_types wraps and cuts to that),
+    and a line wider than the box (wide letters) is elided when painted."""
+    if not lines:
+        return 0.0, 0.0
+    metrics, line_height, widest = _summary_metrics()
+    # As wide as a long line of prose (the examples' widest), and a little more; the rarer wider line
+    # (capitals, long words) is elided. Measured on text: a font's average character width is not
+    # the same before the application has loaded its fonts.
+    text_width = math.ceil(min(widest, 1.04 * metrics.horizontalAdvance(_SUMMARY_SAMPLE)))  # whole: aligning adds no float dust
+    return text_width + 2 * _SUMMARY_PAD + 8, max(lines, SUMMARY_LINES) * line_height + _SUMMARY_PAD
 
 
 class AssetNodeItem(NodeItem):
@@ -134,11 +154,7 @@ class AssetNodeItem(NodeItem):
         self.update()
 
     def _summary_size(self) -> tuple[float, float]:
-        if not self.summary:
-            return 0.0, 0.0
-        metrics, line_height, widest = _summary_metrics()
-        text_width = min(widest, max(metrics.horizontalAdvance(line) for line in self.summary))
-        return text_width + 2 * _SUMMARY_PAD + 8, len(self.summary) * line_height + _SUMMARY_PAD
+        return summary_box(len(self.summary))
 
     def _calc_size_horizontal(self):
         width, height = super()._calc_size_horizontal()

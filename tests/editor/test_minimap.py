@@ -18,7 +18,7 @@ from runtime.asset.model import Asset, Comment, new_node
 
 
 def grid(count: int, columns: int = 10) -> Asset:
-    nodes = [new_node("Generate", f"n{i}", position=((i % columns) * 280.0, (i // columns) * 220.0),
+    nodes = [new_node("Generate", f"n{i}", position=((i % columns) * 320.0, (i // columns) * 220.0),
                       default_exit=f"n{i + 1}" if i + 1 < count else "") for i in range(count)]
     return Asset(nodes=nodes, start_node="n0")
 
@@ -155,7 +155,7 @@ def test_many_changes_at_once_rebuild_the_picture_once(big, qtbot):
     assert QRectF(minimap.rect()).contains(far), "the minimap takes in a node added far away"
     assert drawn_near(image, far, fill)
     gone = doc.asset.nodes[-2].position  # n58, beside where n59 was
-    assert not drawn_near(image, minimap.to_minimap(QPointF(gone[0] + 280.0 + w / 2, gone[1] + h / 2)), fill)
+    assert not drawn_near(image, minimap.to_minimap(QPointF(gone[0] + 320.0 + w / 2, gone[1] + h / 2)), fill)
 
 
 def test_undo_of_a_move_is_followed(big, qtbot):
