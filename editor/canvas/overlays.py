@@ -67,6 +67,19 @@ class Overlays(QObject):
     def rename_node(self, old: str, new: str) -> None:
         if old in self._problems:
             self._problems[new] = self._problems.pop(old)
+        if self._coverage is not None:
+            # The counts follow the node's id: left under the old one, the next repaint of the node
+            # (any edit of it) showed "\u00d70", and undoing the rename and the edit kept it there.
+            # A Subgraph node's behaviour's nodes (guard/classify) are counted under its id too.
+            def renamed(node_id: str) -> str:
+                inner = node_id.startswith(old + NAMESPACE_SEP)
+                return new + node_id[len(old):] if node_id == old or inner else node_id
+
+            visits, exits = self._coverage
+            self._coverage = ({renamed(k): v for k, v in visits.items()},
+                              {(renamed(k), port): v for (k, port), v in exits.items()})
+            if new in self.drawing.nodes:
+                self._paint_coverage(new)
 
     def node_changed(self, node_id: str) -> None:
         """A drawn node's exits or labels were redrawn: its counts go back on them."""

@@ -3,12 +3,15 @@ run and this run, field by field (a click on a row shows that node's turn)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QTreeWidget, QTreeWidgetItem, QWidget
 
 from editor.services.suite_run import TurnComparison
+from runtime.asset.model import Asset
+from runtime.suites.kept import asset_changes
 
 
 class ChangesList(QTreeWidget):
@@ -48,6 +51,14 @@ class ChangesList(QTreeWidget):
         row_height = self.sizeHintForRow(0) if rows else 0
         self.setFixedHeight(self.header().sizeHint().height() + rows * row_height + 2 * self.frameWidth() + 2)
         self.show()
+
+
+def with_asset_now(comparison: TurnComparison, asset: Asset) -> TurnComparison:
+    """``comparison`` with its edits listed from its passing run to ``asset`` (the document as it is now),
+    when its last column says "Now"; else as it is (A against B: two fixed graphs)."""
+    if comparison.against is None or comparison.headers[-1] != "Now":
+        return comparison
+    return dataclasses.replace(comparison, changes=asset_changes(comparison.against.asset, asset))
 
 
 def _short(value: object) -> str:

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from editor.docks.turn_inspector.budget_bar import BudgetBar, BudgetShares
-from editor.docks.turn_inspector.changes_list import ChangesList
+from editor.docks.turn_inspector.changes_list import ChangesList, with_asset_now
 from editor.docks.turn_inspector.node_text import STYLE, html_text, prompt_html, stats_html
 from editor.docks.turn_inspector.scene_turns import SceneTurns
 from editor.docks.turn_inspector.side_by_side import FIRST_DIFFERENCE, rows_of, side_by_side_html
@@ -130,6 +130,9 @@ class TurnInspectorDock(QDockWidget):
         view.history_changed.connect(self.refresh)
         view.restarted.connect(self.refresh)
         view.turn_selected.connect(self.pick_turn)
+        document = getattr(view.actions, "document", None)
+        if document is not None:  # every edit, undo and redo: the edits list's "Now" column is the asset now
+            document.undo_stack.indexChanged.connect(self._asset_edited)
         if scene is not None:
             scene.opened.connect(self._show_scene)
             scene.changed.connect(self._show_scene)
@@ -535,6 +538,12 @@ class TurnInspectorDock(QDockWidget):
             self.compare_picker.currentText(), self.turn_picker.currentText(), a.output, b.output,
             rows_of(a, other.parts.get(node_id)), rows_of(b, record.parts.get(node_id))))  # type: ignore[union-attr]
         return "".join(rows)
+
+    def _asset_edited(self, *_changed: object) -> None:
+        if self.comparisons:
+            asset = self.view.actions.document.asset
+            self.comparisons = {label: with_asset_now(c, asset) for label, c in self.comparisons.items()}
+            self._show_changes()
 
     def _show_changes(self) -> None:
         self.changes_list.show_changes(self.comparison(), self.compare_picker.currentData())
