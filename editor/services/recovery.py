@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 
 from editor.model.document import Document
 from editor.threads.thread_job import ThreadJob
-from runtime.asset.file import asset_from_dict, asset_to_dict
+from runtime.asset.file import asset_from_dict, asset_to_dict, load_asset
 from runtime.asset.model import Asset
 from runtime.crashes import Crash, process_running
 from runtime.crashes import left_behind as crashes_left_behind
@@ -51,6 +51,7 @@ from runtime.dialogue.history import SavedDialog
 from runtime.files.reading import read_input_text
 from runtime.files.writing import atomic_write_text
 from runtime.problems import InputError
+from runtime.suites.kept import asset_changes
 
 if TYPE_CHECKING:
     from editor.session.local import LiveConversation
@@ -352,6 +353,31 @@ def describe(found: Recovery) -> str:
     return text
 
 
+def has_saved_file(found: Recovery) -> bool:
+    """Whether the recovered asset has a saved file it may differ from."""
+    return bool(found.original_path) and found.modified
+
+
+def changes_since_saved(found: Recovery) -> str:
+    """What the autosave changes in the saved file, a line per node and field (the same comparison the
+    Turn Inspector lists edits with), or why there is nothing to compare."""
+    if not found.original_path:
+        return "An untitled asset: there is no saved file to compare the autosave with."
+    if not found.modified:
+        return f"The autosave is the saved file {found.original_path} as it was: no unsaved changes."
+    try:
+        saved = load_asset(found.original_path)
+    except (OSError, InputError, ValueError) as exc:
+        return f"The saved file {found.original_path} cannot be read to compare with: {exc}"
+    changes = asset_changes(saved, found.asset)
+    if not changes:
+        return f"The autosave and the saved file {found.original_path} hold the same graph."
+    count = f"{len(changes)} change{'s' if len(changes) != 1 else ''}"
+    lines = [f"{count} in the autosave since {Path(found.original_path).name} was saved (saved \u2192 autosaved):"]
+    lines += [f"  {change.text()}" for change in changes]
+    return "\n".join(lines)
+
+
 def what_crashed(found: Recovery) -> str:
     """What became of the session that left ``found``: "Parley Studio crashed (Segmentation fault) in
     llama.cpp while node `reply` ran turn 3 of chat.json on M.gguf." ("" without a crash report)."""
@@ -418,6 +444,22 @@ class RecoveryDialog(QDialog):
         self.report_button.setAutoRaise(True)
         self.report_button.toggled.connect(self._show_report)
         layout.addWidget(self.report_button)
+        # What the autosave changes in the saved file, before choosing to open or discard it
+        self.changes_button = QToolButton()
+        self.changes_button.setText("Changes since the saved file")
+        self.changes_button.setCheckable(True)
+        self.changes_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.changes_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.changes_button.setAutoRaise(True)
+        self.changes_button.toggled.connect(self._show_changes)
+        layout.addWidget(self.changes_button)
+        self.changes = QPlainTextEdit()
+        self.changes.setReadOnly(True)
+        self.changes.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.changes.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.changes.setMinimumHeight(160)
+        self.changes.hide()
+        layout.addWidget(self.changes)
         self.report = QPlainTextEdit()
         self.report.setReadOnly(True)
         self.report.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
@@ -458,12 +500,21 @@ class RecoveryDialog(QDialog):
             " The sessions not opened are kept and offered again next time." if several else ""))
         self.kept.setText("" if several else describe(recovery))
         self.kept.setVisible(not several)
+        self.changes.setPlainText(changes_since_saved(recovery))
+        self.changes_button.setVisible(has_saved_file(recovery))
+        if not has_saved_file(recovery):
+            self.changes_button.setChecked(False)
         self.report_button.setVisible(crash is not None)
         if crash is None:
             self.report_button.setChecked(False)
             return
         where = crash.where or "where it crashed is not known"
         self.report.setPlainText(f"{where}\n{crash.file}\n\n{crash.text.rstrip() or '(the report is empty)'}")
+
+    def _show_changes(self, shown: bool) -> None:
+        self.changes_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.changes.setVisible(shown)
+        self._fit()
 
     def _show_report(self, shown: bool) -> None:
         self.report_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
@@ -487,7 +538,9 @@ def offer_left_behind(parent: QWidget | None, directory: Path) -> Recovery | Non
     found = left_behind(directory)
     if not found:
         return None
-    if len(found) == 1 and found[0].crash is None and found[0].conversation is None and not found[0].line:
+    alone = found[0]  # with nothing more to say than its name: a plain question (else the dialog shows it)
+    if len(found) == 1 and alone.crash is None and alone.conversation is None and not alone.line \
+            and not has_saved_file(alone):
         answer = QMessageBox.question(
             parent, "Recover unsaved changes",
             f"Parley Studio closed without saving the changes to {describe(found[0])}.\n"
