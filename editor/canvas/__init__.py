@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import QEvent, QObject, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor
 from PySide6.QtWidgets import QLabel, QMenu, QWidget
 
@@ -63,6 +63,10 @@ class Canvas(QObject):
         # canvas whose NodeGraph is left to a later garbage collection crashed that collection.
         self.viewer.node_selection_changed.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
         self.viewer.node_selected.connect(lambda *_: self.selection_changed.emit(self.selected_ids()))
+        # NodeGraphQt reports a click's selection before Qt applies it: a click on one node of several
+        # selected left the Properties dock saying "2 nodes selected". Said again once the click is done.
+        self._said: list[str] | None = None
+        self.selection_changed.connect(self._remember_said)
         self.gestures.file_dropped.connect(self.file_dropped)
         self.graph.node_double_clicked.connect(lambda node: self.node_opened.emit(key_of(node)))
         self.gestures.text_dropped.connect(self.text_dropped)
@@ -96,7 +100,17 @@ class Canvas(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if event.type() in (QEvent.Type.Resize, QEvent.Type.Show):
             self._centre_empty_hint()
+        elif event.type() == QEvent.Type.MouseButtonRelease:
+            QTimer.singleShot(0, self, self._say_selection_if_changed)
         return False
+
+    def _remember_said(self, node_ids: list[str]) -> None:
+        self._said = list(node_ids)
+
+    def _say_selection_if_changed(self) -> None:
+        selected = self.selected_ids()
+        if selected != self._said:
+            self.selection_changed.emit(selected)
 
     @property
     def widget(self) -> QWidget:
