@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -108,6 +108,9 @@ class _Reading:
     # The only files there are, when given (a repro bundle's), by ``os.path.normpath`` of their path:
     # nothing is read from disk.
     given: Mapping[str, Asset] | None = None
+    # The only folders files may be read from, when given (``parley serve``'s --assets): a file outside
+    # them, however reached (``..``, a link), is refused unread, and no problem shows a full path.
+    within: tuple[Path, ...] = ()
 
     def identity(self, path: Path) -> Path:
         """The file ``path`` is, however it is spelled (a cycle is the same file twice)."""
@@ -159,9 +162,13 @@ def _node_problems(reading: _Reading, node: Subgraph, folder: Path | None, chain
         names = [hop.shown for hop in chain[next(i for i, h in enumerate(chain) if h.path == resolved):]]
         error(f"a cycle of behaviours: {' uses '.join([*names, shown])}; a behaviour cannot run itself")
         return None
+    if reading.within and reading.given is None and not any(resolved.is_relative_to(d) for d in reading.within):
+        error(f"{node.behaviour}: outside the folders this server serves (--assets); a behaviour must be inside "
+              "them, and a link out of them is not followed")
+        return None
     if not reading.is_file(path):
         kind = "not a file" if reading.given is None and path.exists() else "no file"
-        error(f"{kind} {shown}: the behaviour this node runs (looked for {path})")
+        error(f"{kind} {shown}: the behaviour this node runs" + ("" if reading.within else f" (looked for {path})"))
         return None
     try:
         behaviour = reading.read(path)
@@ -195,16 +202,17 @@ def _node_problems(reading: _Reading, node: Subgraph, folder: Path | None, chain
 
 
 def problems(asset: Asset, asset_dir: PathLike | None, source: str = "", *,
-             files: Mapping[str, Asset] | None = None) -> list[Problem]:
+             files: Mapping[str, Asset] | None = None, within: Sequence[PathLike] = ()) -> list[Problem]:
     """Every problem of the behaviours ``asset``'s Subgraph nodes run, as errors at each node's
     ``behaviour`` (or ``exits``) field: a path that is absolute or names no file, a cycle of files
     running each other, a behaviour that cannot be loaded (each of its problems, located in its file),
     one with no exit, and exits that do not match the behaviour's ports. ``source`` is the asset's
     file (it is part of a cycle too). ``files``, when given, are the only behaviour files there are
     (a repro bundle's), by ``os.path.normpath`` of the path ``behaviour_path`` gives from
-    ``asset_dir``: nothing is read from disk."""
+    ``asset_dir``: nothing is read from disk. ``within``, when given, are the only folders a behaviour
+    may be read from (``parley serve``'s --assets: a file outside them is refused unread)."""
     root = Path(asset_dir) if asset_dir is not None else None
-    reading = _Reading(root, source, given=files)
+    reading = _Reading(root, source, given=files, within=tuple(Path(d).resolve() for d in within))
     chain = ([_Hop(Path(source).resolve(), Path(source).name)]
              if files is None and source and Path(source).is_file() else [])
     found: list[Problem] = []

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.agent import Agent, StructuralChange, TurnCancelled, TurnResult, noting_nodes
+from runtime.asset.behaviours import problems as behaviour_problems
 from runtime.asset.file import load_asset
 from runtime.asset.model import Asset
 from runtime.asset.validation import validate_asset
@@ -370,6 +371,11 @@ class NPCs:
             loaded = load_asset(path)
         except InputError as exc:
             raise ServeError("bad_asset", f"asset {name!r} cannot be loaded", exc.problems) from None
+        # Its behaviours from the served folders only (before anything reads them: an outside file's
+        # keys would show in the problems), however a path reaches out (``..``, a link).
+        outside = behaviour_problems(loaded, path.parent, name, within=self.asset_dirs)
+        if outside:
+            raise ServeError("bad_asset", f"asset {name!r}: {outside[0].message}", outside)
         errors = [p for p in validate_asset(loaded, str(path), asset_dir=path.parent) if p.severity == "error"]
         if errors:
             raise ServeError("bad_asset", f"asset {name!r} has {len(errors)} error(s)", errors)
