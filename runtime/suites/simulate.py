@@ -25,7 +25,9 @@ bench compares guided and random play at the agent's cost too.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import threading
 import time
 import zlib
@@ -415,11 +417,18 @@ def save_discoveries(out_path: str | Path, loaded: LoadedSuite, result: Simulati
                 raise SuiteError([Problem("error", f"asset: {raw.get('asset')!r} is not {asset_path}, the asset "
                                           "the players talked to", str(out_path), field="asset")])
     settings = {k: v for k, v in (("model", loaded.suite.model), ("seed", loaded.suite.seed)) if v}
-    check = out_path.with_name(f".{out_path.name}.checking")
+    # A file of our own, new (O_EXCL, never a link someone planted beside the target: a fixed name
+    # there was followed, and another file overwritten), to check the cases in before the target
+    # is replaced.
+    fd, name = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".checking", dir=out_path.parent)
+    os.close(fd)
+    check = Path(name)
     before = out_path.read_bytes() if out_path.exists() else None
     try:
         if before is not None:
             check.write_bytes(before)
+        else:
+            check.unlink()  # save_cases makes the suite when its file is missing
         names = save_cases(check, asset_path, cases, settings)
         load_suite(check)  # the cases read back as a suite of this asset before the file is replaced
     except InputError as exc:

@@ -188,6 +188,24 @@ def test_discoveries_are_saved_as_a_suite_that_passes(tmp_path) -> None:
     assert len(load_suite(out).suite.cases) == 2
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_saving_discoveries_follows_no_link_planted_beside_the_file(tmp_path, existing) -> None:
+    """Issue 39: --save-discoveries wrote its check copy to a fixed name beside the target, and a link
+    planted there made it overwrite another file."""
+    loaded = load_suite(persona_suite(tmp_path, conversations=2, turns=3, extra="seed: 4\n"))
+    result = simulate(loaded, ScriptedBackend(), SimulatedPlayer(steered_player()), guided=True)
+    out = tmp_path / "found.suite.yaml"
+    if existing:
+        save_discoveries(out, loaded, result)
+    victim = tmp_path / "elsewhere.txt"
+    victim.write_text("not yours", encoding="utf-8")
+    (tmp_path / ".found.suite.yaml.checking").symlink_to(victim)
+    assert save_discoveries(out, loaded, result)
+    assert victim.read_text(encoding="utf-8") == "not yours"
+    assert len(load_suite(out).suite.cases) == (2 if existing else 1)
+    assert [p.name for p in tmp_path.glob(".*checking")] == [".found.suite.yaml.checking"], "only the planted link"
+
+
 def test_discoveries_are_not_saved_where_they_would_not_replay(tmp_path) -> None:
     loaded = load_suite(persona_suite(tmp_path, conversations=1, turns=1, extra="seed: 4\n"))
     result = simulate(loaded, ScriptedBackend(), SimulatedPlayer(player_saying(["hi"])))
