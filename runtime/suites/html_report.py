@@ -41,6 +41,10 @@ PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 MAX_CHART_CASES = 60
 # Failing runs of one case shown in full (a flaky case repeated 200 times would fill the page).
 MAX_FAILED_RUNS = 5
+# Failing runs shown in full in the whole report, and characters of one prompt shown: 3,000 failing
+# cases run 3 times made a 225 MB page (1.7 GB to write). The table above lists every case anyway.
+MAX_FAILURES_SHOWN = 200
+MAX_PROMPT_CHARS = 20_000
 # Nodes are drawn this size, in canvas units, with their top-left corner at the asset's position.
 NODE_WIDTH, NODE_HEIGHT = 220.0, 90.0
 NEVER = "#d9d9d9"  # a node that never ran
@@ -363,8 +367,15 @@ def _points(x: float) -> str:
 def _prompt_html(prompt: KeptPrompt | None, why_missing: str) -> str:
     if prompt is None:
         return f'<p class="muted">{_e(why_missing)}</p>'
-    body = "".join(f'<div class="msg"><span class="role">{_e(role)}:</span> {_e(content)}</div>'
-                   for role, content in prompt.messages)
+    left = MAX_PROMPT_CHARS
+    shown = []
+    for role, content in prompt.messages:
+        cut = content[:max(left, 0)]
+        left -= len(content)
+        more = f' <span class="muted">[{len(content) - len(cut):,} more characters not shown]</span>' \
+            if len(cut) < len(content) else ""
+        shown.append(f'<div class="msg"><span class="role">{_e(role)}:</span> {_e(cut)}{more}</div>')
+    body = "".join(shown)
     return (f"<details><summary>The prompt of node {_e(prompt.node)} as the model saw it "
             f"({len(prompt.messages)} message{'s' if len(prompt.messages) != 1 else ''})</summary>"
             f"<pre>{body}</pre></details>")
@@ -521,10 +532,14 @@ def _failures_section(report: Report, prompts: FailurePrompts | None) -> str:
                else "no node read a prompt in this turn, or the asset records no diagnostics")
     parts = [f'<section id="failures"><h2>Failures <span class="badge">{len(failing)}</span></h2>']
     shown: Counter = Counter()
+    in_full = 0
     for number, result in enumerate(failing):
         case_id = f"{result.suite}::{result.case}"
         shown[case_id] += 1
         if shown[case_id] > MAX_FAILED_RUNS:
+            continue
+        in_full += 1
+        if in_full > MAX_FAILURES_SHOWN:
             continue
         run = f" (run {result.repeat + 1})" if repeated else ""
         parts.append(f'<div class="failure" id="failure-{number}"><h3>{_e(result.suite)}::{_e(result.case)}{run}</h3>')
@@ -561,10 +576,15 @@ def _failures_section(report: Report, prompts: FailurePrompts | None) -> str:
                          f'<p><span class="fail">{_e(check.kind)}</span>: {_e(check.message)}</p>'
                          f"{_prompt_for_html(kept, check.node, missing)}</div>")
         parts.append("</div>")
-    for case_id, count in shown.items():
-        if count > MAX_FAILED_RUNS:
-            parts.append(f'<p class="muted">{_e(case_id)} failed in {count - MAX_FAILED_RUNS} more runs, not shown '
-                         f"(the first {MAX_FAILED_RUNS} are above).</p>")
+    if in_full > MAX_FAILURES_SHOWN:
+        parts.append(f'<p class="muted">{in_full - MAX_FAILURES_SHOWN:,} more failing runs are not shown in full (the '
+                     f"first {MAX_FAILURES_SHOWN} are above; the table of cases lists every one, and --json has "
+                     "them all).</p>")
+    else:
+        for case_id, count in shown.items():
+            if count > MAX_FAILED_RUNS:
+                parts.append(f'<p class="muted">{_e(case_id)} failed in {count - MAX_FAILED_RUNS} more runs, not '
+                             f"shown (the first {MAX_FAILED_RUNS} are above).</p>")
     parts.append("</section>")
     return "".join(parts)
 

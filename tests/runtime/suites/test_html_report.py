@@ -129,6 +129,20 @@ def test_each_failure_shows_its_turn_check_and_prompt(tmp_path) -> None:
     assert page.count("The prompt of node hello as the model saw it") == 4
 
 
+def test_a_report_of_many_failures_stays_a_page_a_browser_opens(tmp_path, monkeypatch) -> None:
+    """Issue 39: the report had no size cap (3,000 failing cases run 3 times: a 225 MB page). The failing
+    runs shown in full, and the characters of each prompt, are capped, and the page says what it left out."""
+    from runtime.suites import html_report
+
+    monkeypatch.setattr(html_report, "MAX_FAILURES_SHOWN", 3)
+    monkeypatch.setattr(html_report, "MAX_PROMPT_CHARS", 12)
+    page, _ = _page(tmp_path, repeat=4)
+    text = _text(page)
+    assert page.count('class="failure"') == 3
+    assert re.search(r"\d+ more failing runs are not shown in full \(the first 3 are above", text), text[-600:]
+    assert "more characters not shown" in text
+
+
 def test_failures_without_kept_prompts_say_so(tmp_path) -> None:
     loaded = [load_suite(placed_router(tmp_path))]
     report = run_suites(loaded, flaky_backend, keep_turn_results=False)
