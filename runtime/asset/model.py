@@ -52,6 +52,7 @@ from runtime.nodes import (
     node_models,
     when_registered,
 )
+from runtime.nodes.base import within_canvas
 from runtime.prompting.language import OPTIONAL_LANGUAGE_TAG, language_tag_problem
 
 ASSET_VERSION = 2  # 2: comments (backdrops and notes) and bypassed nodes
@@ -71,6 +72,11 @@ __all__ = [
     "Intent", "KnowledgeEntry", "ModelParams", "Node", "NodeBase", "Retrieve", "SamplingParams", "Strict",
     "Summarize", "Tool", "ToolCall", "VariableValue", "is_valid_id", "new_node", "palette_node",
 ]
+
+
+# Backdrops and notes an asset may hold: each is drawn as its own item, and 100,000 took over 3
+# minutes to open; a canvas with more is no longer readable anyway.
+MAX_COMMENTS = 2_000
 
 
 class Comment(Strict):
@@ -98,7 +104,12 @@ class Comment(Strict):
     def _positive_size(cls, v: tuple[float, float]) -> tuple[float, float]:
         if any(not d > 0 for d in v):
             raise ValueError(f"width and height must be above 0, not {list(v)}")
-        return v
+        return within_canvas(v, "size")
+
+    @field_validator("position")
+    @classmethod
+    def _on_the_canvas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return within_canvas(v)
 
     @classmethod
     def new_record(cls, number: int) -> dict[str, Any]:
@@ -146,7 +157,7 @@ class Asset(Strict):
         "{{language_tag}} (de). Empty: the prompts say nothing about language.", pattern=OPTIONAL_LANGUAGE_TAG))
     metadata: FreeFormData = Field(default_factory=dict, **_help("Free-form data kept as it is.", "Layout"))
     nodes: list[Node] = Field(default_factory=list)
-    comments: list[Comment] = Field(default_factory=list, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))
+    comments: list[Comment] = Field(default_factory=list, max_length=MAX_COMMENTS, **_help("Backdrops and notes on the canvas; never sent to a model.", "Layout"))
 
     @field_validator("variables")
     @classmethod

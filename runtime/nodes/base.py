@@ -196,6 +196,19 @@ class SamplingParams(Strict):
     seed: int = Field(1, ge=-1, **field_help("Random seed. A fixed seed (0 or more, the default) repeats replies, so a replay on the same build gives the same replies; -1 picks a new one every call. The Conversation dock can re-roll every seed at once.", "Sampling"))
 
 
+# How far from the canvas's origin a node or comment may be, and how large a comment, in canvas units
+# (a node is about 300 wide): an asset at 1e308 validated, then crashed the editor (SIGSEGV in Qt's
+# drawing, whose sums of such numbers overflow).
+CANVAS_EXTENT = 1e8
+
+
+def within_canvas(pair: tuple[float, float], what: str = "position") -> tuple[float, float]:
+    """``pair`` when both numbers are within ``CANVAS_EXTENT``; a ValueError naming the limit else."""
+    if any(abs(x) > CANVAS_EXTENT for x in pair):
+        raise ValueError(f"a {what} on the canvas is within {CANVAS_EXTENT:g} of 0, not {list(pair)}")
+    return pair
+
+
 class NodeBase(Strict):
     id: str = Field(pattern=ID_PATTERN, **field_help("Stable id; exits and diagnostics refer to the node by it."))
     title: str = Field("", **field_help("Name shown on the canvas. Empty shows the id."))
@@ -205,6 +218,11 @@ class NodeBase(Strict):
     )
     bypassed: bool = Field(False, **field_help(
         "Bypassed (Ctrl+B): the turn passes straight along the node's default exit without running it."))
+
+    @field_validator("position")
+    @classmethod
+    def _on_the_canvas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return within_canvas(v)
 
     # Its replies are what the player hears (the turn's reply; a Summarize node before it delays it).
     PLAYER_FACING: ClassVar[bool] = False

@@ -213,6 +213,34 @@ def test_metadata_nested_past_what_an_asset_can_be_saved_with_is_refused() -> No
     assert parse_asset(dumps_asset(asset), "a.json") == asset
 
 
+@pytest.mark.parametrize(("where", "change", "words"), [
+    ("node", {"position": [1e308, 0.0]}, "within 1e+08 of 0"),
+    ("comment", {"position": [0.0, -1e308]}, "within 1e+08 of 0"),
+    ("comment", {"size": [1e308, 100.0]}, "a size on the canvas is within 1e+08"),
+])
+def test_canvas_geometry_past_what_the_editor_can_draw_is_refused(where, change, words) -> None:
+    """Issue 39: an asset with comment geometry of 1e308 validated, then crashed the editor (SIGSEGV)."""
+    data = _asset_json()
+    if where == "node":
+        data["nodes"][0].update(change)
+    else:
+        data["comments"] = [{"id": "c", "kind": "note", **change}]
+    with pytest.raises(AssetError) as caught:
+        parse_asset(json.dumps(data), "a.json")
+    assert words in str(caught.value)
+
+
+def test_an_asset_holds_at_most_2000_comments() -> None:
+    """Issue 39: 100,000 comments took over 3 minutes to open."""
+    data = _asset_json()
+    data["comments"] = [{"id": f"c{i}", "kind": "note", "position": [i * 10.0, 0.0]} for i in range(2001)]
+    with pytest.raises(AssetError) as caught:
+        parse_asset(json.dumps(data), "a.json")
+    assert "comments" in str(caught.value) and "2000" in str(caught.value)
+    data["comments"] = data["comments"][:2000]
+    assert len(parse_asset(json.dumps(data), "a.json").comments) == 2000
+
+
 def test_finite_metadata_round_trips() -> None:
     data = _asset_json(metadata={"big": 1e308, "list": [0.5, -2.0, {"deep": [1e-300]}]})
     asset = parse_asset(json.dumps(data), "a.json")
