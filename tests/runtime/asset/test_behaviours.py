@@ -283,3 +283,28 @@ def test_a_subgraph_node_without_a_behaviour_yet_is_one_problem_and_no_crash() -
     with pytest.raises(AssetError) as refused:
         expand(fresh, None)
     assert [(p.node_id, p.field) for p in refused.value.problems] == [("guard", "behaviour")]
+
+
+def test_behaviours_that_expand_past_the_limit_are_refused_at_once(tmp_path: Path) -> None:
+    """Issue 39: 13 small files that each ran the next twice froze POST /v1/sessions for 19 s and
+    parley validate for 38 s (2**13 copies), and a chain 1,000 deep ended in a RecursionError."""
+    from runtime.asset.behaviours import MAX_BEHAVIOUR_DEPTH
+
+    for level in range(13):
+        inner = f"b{level + 1}.json"
+        nodes = ([subgraph("one", inner, {"next": "two"}), subgraph("two", inner, {"next": ""})] if level < 12
+                 else [generate("say")])
+        write(tmp_path / f"b{level}.json", asset(nodes[0]["id"], *nodes))
+    host = asset_from_dict(asset("top", subgraph("top", "b0.json", {"next": ""})))
+    found = problems(host, tmp_path, str(tmp_path / "host.json"))  # said once the count passes the limit
+    assert [(p.node_id, p.field) for p in found] == [("top", "behaviour")]
+    assert "expand to more than 10,000 nodes" in found[0].message
+    with pytest.raises(AssetError, match="expand to more than 10,000 nodes"):
+        expand(host, tmp_path)
+
+    for level in range(40):  # a chain: each runs the next once
+        nodes = [subgraph("down", f"c{level + 1}.json", {"next": ""})] if level < 39 else [generate("say")]
+        write(tmp_path / f"c{level}.json", asset(nodes[0]["id"], *nodes))
+    chain = asset_from_dict(asset("top", subgraph("top", "c0.json", {"next": ""})))
+    (deep,) = problems(chain, tmp_path)
+    assert f"{MAX_BEHAVIOUR_DEPTH} deep here" in deep.message and deep.node_id == "top"
