@@ -62,8 +62,19 @@ def _only_finite_numbers(value: Any) -> Any:
     return value
 
 
-# Free-form data (``metadata``): any JSON, kept as it is, so only what a JSON file can hold.
+# Free-form data (``metadata``, a tool call's arguments): any JSON, kept as it is, so only what a JSON
+# file can hold and Parley can write back.
 FreeFormData = Annotated[dict[str, Any], AfterValidator(_only_finite_numbers)]
+
+
+def free_form_problem(value: Any) -> str:
+    """Why ``value`` cannot be kept as free-form data (a number JSON has not, nesting past
+    ``MAX_FREE_FORM_DEPTH``), or ''."""
+    try:
+        _only_finite_numbers(value)
+    except ValueError as exc:
+        return str(exc)
+    return ""
 
 # A lone surrogate (a JSON "\ud800" escape, or a byte that was not UTF-8 read with
 # surrogateescape) is not text: no UTF-8 file, tokenizer or terminal can take it.

@@ -46,6 +46,7 @@ from runtime.names import (  # noqa: F401  (REPLACEMENT, VariableValue and witho
     NODE_PATH_PATTERN,
     REPLACEMENT,
     SLOT_PATTERN,
+    FreeFormData,
     VariableValue,
     lone_surrogates,
     shown_name,
@@ -101,7 +102,9 @@ class ToolExchangeInFile(_Strict):
     kind: Literal["tool"]
     node: str = Field(pattern=NODE_PATH_PATTERN, description="Id of the ToolCall node.")
     tool: str = Field(pattern=SLOT_PATTERN)
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    # as an asset's metadata: what Parley can write back (nested 260 deep, an import took them and every
+    # export failed)
+    arguments: FreeFormData = Field(default_factory=dict)
     result: str
     replay: bool = Field(True, description="False when the node's disposition was omit.")
 

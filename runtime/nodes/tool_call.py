@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from runtime.backends.base import GenerationResult
 from runtime.dialogue.history import ToolExchange
 from runtime.events import ToolCalled
+from runtime.names import free_form_problem
 from runtime.nodes.base import END, SLOT_PATTERN, FieldError, Strict, field_help, unique_names
 from runtime.nodes.checks import NodeChecks
 from runtime.nodes.generate import GeneratingNode
@@ -181,6 +182,10 @@ class ToolCall(GeneratingNode):
             return
         tool = tools[call["name"]]
         arguments = dict(call.get("arguments", {}))
+        kept = free_form_problem(arguments)
+        if kept:  # a history could not hold the call
+            run.diag.warnings.append(f"the model's tool call cannot be kept ({kept}); no tool was called")
+            return
         if tool.mock_result is not None and (run.turn.mock_tools or run.turn.tool_result is None):
             outcome = tool.mock_result
         elif run.turn.tool_result is not None:

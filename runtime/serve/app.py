@@ -14,6 +14,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtime.dialogue.dialog_file import MAX_HISTORY_BYTES
 from runtime.serve import openai_door
 from runtime.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from runtime.serve.npcs import Item, NPCs, Stream
@@ -101,6 +103,7 @@ BODY_SECONDS = 30.0  # for a request's whole body to arrive, once its header has
 # A request's line and headers, in bytes: h11 checks only a head that arrives in pieces
 # (``h11_max_incomplete_event_size``), so one sent whole is measured here too
 MAX_HEADER_BYTES = 64 * 1024
+HISTORY_PATH = re.compile(rf"{PREFIX}/sessions/[^/]+/history")
 
 
 class RequestGuard:
@@ -168,12 +171,17 @@ class RequestGuard:
             refused = _not_local(headers, origin_allowed=allowed)
             if refused:
                 return await _send_error(send, ServeError("unauthorized", refused))
+        limit = self.max_body
+        if scope.get("method") == "PUT" and HISTORY_PATH.fullmatch(scope.get("path", "")):
+            # what GET .../history exported must import: a history may grow past --max-body (about 400
+            # turns on the sample model), up to what a history file may hold
+            limit = max(limit, MAX_HISTORY_BYTES)
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            return await _send_error(send, self._too_large())  # refused unread
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return await _send_error(send, self._too_large(limit))  # refused unread
         try:
             async with asyncio.timeout(self.body_seconds):
-                whole = await self._body(receive)
+                whole = await self._body(receive, limit)
         except TimeoutError:
             whole = ServeError("bad_request", f"the request body did not arrive within {self.body_seconds:g} s")
         if whole is None:
@@ -191,7 +199,7 @@ class RequestGuard:
 
         await self.app(scope, replay, send)
 
-    async def _body(self, receive: Any) -> bytes | ServeError | None:
+    async def _body(self, receive: Any, limit: int) -> bytes | ServeError | None:
         chunks: list[bytes] = []
         seen = 0
         while True:
@@ -200,14 +208,16 @@ class RequestGuard:
                 return None
             chunk = message.get("body", b"")
             seen += len(chunk)
-            if seen > self.max_body:
-                return self._too_large()
+            if seen > limit:
+                return self._too_large(limit)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    def _too_large(self) -> ServeError:
-        return ServeError("too_large", f"the request body is over {self.max_body} bytes (--max-body)")
+    def _too_large(self, limit: int) -> ServeError:
+        if limit > self.max_body:
+            return ServeError("too_large", f"the history is over {limit} bytes, the most a history file holds")
+        return ServeError("too_large", f"the request body is over {limit} bytes (--max-body)")
 
 
 # What a page of an allowed origin may send: the token, a JSON body and a resumed stream's last id.

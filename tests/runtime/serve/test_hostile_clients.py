@@ -837,3 +837,43 @@ def test_half_an_emoji_is_refused_and_changes_nothing(url: str, path: str, metho
         assert httpx.get(f"{url}/v1/sessions", timeout=DEADLINE).json() == sessions
         assert httpx.get(f"{url}/v1/sessions/{npc.id}/history", timeout=DEADLINE).content == before
         client.delete_session(npc.id)
+
+
+# --- what is exported must import (issue 39, MED-HIGH) ------------------------------------------------
+
+def test_a_history_past_the_body_limit_exports_and_imports_again(backend: ScriptedBackend) -> None:
+    """GET /history had no size limit and PUT /history took at most --max-body: a long conversation
+    (about 400 turns on the sample model) exported and could never be imported again."""
+    with running_server(backend, [examples_dir()], limits=Limits(max_body=64 * 1024)) as url, \
+            ParleyClient(url) as client:
+        npc = client.create_session("chat.json")
+        for i in range(40):
+            client.turn(npc.id, f"Line {i}: " + "tell me about the inn and its guests " * 50)
+        history = client.export_history(npc.id)
+        assert len(json.dumps(history)) > 64 * 1024, "past --max-body"
+        again = client.create_session("chat.json")
+        assert client.import_history(again.id, history).turns == 40
+        assert client.export_history(again.id) == history
+        # any other request is held to --max-body as before
+        answer = httpx.post(f"{url}/v1/sessions/{npc.id}/turns", content=json.dumps({"line": "x" * 70_000}),
+                            headers=JSON, timeout=DEADLINE)
+        typed_error(answer, "too_large", 413)
+
+
+def test_tool_arguments_nested_past_what_a_history_holds_are_refused_on_import(url: str) -> None:
+    """Tool arguments nested 260 deep imported fine, and then every export answered 500."""
+    with ParleyClient(url) as client:
+        npc = client.create_session("tool_calling.json")
+        client.turn(npc.id, TOOL_LINE, tools=lambda call: "240")
+        history = client.export_history(npc.id)
+        tool = next(e for t in history["turns"] for e in t["entries"] if e.get("kind") == "tool")
+        deep: dict = {}
+        inner = deep
+        for _ in range(260):
+            inner["x"] = inner = {}
+        tool["arguments"] = {"item": deep}
+        other = client.create_session("tool_calling.json")
+        with pytest.raises(ParleyError) as refused:
+            client.import_history(other.id, history)
+        assert refused.value.code == "bad_history" and "nests deeper than 64 levels" in str(refused.value.problems)
+        assert client.export_history(other.id)["turns"] == []
