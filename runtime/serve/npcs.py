@@ -525,12 +525,25 @@ class NPCs:
 
     def release_caches(self, session_id: str) -> None:
         """Free the session's node caches in the backend: the server names them "SESSION/NODE" (a
-        scene's "scene:SCENE/NPC/NODE")."""
+        scene's "scene:SCENE/NPC/NODE"). On a thread of its own: freeing a cache waits for the model,
+        which another session's turn may be using for seconds, and the event loop must not wait (a
+        DELETE held every request, health checks too, for 12.5 s)."""
         release = getattr(self.backend, "release", None)
         sessions = getattr(self.backend, "sessions", None)
-        if callable(release) and callable(sessions):
-            for key in [k for k in sessions() if k.startswith(f"{session_id}/")]:
+        if not (callable(release) and callable(sessions)):
+            return
+        keys = [k for k in sessions() if k.startswith(f"{session_id}/")]
+        if keys:
+            self.start_thread(self._release, (release, keys), f"parley-release-{session_id}"[:64])
+
+    def _release(self, release: Callable[[str], None], keys: list[str]) -> None:
+        try:
+            for key in keys:
                 release(key)
+        except Exception:  # a cache left is memory until the backend closes, not a failure anyone waits on
+            log.warning("freeing the node caches %s failed", ", ".join(keys), exc_info=True)
+        finally:
+            self.thread_ends(lambda: None)
 
     def set_variables(self, session_id: str, variables: dict[str, Any]) -> NPC:
         npc = self.idle(session_id)

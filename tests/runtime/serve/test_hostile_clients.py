@@ -877,3 +877,28 @@ def test_tool_arguments_nested_past_what_a_history_holds_are_refused_on_import(u
             client.import_history(other.id, history)
         assert refused.value.code == "bad_history" and "nests deeper than 64 levels" in str(refused.value.problems)
         assert client.export_history(other.id)["turns"] == []
+
+
+def test_a_delete_does_not_hold_the_server_while_the_model_is_busy() -> None:
+    """Issue 39: DELETE of a session blocked the whole server, health checks too, for 12.5 s while
+    another session generated: freeing its caches waited for the model. It is freed on a thread."""
+    model_free = threading.Event()
+    released: list[str] = []
+
+    class BusyModel(ScriptedBackend):
+        def sessions(self) -> dict:
+            return dict(self._sessions)
+
+        def release(self, key: str) -> None:  # as the embedded engine: waits for the model's lock
+            assert model_free.wait(DEADLINE), "never let go"
+            released.append(key)
+
+    backend = BusyModel()
+    with running_server(backend, [examples_dir()]) as url, ParleyClient(url) as client:
+        npc = client.create_session("chat.json")
+        client.turn(npc.id, "hello")
+        client.delete_session(npc.id)  # answered while the release waits
+        assert client.health().status == "ok" and client.sessions() == []
+        assert released == []
+        model_free.set()
+        wait_for(lambda: released == [f"{npc.id}/reply"], "the cache freed once the model was free")
