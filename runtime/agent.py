@@ -413,21 +413,24 @@ class Agent:
         tool_result: ToolResultFunction | None = None,
         edited: bool = False,
         mock_tools: bool = True,
+        commit: Callable[[], bool] | None = None,
     ) -> TurnResult:
         """Run the graph once for ``player_line``, after the current turn (a new branch when the
         current turn already has later turns). Raises ``TurnError``, ``BackendError`` or
         ``TemplateError``/``InputError``; on any failure the agent is unchanged. ``mock_tools=False``
-        asks ``tool_result`` for every tool call, mocked or not."""
+        asks ``tool_result`` for every tool call, mocked or not. A cancel set before the turn is kept
+        cancels it, however late; ``commit``, when given, is asked last (False: cancelled), so a caller
+        can tell a cancel that came in time from one that came after the turn was kept."""
         if not self._running.acquire(blocking=False):
             raise TurnError("a turn is already running for this agent")
         try:
             return self._run_turn(player_line, instructions, on_event, cancel or threading.Event(), tool_result,
-                                  edited, mock_tools)
+                                  edited, mock_tools, commit)
         finally:
             self._running.release()
 
     def _run_turn(self, player_line, instructions, on_event, cancel, tool_result, edited=False,
-                  mock_tools=True) -> TurnResult:
+                  mock_tools=True, commit=None) -> TurnResult:
         started = time.perf_counter()
         run = TurnState(player_line, instructions, on_event, cancel, tool_result, mock_tools=mock_tools)
         before = (list(self.history.summaries), dict(self.windows), dict(self.variables), dict(self.journals))
@@ -435,6 +438,8 @@ class Agent:
             with self.backend.stopping(cancel):
                 self._walk(run, cancel)
             run.release_all()  # a reply no guard on this turn's path checked
+            if cancel.is_set() or (commit is not None and not commit()):
+                raise TurnCancelled("the turn was cancelled")
         except BaseException:
             self.history.summaries, self.windows, self.variables, self.journals = before
             raise

@@ -27,6 +27,7 @@ from runtime.agent import TurnResult
 from runtime.asset.file import load_asset
 from runtime.backends.base import Backend
 from runtime.events import Event
+from runtime.nodes.running import TurnCancelled
 from runtime.problems import Problem
 from runtime.scene.director import RECENT_LINES, Pick, choose
 from runtime.scene.model import PLAYER, SceneAsset, SceneError, load_scene
@@ -158,13 +159,16 @@ class Scene:
     # --- talking ----------------------------------------------------------------------------------
 
     def say(self, line: str | None, *, to: str = "", whisper: bool = False, on_event: SceneCallback | None = None,
-            cancel: threading.Event | None = None, tool_result: Any = None, mock_tools: bool = True) -> SceneRound:
+            cancel: threading.Event | None = None, tool_result: Any = None, mock_tools: bool = True,
+            commit: Callable[[], bool] | None = None) -> SceneRound:
         """The player says ``line`` (None: says nothing, and the NPCs carry on among themselves); then
         the director picks up to ``max_npc_lines`` NPCs to speak, one after the other. ``to``: the NPC
         the player speaks to (the ``addressed`` rule picks it first); ``whisper``: only ``to`` hears
         it. ``mock_tools=False`` asks ``tool_result`` for every tool call, mocked or not (as
         ``Agent.run_turn``). Raises ``SceneError`` for an NPC that is not there, and what a turn
-        raises (``TurnError``, ``TurnCancelled``, ...) with the scene as it was before the round."""
+        raises (``TurnError``, ``TurnCancelled``, ...) with the scene as it was before the round. A
+        cancel set before the round is kept cancels it, however late (``commit``: as for
+        ``Agent.run_turn``)."""
         if to and not self.member(to).present:
             raise SceneError([Problem("error", f"{to!r} is not in the scene now", "", field="to")])
         if whisper and not to:
@@ -185,6 +189,8 @@ class Scene:
                 spoken = self._speak(pick, on_event, cancel, tool_result, mock_tools)
                 round_.turns.append(spoken)
                 last_text, last_speaker = spoken.result.reply, pick.npc
+            if (cancel is not None and cancel.is_set()) or (commit is not None and not commit()):
+                raise TurnCancelled("the round was cancelled")
         except BaseException:
             self._restore(mark)
             raise

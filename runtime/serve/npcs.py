@@ -168,6 +168,16 @@ class RunningTurn:
     lock: threading.Lock = field(default_factory=threading.Lock)
     spoken_over: str = ""  # why the player's next line stopped it: superseded or interrupted (double_text)
     shutdown: bool = False  # stopped because the server is shutting down
+    kept: bool = False  # the turn is kept (``keep``): a cancel from now on comes too late
+
+    def keep(self) -> bool:
+        """The agent's last question before it keeps the turn (``Agent.run_turn``'s commit): False when
+        it was cancelled; else no cancel takes it back from now on."""
+        with self.lock:
+            if self.cancel.is_set():
+                return False
+            self.kept = True
+            return True
 
 
 class NPC:
@@ -665,10 +675,10 @@ class NPCs:
             job.stream.put(Item("turn_failed", {"line": job.line, "error": Failure(code, message).to_json()}), last=True)
             job.stream.close()
 
-    def _stop_all(self, npc: NPC, code: str) -> None:
+    def _stop_all(self, npc: NPC, code: str) -> bool:
+        """Drop the lines waiting, and stop the running turn; whether one was stopped in time."""
         self._drop_queued(npc, code)
-        if npc.running is not None:
-            self.stop(npc.running)
+        return npc.running is not None and self.stop(npc.running)
 
     def _begin(self, npc: NPC, job: Job) -> None:
         """Run ``job`` on a thread of its own (``npc.running`` is already its turn)."""
@@ -716,7 +726,8 @@ class NPCs:
                 running.cancel.set()
 
         run = {"instructions": job.instructions, "on_event": on_event, "cancel": running.cancel,
-               "tool_result": self.asking_the_game(stream, running), "mock_tools": job.mock_tools}
+               "tool_result": self.asking_the_game(stream, running), "mock_tools": job.mock_tools,
+               "commit": running.keep}
         self.take_a_worker()
         noted = None
         if self.crash_watch is not None:
@@ -875,14 +886,13 @@ class NPCs:
         """Stop the running turn and every line waiting behind it. False: none was running."""
         npc = self.get(session_id)
         with self._lock:
-            running = npc.running
             waiting = len(npc.queued)
-            self._stop_all(npc, "cancelled")
-        if running is not None:
+            stopped = self._stop_all(npc, "cancelled")
+        if stopped:
             log.info("session %s: the client cancelled the running turn%s", npc.id,
                      f" and {waiting} line(s) waiting behind it" if waiting else "",
                      extra={"session": npc.id, "turn": npc.stream.turn if npc.stream else None})
-        return running is not None
+        return stopped
 
     def resume(self, session_id: str, run: str) -> Stream | Item:
         """The run ``run`` of a session, to follow again: its stream while this server keeps it, else
@@ -899,11 +909,15 @@ class NPCs:
                          "finish was not kept, so say its line again")
 
     @staticmethod
-    def stop(running: RunningTurn) -> None:
-        running.cancel.set()
+    def stop(running: RunningTurn) -> bool:
+        """Stop the running turn; False when it came too late (the turn was kept already)."""
         with running.lock:
+            if running.kept:
+                return False
+            running.cancel.set()
             for answered, _ in running.calls.values():
                 answered.set()  # a turn waiting for a tool result stops waiting
+        return True
 
     def tool_result(self, session_id: str, call_id: str, result: str) -> None:
         self.answer_call(self.get(session_id).running, call_id, result, f"session {session_id!r}")

@@ -219,9 +219,8 @@ class ServedScenes:
 
     def cancel(self, scene_id: str) -> bool:
         held = self.get(scene_id)
-        if held.running is None:
-            return False
-        self.npcs.stop(held.running)
+        if held.running is None or not self.npcs.stop(held.running):
+            return False  # none runs, or it was kept already
         log.info("scene %s: the client cancelled the running round", scene_id, extra={"session": scene_id})
         return True
 
@@ -288,7 +287,7 @@ class ServedScenes:
         npcs.take_a_worker()
         try:
             done = scene.say(line, to=to, whisper=whisper, on_event=on_event, cancel=running.cancel,
-                             tool_result=tool_result, mock_tools=mock_tools)
+                             tool_result=tool_result, mock_tools=mock_tools, commit=running.keep)
             last = Item("round_finished", _round_out(index, done, scene.transcript[before:]).model_dump())
         except BaseException as exc:  # noqa: BLE001 - every failure ends the stream with a typed error, never a traceback
             last = Item("round_failed", {"line": line, "speaker": speaker[0], "error": npcs.failure(exc, stream)})

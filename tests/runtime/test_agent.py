@@ -387,3 +387,35 @@ def test_a_history_from_outside_naming_undeclared_variables_or_missing_nodes_is_
     assert other.history.turns == [] and "gold" not in other.variables
     other.import_dialog(saved, foreign=False)
     assert other.variables["gold"] == 5
+
+
+def test_a_cancel_that_comes_once_every_node_has_run_still_cancels_the_turn() -> None:
+    """Issue 39: cancel answered cancelled: true, yet the turn finished and was kept (10 of 150 tries):
+    the cancel came after the last node's call. A cancel set before the turn is kept cancels it; a
+    caller's commit gate is asked last, and a turn it refuses is not kept either."""
+    from runtime.events import NodeFinished
+    from runtime.nodes.running import TurnCancelled
+
+    agent = Agent(asset(("Generate", "reply", {"system_prompt": "hi", "max_tokens": 16})), ScriptedBackend())
+    agent.run_turn("hello")
+    cancel = threading.Event()
+    with pytest.raises(TurnCancelled):
+        agent.run_turn("again", cancel=cancel, on_event=lambda e: isinstance(e, NodeFinished) and cancel.set())
+    assert len(agent.history.turns) == 1 and len(agent.tree.nodes) == 1
+    with pytest.raises(TurnCancelled):
+        agent.run_turn("again", commit=lambda: False)
+    assert len(agent.history.turns) == 1
+    asked = []
+    agent.run_turn("again", commit=lambda: asked.append(True) or True)
+    assert asked == [True] and len(agent.history.turns) == 2
+
+
+def test_a_served_turn_once_kept_is_no_longer_cancelled() -> None:
+    """The other side of it in parley serve: once the agent has kept the turn, a cancel answers that
+    it came too late (cancelled: false), and before that it wins."""
+    from runtime.serve.npcs import NPCs, RunningTurn
+
+    kept = RunningTurn()
+    assert kept.keep() and not NPCs.stop(kept) and not kept.cancel.is_set()
+    stopped = RunningTurn()
+    assert NPCs.stop(stopped) and not stopped.keep()
