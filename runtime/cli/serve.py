@@ -13,6 +13,7 @@ from pathlib import Path
 from runtime.problems import BackendError, InputError
 
 MIB_PER_GB = 1024
+DEFAULT_KV_SHARE = 0.25  # of the machine's memory, for all NPCs' KV caches when --kv-budget is not given
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--assets", action="append", metavar="DIR", default=[],
                    help="a folder of workflow assets the server may load (repeat for more); nothing else is loaded")
     p.add_argument("--kv-budget", type=float, metavar="GB", help="embedded backend: the KV cache memory all NPCs' "
-                   "contexts may take; the least recently used are parked in RAM snapshots and restored on their "
-                   "next turn")
+                   "contexts may take (default: a quarter of this machine's memory); the least recently used are "
+                   "parked in RAM snapshots and restored on their next turn")
     p.add_argument("--park-budget", type=float, metavar="GB", help="embedded backend with --kv-budget: the RAM "
                    "those parked snapshots may take (default 0.5); past it the least recently parked go to files in "
                    "the state folder and are read back on their NPC's next turn")
@@ -169,10 +170,26 @@ def _backend(args: argparse.Namespace, asset_dir: Path):
     threads, threads_batch = serve_threads(args.threads, args.threads_batch)
     logging.getLogger("parley.serve").info("llama.cpp threads: %d to generate, %d to read prompts", threads,
                                            threads_batch)
-    kv_budget = args.kv_budget * MIB_PER_GB if args.kv_budget is not None else None
+    kv_budget = args.kv_budget * MIB_PER_GB if args.kv_budget is not None else default_kv_budget_mib()
+    if args.kv_budget is None and kv_budget is not None:
+        logging.getLogger("parley.serve").info(
+            "KV cache budget: %.1f GB, a quarter of this machine's memory (--kv-budget sets another)",
+            kv_budget / MIB_PER_GB)
     park_mib, park_dir = _parking(args)
     return LlamaBackend(asset_dir, kv_budget_mib=kv_budget, n_threads=threads, n_threads_batch=threads_batch,
                         park_mib=park_mib, park_dir=park_dir)
+
+
+def default_kv_budget_mib(share: float = DEFAULT_KV_SHARE) -> float | None:
+    """The KV budget when ``--kv-budget`` is not given: ``share`` of this machine's memory, in MiB
+    (None where the machine does not say how much it has). With no budget, every session kept its
+    contexts for its whole life: about 61 MB each on the sample model, so 1,000 sessions (the default
+    cap) would want 61 GB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return total / (1024 * 1024) * share if total > 0 else None
 
 
 def _parking(args: argparse.Namespace) -> tuple[float, Path]:

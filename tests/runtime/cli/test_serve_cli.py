@@ -42,3 +42,28 @@ def test_listening_beyond_this_computer_needs_a_token(capsys, monkeypatch):
     assert main(["serve", "--host", "0.0.0.0", "--port", "0", "--backend", "scripted",
                  "--assets", str(examples_dir())]) == 2
     assert "shorter than 16 characters" in capsys.readouterr().err
+
+
+def test_the_embedded_backend_has_a_kv_budget_that_fits_the_machine_by_default(tmp_path) -> None:
+    """Issue 39: with no --kv-budget each session kept its contexts for its whole life (about 61 MB on
+    the sample model): the default 1,000 sessions would want 61 GB. The default is a quarter of memory."""
+    import argparse
+    import os
+
+    from runtime.cli.serve import _backend, default_kv_budget_mib
+
+    memory_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1024 * 1024)
+    assert default_kv_budget_mib() == pytest.approx(memory_mib / 4)
+    args = argparse.Namespace(backend="embedded", kv_budget=None, park_budget=None, threads=1, threads_batch=1,
+                              state_dir=tmp_path)
+    backend = _backend(args, tmp_path)
+    try:
+        assert backend.kv_budget_mib == pytest.approx(memory_mib / 4)
+    finally:
+        backend.close()
+    args.kv_budget = 0.5
+    backend = _backend(args, tmp_path)
+    try:
+        assert backend.kv_budget_mib == 512
+    finally:
+        backend.close()
