@@ -216,6 +216,14 @@ class ScriptedBackend(Backend):
             vectors.append(vector)
         return vectors
 
+    def sessions(self) -> dict[str, ScriptedSession]:
+        return dict(self._sessions)
+
+    def release(self, key: str) -> None:
+        """Forget one node's session (a deleted NPC's): its next call, if any, starts cold. Kept, they
+        grew ``parley serve --backend scripted`` by about 59 KB every create, turn and delete."""
+        self._sessions.pop(key, None)
+
     def release_all(self) -> None:
         for s in self._sessions.values():
             s.release()

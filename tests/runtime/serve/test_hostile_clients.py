@@ -902,3 +902,16 @@ def test_a_delete_does_not_hold_the_server_while_the_model_is_busy() -> None:
         assert released == []
         model_free.set()
         wait_for(lambda: released == [f"{npc.id}/reply"], "the cache freed once the model was free")
+
+
+def test_sessions_made_and_deleted_leave_nothing_behind_on_the_scripted_backend() -> None:
+    """Issue 39: parley serve --backend scripted grew by about 59 KB every create, turn and delete
+    (+175 MB after 3,000): a deleted session's node sessions were never forgotten."""
+    backend = ScriptedBackend()
+    with running_server(backend, [examples_dir()]) as url, ParleyClient(url) as client:
+        for i in range(30):
+            npc = client.create_session("gate_guard.json")
+            client.turn(npc.id, f"Hello {i}, I threaten you!")
+            client.delete_session(npc.id)
+        wait_for(lambda: backend.sessions() == {}, "every deleted session's node sessions forgotten")
+        assert client.sessions() == []
