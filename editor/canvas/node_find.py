@@ -136,6 +136,10 @@ class NodeFind(QFrame):
         if self.list.count():
             self.list.setCurrentRow(0)
         self.nothing.setVisible(not found)
+        self._fit_list()
+
+    def _fit_list(self) -> None:
+        """The list as tall as its first 8 rows, and the popup as tall as it then needs."""
         rows = sum(self.list.sizeHintForRow(i) for i in range(min(self.list.count(), 8)))
         self.list.setFixedHeight(max(rows, self.list.sizeHintForRow(0) if self.list.count() else 0, 24)
                                  + 2 * self.list.frameWidth() + 2)

@@ -206,11 +206,7 @@ class ProjectFind(NodeFind):
         else:
             self.nothing.setText(f"Nothing in {self.searched()} says that.")
         self.nothing.setVisible(not self.found)
-        rows = sum(self.list.sizeHintForRow(i) for i in range(min(self.list.count(), 8)))
-        self.list.setFixedHeight(max(rows, self.list.sizeHintForRow(0) if self.list.count() else 0, 24)
-                                 + 2 * self.list.frameWidth() + 2)
-        if self.isVisible():
-            self.resize(self.width(), self.sizeHint().height())
+        self._fit_list()
 
     def _pick(self, item: QListWidgetItem | None) -> None:
         if item is not None:
