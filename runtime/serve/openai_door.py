@@ -29,7 +29,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.serve.npcs import Item, NPCs, Stream
-from runtime.serve.protocol import ERROR_STATUS, KEEP_ALIVE_SECONDS, ServeError
+from runtime.serve.protocol import ERROR_STATUS, KEEP_ALIVE_SECONDS, ServeError, whole_characters
 
 SESSION_HEADER = "x-parley-session"
 
@@ -82,11 +82,20 @@ def _line(messages: list[OpenAIMessage]) -> str:
         raise ServeError("bad_request", f"messages: the last is the {last.role!r} message; the player's line is the "
                          "last message, the user's")
     if isinstance(last.content, str):
-        return last.content
+        return _whole_line(last.content)
     parts = [p.get("text") for p in last.content or [] if isinstance(p, dict) and p.get("type") == "text"]
     if not parts or not all(isinstance(p, str) for p in parts):
         raise ServeError("bad_request", "messages: the last message has no text (give a string, or text parts)")
-    return "\n".join(parts)  # type: ignore[arg-type]
+    return _whole_line("\n".join(parts))  # type: ignore[arg-type]
+
+
+def _whole_line(line: str) -> str:
+    """The player's line, refused (as the native turns route refuses it) when it holds a lone surrogate:
+    the turn would be kept with a line no history can hold, and every later listing of it would fail."""
+    try:
+        return whole_characters(line)
+    except ValueError as exc:
+        raise ServeError("bad_request", f"messages: the last message: {exc}") from None
 
 
 def _session(npcs: NPCs, session_id: str, asset: str) -> None:

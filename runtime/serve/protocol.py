@@ -112,7 +112,7 @@ class ServeError(Exception):
 
 # --- requests -----------------------------------------------------------------------------------
 
-def _whole_characters(text: str) -> str:
+def whole_characters(text: str) -> str:
     """``text``, if it holds no lone surrogate (JSON's ``\\ud800`` reads as one): such a line could be
     neither written to the history nor sent back as UTF-8."""
     lone = SURROGATE.search(text)
@@ -123,7 +123,7 @@ def _whole_characters(text: str) -> str:
 
 
 # What a player says, or a game writes, that goes into a conversation
-Text = Annotated[str, AfterValidator(_whole_characters)]
+Text = Annotated[str, AfterValidator(whole_characters)]
 
 
 def _whole_variables(variables: dict[str, Any]) -> dict[str, Any]:
@@ -131,9 +131,9 @@ def _whole_variables(variables: dict[str, Any]) -> dict[str, Any]:
     nor the session listed)."""
     for name, value in variables.items():
         try:
-            _whole_characters(name)
+            whole_characters(name)
             if isinstance(value, str):
-                _whole_characters(value)
+                whole_characters(value)
         except ValueError as exc:
             raise ValueError(f"{name.encode('utf-8', 'backslashreplace').decode()}: {exc}") from None
     return variables
@@ -218,12 +218,12 @@ class ParamsIn(_Request):
     @classmethod
     def _whole_texts(cls, nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for node, changes in nodes.items():
-            _whole_characters(node)
+            whole_characters(node)
             for name, value in changes.items():
-                _whole_characters(name)
+                whole_characters(name)
                 if isinstance(value, str):
                     try:
-                        _whole_characters(value)
+                        whole_characters(value)
                     except ValueError as exc:
                         raise ValueError(f"{node}.{name}: {exc}") from None
         return nodes

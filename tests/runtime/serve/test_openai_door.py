@@ -119,3 +119,22 @@ def test_the_official_package_streams_an_npc_on_the_sample_model(sample_model, t
     finally:
         backend.close()
     assert text.strip() and text == turn["reply"]
+
+
+def test_half_an_emoji_in_the_players_line_is_refused_and_changes_nothing(served: str) -> None:
+    """Issue 39, found fuzzing the server's routes: a lone surrogate (``\\ud83d``, a cut emoji) in the last
+    message ran as the player's line. Whole, the answer was a 500 with a traceback in the log; streamed,
+    the turn was kept with a line no history can hold."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    contents = ['"Hello \\ud83d"', '[{"type": "text", "text": "\\udc00 there"}]']
+    for content in contents:
+        for stream in ("false", "true"):
+            body = (f'{{"model": "chat.json", "user": "npc-cut", "stream": {stream}, '
+                    f'"messages": [{{"role": "user", "content": {content}}}]}}')
+            answer = httpx.post(f"{served}/v1/chat/completions", content=body.encode(), headers=headers,
+                                timeout=DEADLINE)
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "bad_request" and "lone surrogate" in error["message"], error
+    listed = httpx.get(f"{served}/v1/sessions", headers=headers, timeout=DEADLINE)
+    assert listed.status_code == 200 and listed.json()["sessions"] == []  # no session made, none poisoned
