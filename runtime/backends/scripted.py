@@ -17,6 +17,7 @@ import re
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -117,6 +118,8 @@ def default_reply(key: str, request: GenerationRequest) -> str:
     return f"{key} heard: " + " ".join(last.split()[-8:])
 
 
+CALLS_KEPT = 2_000  # requests a scripted backend remembers (``calls``)
+
 class ScriptedSession(NodeSession):
     def __init__(self, backend: ScriptedBackend, key: str, model: str, n_ctx: int) -> None:
         super().__init__(key, n_ctx)
@@ -191,7 +194,9 @@ class ScriptedBackend(Backend):
         self._reply = reply or default_reply
         self._context_size = context_size
         self._sessions: dict[str, ScriptedSession] = {}
-        self.calls: list[tuple[str, GenerationRequest]] = []  # every request, in order
+        # the latest requests, in order (what tests look at); bounded, or `parley serve --backend scripted`
+        # kept every request it was ever sent
+        self.calls: deque[tuple[str, GenerationRequest]] = deque(maxlen=CALLS_KEPT)
 
     def count_tokens(self, model: str, text: str) -> int:
         return len(text.split())

@@ -75,3 +75,17 @@ def test_embeddings_are_deterministic_bag_of_words():
     b = ScriptedBackend()
     a, c, d = b.embed("e", ["the old mill", "the old mill", "a red fox"])
     assert a == c and a != d and len(a) == 64
+
+
+def test_the_scripted_backend_remembers_only_its_latest_requests() -> None:
+    """Issue 39: `parley serve --backend scripted` kept every request it was ever sent (``calls``), and
+    grew with every turn; bench/bench_serve_soak.py measures the server's memory over 10,000 cycles."""
+    from runtime.backends.scripted import CALLS_KEPT
+
+    backend = ScriptedBackend()
+    session = backend.session("reply", "m.gguf", 512)
+    for i in range(CALLS_KEPT + 5):
+        session.generate(GenerationRequest([ChatMessage("user", f"line {i}")], max_tokens=4))
+    assert len(backend.calls) == CALLS_KEPT
+    assert backend.calls[0][1].messages[0].content == "line 5" and backend.calls[-1][1].messages[0].content.endswith(
+        str(CALLS_KEPT + 4))
