@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-budget", type=float, metavar="GB", help="embedded backend: the KV cache memory all NPCs' "
                    "contexts may take (default: a quarter of this machine's memory); the least recently used are "
                    "parked in RAM snapshots and restored on their next turn")
-    p.add_argument("--park-budget", type=float, metavar="GB", help="embedded backend with --kv-budget: the RAM "
+    p.add_argument("--park-budget", type=float, metavar="GB", help="embedded backend: the RAM "
                    "those parked snapshots may take (default 0.5); past it the least recently parked go to files in "
                    "the state folder and are read back on their NPC's next turn")
     p.add_argument("--threads", type=int, metavar="N", help="embedded backend: CPU threads that generate (default: "
