@@ -250,12 +250,15 @@ class Agent:
         tree): each names its field, at most ``MAX_REPORTED_PROBLEMS``."""
         declared = ", ".join(self.asset.variables) or "none"
         problems: list[Problem] = []
+        said: set[str] = set()  # each undeclared variable once, where it is first found
 
         def variables(names: Iterable[str], where: str) -> None:
-            problems.extend(Problem("error", f"variable {name!r} is not declared by the asset (its variables: "
-                                    f"{declared}); declare it, or load the history into the asset it was saved from",
-                                    source, field=f"{where}variables.{name}")
-                            for name in names if name not in self.asset.variables)
+            for name in names:
+                if name not in self.asset.variables and name not in said:
+                    said.add(name)
+                    problems.append(Problem("error", f"variable {name!r} is not declared by the asset (its "
+                                            f"variables: {declared}); declare it, or load the history into the asset "
+                                            "it was saved from", source, field=f"{where}variables.{name}"))
 
         variables(saved.variables, "")
         nodes = sorted(saved.tree.nodes.values(), key=lambda n: n.id) if saved.tree is not None else []

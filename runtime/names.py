@@ -43,7 +43,7 @@ def namespaced(namespace: str, node_id: str) -> str:
 MAX_FREE_FORM_DEPTH = 64
 
 
-def _only_finite_numbers(value: Any) -> Any:
+def _keepable_as_json(value: Any) -> Any:
     """``value`` itself; a ValueError naming the key when a float in it is NaN or infinite (JSON has
     no such numbers, so free-form data holding one could not be saved as it is), or when it nests
     deeper than ``MAX_FREE_FORM_DEPTH``. (A walk with a stack, not recursion.)"""
@@ -64,14 +64,14 @@ def _only_finite_numbers(value: Any) -> Any:
 
 # Free-form data (``metadata``, a tool call's arguments): any JSON, kept as it is, so only what a JSON
 # file can hold and Parley can write back.
-FreeFormData = Annotated[dict[str, Any], AfterValidator(_only_finite_numbers)]
+FreeFormData = Annotated[dict[str, Any], AfterValidator(_keepable_as_json)]
 
 
 def free_form_problem(value: Any) -> str:
     """Why ``value`` cannot be kept as free-form data (a number JSON has not, nesting past
     ``MAX_FREE_FORM_DEPTH``), or ''."""
     try:
-        _only_finite_numbers(value)
+        _keepable_as_json(value)
     except ValueError as exc:
         return str(exc)
     return ""
