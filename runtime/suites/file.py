@@ -521,11 +521,20 @@ def _round_trip(text: str):
 def _represent_float(representer: Any, value: float) -> Any:
     """A float written as PyYAML (which reads the suites) writes it: exact (ruamel rewrote a loaded
     1.802382166772941e+16 as 1.80238216677294e+16) and with a dot before any exponent (YAML 1.1 reads
-    1e+16 as text)."""
+    1e+16 as text). A scalar ruamel read as a float that PyYAML reads as text (``0E0``: YAML 1.1 wants
+    a dot) is written back as it was, so it stays the text it was (it became 0.0, and the suite broke)."""
+    from ruamel.yaml.representer import RoundTripRepresenter
+    from ruamel.yaml.scalarfloat import ScalarFloat
+
+    if isinstance(value, ScalarFloat):
+        node = RoundTripRepresenter.represent_scalar_float(representer, value)
+        if _PYYAML_TAGS.resolve(yaml.ScalarNode, node.value, (True, False)) != "tag:yaml.org,2002:float":
+            return node
     return representer.represent_scalar("tag:yaml.org,2002:float", _FLOATS.represent_float(float(value)).value)
 
 
 _FLOATS = yaml.representer.SafeRepresenter()
+_PYYAML_TAGS = yaml.resolver.Resolver()  # what PyYAML, which reads the suites, takes a plain scalar for
 
 
 def _dump(rt: Any, data: Any) -> str:
